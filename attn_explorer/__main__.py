@@ -1,0 +1,5 @@
+import sys
+
+from attn_explorer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,70 @@
+"""Command line: `attn-explorer` opens the GUI; `export` and `cost` are subcommands.
+
+Each subcommand lives in its own module that offers `add_arguments(parser)` and `run(args) -> int`,
+imported only when that subcommand is used, so `export` never pays for Qt and the GUI never pays for
+the cost lab. Bad input raises UserError: one line on stderr, exit status 2 (`--debug` shows the
+traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+from attn_explorer.errors import UserError
+
+# name -> (module, help). The module provides add_arguments(parser) and run(args).
+SUBCOMMANDS = {
+    "export": ("attn_explorer.export", "run a model on text or an image and save its attention (.npz, .json, .png)"),
+    "cost": ("attn_explorer.cost.cli", "measure attention's time and memory against n for exact and efficient variants"),
+}
+
+
+def _add_gui_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="model to open: a built-in name, a folder, a .safetensors file or a hub id")
+    p.add_argument("--text", help="text to show first")
+    p.add_argument("--image", help="image file to show first")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, mps")
+    p.add_argument("--view", default=None, help="page to show: grid, head, tokens, overlay, cost")
+    p.add_argument("--screenshot", metavar="OUT.png", help="render the window, save it as PNG and exit")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="attn-explorer",
+        description="See what attention does inside transformers. With no subcommand, opens the window.",
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    _add_gui_arguments(p)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors")
+        sp.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(sp)
+    return p
+
+
+def _argv_command(argv: list[str]) -> str | None:
+    return next((a for a in argv if a in SUBCOMMANDS), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command is None:
+            from attn_explorer.gui.app import run_gui
+
+            return run_gui(args)
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except UserError as e:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
