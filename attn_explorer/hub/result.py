@@ -1,0 +1,48 @@
+"""Plain-data records that leave the model layer: what a model is, and what one run returned.
+
+Only NumPy arrays and plain Python values live here, so these records can cross into the GUI thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what the user asked for: "minilm", a folder, a hub id
+    family: str  # "bert", "roberta", "gpt2", "vit", "deit", "dinov2", "textbook"
+    modality: str  # "text" or "image"
+    num_layers: int  # L
+    num_heads: int  # H
+    hidden_size: int  # D
+    max_positions: int  # the longest token sequence the model can take (text); patches at default size (image)
+    device: str  # "cpu", "cuda", "mps"
+    dtype: str  # "float32", "bfloat16", "float16"
+    trained: bool  # False for random weights: the GUI must say "untrained"
+    causal: bool = False  # decoder (GPT-2): no weight above the diagonal
+    note: str = ""  # honest one-line remark shown in the GUI ("backbone fine-tuned for saliency", ...)
+    patch_size: int | None = None  # image models
+    image_size: int | None = None  # image models: default input side in pixels
+    num_params: int = 0
+
+
+@dataclass
+class RunResult:
+    attentions: np.ndarray  # float32 (L, H, N, N); row i = where query token i looks
+    tokens: list[str]  # length N; for images "[CLS]" then "r{row}c{col}" patch labels
+    special: np.ndarray  # bool (N,): True for [CLS], [SEP], <s>, </s>, BOS and the like
+    model: str  # ModelInfo.name
+    dk_scale: float  # multiplier applied to 1/sqrt(d_k)
+    forward_ms: float  # measured wall time of the forward pass
+    grid: tuple[int, int] | None = None  # image models: patch grid (rows, cols)
+    image: np.ndarray | None = None  # image models: uint8 (H, W, 3), the exact pixels the model saw (after resize/crop)
+    truncated: bool = False  # the input was longer than allowed and was cut
+    notes: list[str] = field(default_factory=list)  # one-line remarks for the user ("truncated to 512 tokens")
+    top5: list[tuple[str, float]] | None = None  # classifier checkpoints: (label, probability)
+    hidden: np.ndarray | None = None  # float32 (N, D) last hidden state, when asked for
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
