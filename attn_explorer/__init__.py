@@ -1,0 +1,39 @@
+"""attn-explorer: see what attention does inside transformers.
+
+    import attn_explorer as ax
+    m = ax.load_model("minilm")
+    r = m.run("The animal didn't cross the street because it was too tired")
+    r.attentions  # (L, H, N, N) float32
+    r.tokens      # N strings
+
+Heavy modules (torch) load on first use, so `import attn_explorer` stays cheap for the GUI.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "load_model": "attn_explorer.hub.load",
+    "save_checkpoint": "attn_explorer.hub.load",
+    "builtin_models": "attn_explorer.hub.load",
+    "default_image_model": "attn_explorer.hub.load",
+    "Model": "attn_explorer.hub.model",
+    "RunResult": "attn_explorer.hub.result",
+    "ModelInfo": "attn_explorer.hub.result",
+    "UserError": "attn_explorer.errors",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'attn_explorer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = list(_LAZY)

@@ -1,0 +1,103 @@
+"""The transformer block, pre-LN (the primer's x = x + MHA(LN(x))) and post-LN (BERT)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attn_explorer.core.attention import MultiHeadAttention
+from attn_explorer.core.layers import MLP, LayerScale, SwiGLU, make_norm
+
+
+class TransformerBlock(nn.Module):
+    """One attention sub-layer and one MLP sub-layer, each with a residual connection.
+
+    norm_first=True (pre-LN; GPT-2, ViT, the primer):
+        x = x + MHA(LN1(x));  x = x + MLP(LN2(x))
+    norm_first=False (post-LN; the original Transformer, BERT):
+        x = LN1(x + MHA(x));  x = LN2(x + MLP(x))
+    layerscale (DINOv2) multiplies each branch by a learned per-channel vector.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_hidden: int,
+        norm_first: bool = True,
+        act: str = "gelu",
+        eps: float = 1e-5,
+        norm: str = "layer",
+        mlp: str = "mlp",
+        qkv_bias: bool = True,
+        mlp_bias: bool = True,
+        fused_qkv: bool = False,
+        layerscale: float | None = None,
+        num_kv_heads: int | None = None,
+    ):
+        super().__init__()
+        self.norm_first = norm_first
+        self.norm1 = make_norm(norm, dim, eps)
+        self.attn = MultiHeadAttention(
+            dim, num_heads, qkv_bias=qkv_bias, out_bias=mlp_bias, fused_qkv=fused_qkv, num_kv_heads=num_kv_heads
+        )
+        self.norm2 = make_norm(norm, dim, eps)
+        self.mlp = SwiGLU(dim, mlp_hidden, bias=mlp_bias) if mlp == "swiglu" else MLP(dim, mlp_hidden, act, mlp_bias)
+        self.ls1 = LayerScale(dim, layerscale) if layerscale is not None else nn.Identity()
+        self.ls2 = LayerScale(dim, layerscale) if layerscale is not None else nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        dk_scale: float = 1.0,
+        need_weights: bool = False,
+        rope=None,
+        capture: dict | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        kw = dict(mask=mask, causal=causal, dk_scale=dk_scale, need_weights=need_weights, rope=rope, capture=capture)
+        if self.norm_first:
+            a, probs = self.attn(self.norm1(x), **kw)
+            x = x + self.ls1(a)
+            x = x + self.ls2(self.mlp(self.norm2(x)))
+        else:
+            a, probs = self.attn(x, **kw)
+            x = self.norm1(x + self.ls1(a))
+            x = self.norm2(x + self.ls2(self.mlp(x)))
+        return x, probs
+
+
+class BlockStack(nn.Module):
+    """Runs blocks in order and collects what was asked for.
+
+    dk_scale applies to the layers in dk_layers (all of them when None), so a change made in one
+    layer carries through every layer after it.
+    """
+
+    def __init__(self, blocks: list[TransformerBlock]):
+        super().__init__()
+        self.layers = nn.ModuleList(blocks)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        dk_scale: float = 1.0,
+        dk_layers=None,
+        output_attentions: bool = False,
+        rope=None,
+        captures: list | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Returns (x, attentions (B, L, H, N, N) or None). captures: a list that receives one dict per layer."""
+        layers = None if dk_layers is None else set(int(i) for i in dk_layers)
+        probs_all = []
+        for i, block in enumerate(self.layers):
+            s = dk_scale if layers is None or i in layers else 1.0
+            cap = {} if captures is not None else None
+            x, probs = block(x, mask=mask, causal=causal, dk_scale=s, need_weights=output_attentions, rope=rope, capture=cap)
+            if captures is not None:
+                captures.append(cap)
+            if output_attentions:
+                probs_all.append(probs)
+        return x, (torch.stack(probs_all, dim=1) if output_attentions else None)  # (B, L, H, N, N)

@@ -1,0 +1,87 @@
+"""BERT-style text encoders (BERT, MiniLM, RoBERTa): learned positions and post-LN blocks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.output import ModelOutput
+
+
+@dataclass
+class EncoderConfig:
+    vocab_size: int = 30522  # word-piece vocabulary
+    dim: int = 768  # hidden size D
+    num_layers: int = 12  # L
+    num_heads: int = 12  # H
+    mlp_hidden: int = 3072  # feed-forward width
+    max_positions: int = 512  # rows in the learned position table
+    type_vocab_size: int = 2  # segment (token type) embeddings; RoBERTa has 1
+    eps: float = 1e-12  # LayerNorm epsilon
+    act: str = "gelu"
+    pad_token_id: int = 0
+    position_offset: int = 0  # RoBERTa counts positions from pad_token_id + 1
+    pooler: bool = False  # a dense+tanh head on the first token (loaded when the checkpoint has it)
+
+    @property
+    def usable_positions(self) -> int:
+        """The longest input, special tokens included."""
+        return self.max_positions - self.position_offset
+
+
+class Embeddings(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.word = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.position = nn.Embedding(cfg.max_positions, cfg.dim)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.dim)
+        self.norm = nn.LayerNorm(cfg.dim, eps=cfg.eps)
+
+    def forward(self, ids, position_ids, token_type_ids):
+        return self.norm(self.word(ids) + self.position(position_ids) + self.token_type(token_type_ids))
+
+
+class TextEncoder(nn.Module):
+    causal = False
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = Embeddings(cfg)
+        self.blocks = BlockStack(
+            [
+                TransformerBlock(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=False, act=cfg.act, eps=cfg.eps)
+                for _ in range(cfg.num_layers)
+            ]
+        )
+        self.pooler = nn.Linear(cfg.dim, cfg.dim) if cfg.pooler else None
+
+    def position_ids(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.cfg.position_offset:
+            # RoBERTa: real tokens count 1, 2, 3... after the padding index; padding keeps padding_idx.
+            m = attention_mask.long()
+            return torch.cumsum(m, dim=1) * m + self.cfg.pad_token_id
+        return torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        dk_scale: float = 1.0,
+        dk_layers=None,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """input_ids (B, N); attention_mask (B, N) with 1 for real tokens, 0 for padding."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, self.position_ids(input_ids, attention_mask), token_type_ids)
+        key_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, N): padding keys get no weight
+        x, attn = self.blocks(
+            x, mask=key_mask, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions
+        )
+        return ModelOutput(hidden=x, attentions=attn)

@@ -1,0 +1,63 @@
+"""GPT-2: a causal decoder with learned positions, pre-LN blocks and a fused QKV projection."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.output import ModelOutput
+
+
+@dataclass
+class GPT2Config:
+    vocab_size: int = 50257
+    dim: int = 768  # n_embd
+    num_layers: int = 12  # n_layer
+    num_heads: int = 12  # n_head
+    mlp_hidden: int = 3072  # n_inner, 4 * dim by default
+    max_positions: int = 1024  # n_positions
+    eps: float = 1e-5  # layer_norm_epsilon
+    act: str = "gelu_tanh"  # gelu_new
+
+    @property
+    def usable_positions(self) -> int:
+        return self.max_positions
+
+
+class GPT2(nn.Module):
+    causal = True
+
+    def __init__(self, cfg: GPT2Config):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.wpe = nn.Embedding(cfg.max_positions, cfg.dim)
+        self.blocks = BlockStack(
+            [
+                TransformerBlock(
+                    cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=True, act=cfg.act, eps=cfg.eps, fused_qkv=True
+                )
+                for _ in range(cfg.num_layers)
+            ]
+        )
+        self.ln_f = nn.LayerNorm(cfg.dim, eps=cfg.eps)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        dk_scale: float = 1.0,
+        dk_layers=None,
+        output_attentions: bool = False,
+        **_,
+    ) -> ModelOutput:
+        N = input_ids.shape[1]
+        pos = torch.arange(N, device=input_ids.device)
+        x = self.wte(input_ids) + self.wpe(pos)[None]
+        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        x, attn = self.blocks(
+            x, mask=mask, causal=True, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions
+        )
+        return ModelOutput(hidden=self.ln_f(x), attentions=attn)

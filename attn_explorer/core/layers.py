@@ -1,0 +1,81 @@
+"""Norms and MLPs: LayerNorm, RMSNorm, the GELU / tanh-GELU MLP and SwiGLU."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight (Llama): no centring, no bias."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def make_norm(kind: str, dim: int, eps: float) -> nn.Module:
+    if kind == "layer":
+        return nn.LayerNorm(dim, eps=eps)
+    if kind == "rms":
+        return RMSNorm(dim, eps=eps)
+    raise ValueError(f"unknown norm {kind!r}: use 'layer' or 'rms'")
+
+
+ACTIVATIONS = {
+    "gelu": F.gelu,  # exact, erf-based (BERT, ViT)
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's gelu_new
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+def activation(name: str):
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; supported: {', '.join(ACTIVATIONS)}") from None
+
+
+class MLP(nn.Module):
+    """fc2(act(fc1(x))): the position-wise feed-forward network."""
+
+    def __init__(self, dim: int, hidden: int, act: str = "gelu", bias: bool = True):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden, bias=bias)
+        self.fc2 = nn.Linear(hidden, dim, bias=bias)
+        self.act = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)) (Llama)."""
+
+    def __init__(self, dim: int, hidden: int, bias: bool = False):
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=bias)
+        self.up = nn.Linear(dim, hidden, bias=bias)
+        self.down = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class LayerScale(nn.Module):
+    """Per-channel learned scale on a residual branch (CaiT, DINOv2)."""
+
+    def __init__(self, dim: int, init: float = 1.0):
+        super().__init__()
+        self.lambda1 = nn.Parameter(torch.full((dim,), float(init)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.lambda1

@@ -1,0 +1,44 @@
+"""Positional encodings: the primer's sinusoidal table, learned absolute positions, and RoPE."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def sinusoidal_positions(n: int, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """(n, dim) table: PE[p, 2i] = sin(p / base^(2i/dim)), PE[p, 2i+1] = cos(same)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(base) / dim))
+    pe = torch.zeros(n, dim)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return pe
+
+
+class LearnedPositions(nn.Module):
+    """Absolute learned positions (BERT, GPT-2): one trained vector per position."""
+
+    def __init__(self, max_positions: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(max_positions, dim))
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        return self.weight[position_ids]
+
+
+def rope_tables(n: int, head_dim: int, base: float = 10000.0, device=None, dtype=torch.float32):
+    """(cos, sin), each (n, head_dim), for rotary position embedding (Llama's half-split layout)."""
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    ang = torch.arange(n, dtype=torch.float32, device=device)[:, None] * inv[None, :]  # (n, d/2)
+    ang = torch.cat([ang, ang], dim=-1)  # (n, d)
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate pairs (x_i, x_{i+d/2}) of x (B, H, N, d) by each position's angle."""
+    cos, sin = tables
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin

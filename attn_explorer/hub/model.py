@@ -1,0 +1,147 @@
+"""`Model`: one of our modules plus what turns text or a picture into its input, and `run`."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+from attn_explorer.errors import UserError
+from attn_explorer.hub.images import ImagePreprocess, open_image
+from attn_explorer.hub.result import ModelInfo, RunResult
+from attn_explorer.hub.text import TextTokenizer
+
+
+def check_dk_scale(dk_scale) -> float:
+    try:
+        s = float(dk_scale)
+    except (TypeError, ValueError):
+        raise UserError(f"dk_scale must be a positive number, got {dk_scale!r}") from None
+    if not math.isfinite(s) or s <= 0:
+        raise UserError(f"dk_scale must be a positive finite number, got {dk_scale!r}")
+    return s
+
+
+class Model:
+    """A loaded model. `run(text)` or `run(image)` returns a RunResult with every layer's attention."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        info: ModelInfo,
+        tokenizer: TextTokenizer | None = None,
+        preprocess: ImagePreprocess | None = None,
+        labels: dict[int, str] | None = None,
+        encode: Callable | None = None,
+    ):
+        self.module = module.eval()
+        self.info = info
+        self.tokenizer = tokenizer
+        self.preprocess = preprocess
+        self.labels = labels or {}
+        self._encode = encode  # the textbook model embeds words itself
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.module.parameters()).dtype
+
+    def __repr__(self) -> str:
+        i = self.info
+        return f"Model({i.name!r}, {i.family}, L={i.num_layers}, H={i.num_heads}, D={i.hidden_size}, {i.device})"
+
+    def run(self, x, dk_scale: float = 1.0, dk_layers=None, max_tokens: int | None = None,
+            image_size: int | None = None, hidden: bool = False) -> RunResult:
+        """Attention of every head in every layer for x (text for text models; a PIL image or a
+        file path for image models). max_tokens keeps the first n tokens; image_size sets the
+        square input side in pixels (rounded down to whole patches)."""
+        dk_scale = check_dk_scale(dk_scale)
+        if dk_layers is not None:
+            dk_layers = [int(i) for i in dk_layers]
+            bad = [i for i in dk_layers if not 0 <= i < self.info.num_layers]
+            if bad:
+                raise UserError(f"layer {bad[0]} does not exist; the model has layers 0..{self.info.num_layers - 1}")
+        if self.info.modality == "text":
+            return self._run_text(x, dk_scale, dk_layers, max_tokens, hidden)
+        return self._run_image(x, dk_scale, dk_layers, image_size, hidden)
+
+    def _forward(self, dk_scale, dk_layers, **inputs):
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            out = self.module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=True, **inputs)
+            sync()
+            ms = (time.perf_counter() - t0) * 1000
+        return out, ms
+
+    def _result(self, out, ms, tokens, special, dk_scale, hidden, **kw) -> RunResult:
+        att = out.attentions[0].float().cpu().numpy()  # (L, H, N, N)
+        return RunResult(
+            attentions=np.ascontiguousarray(att, dtype=np.float32), tokens=tokens,
+            special=np.asarray(special, dtype=bool), model=self.info.name, dk_scale=dk_scale, forward_ms=ms,
+            hidden=out.hidden[0].float().cpu().numpy() if hidden else None, **kw,
+        )
+
+    def _run_text(self, text, dk_scale, dk_layers, max_tokens, hidden) -> RunResult:
+        if not isinstance(text, str):
+            raise UserError(f"{self.info.name} is a text model; give it text, not {type(text).__name__}")
+        if not text.strip():
+            raise UserError("the text is empty; type or paste some words")
+        limit = self.info.max_positions
+        if max_tokens is not None:
+            if int(max_tokens) < 1:
+                raise UserError(f"max_tokens must be at least 1, got {max_tokens}")
+            limit = min(limit, int(max_tokens))
+        notes = []
+        if self._encode is not None:
+            inputs, tokens, special, truncated = self._encode(text, limit)
+        else:
+            if self.tokenizer is None:
+                raise UserError(f"{self.info.name} has no tokenizer (tokenizer.json or vocab.txt); it cannot read text")
+            enc = self.tokenizer.encode(text, limit)
+            tokens, special, truncated = enc.tokens, enc.special, enc.truncated
+            ids = torch.tensor([enc.ids], device=self.device)
+            inputs = {"input_ids": ids}
+            if self.info.family in ("bert", "roberta"):
+                inputs["token_type_ids"] = torch.tensor([enc.type_ids], device=self.device)
+        if truncated:
+            why = "the model's positions" if max_tokens is None or limit == self.info.max_positions else "max_tokens"
+            notes.append(f"input truncated to its first {len(tokens)} tokens ({why})")
+        out, ms = self._forward(dk_scale, dk_layers, **inputs)
+        return self._result(out, ms, tokens, special, dk_scale, hidden, truncated=truncated, notes=notes)
+
+    def _run_image(self, image, dk_scale, dk_layers, image_size, hidden) -> RunResult:
+        if isinstance(image, str) and self.info.modality == "image" and not image.strip():
+            raise UserError("no image given")
+        img = open_image(image)
+        prep = self.preprocess
+        notes = []
+        if image_size is not None:
+            p = self.info.patch_size
+            side = int(image_size) // p * p
+            if side < p:
+                raise UserError(f"image_size must be at least one patch ({p} px), got {image_size}")
+            if side > 2048:
+                raise UserError(f"image_size {image_size} is too large (at most 2048 px)")
+            if side != int(image_size):
+                notes.append(f"image size rounded down to {side} px (whole {p}-px patches)")
+            prep = prep.at_size(side)
+        pixels, seen = prep(img)
+        x = torch.from_numpy(pixels)[None].to(self.device, self.dtype)
+        out, ms = self._forward(dk_scale, dk_layers, pixels=x)
+        rows, cols = out.grid
+        extra = ["[CLS]"] + (["[DIST]"] if self.info.family == "deit" else [])
+        tokens = extra + [f"r{r}c{c}" for r in range(rows) for c in range(cols)]
+        special = [True] * len(extra) + [False] * (rows * cols)
+        top5 = None
+        if out.logits is not None and self.labels:
+            p = torch.softmax(out.logits[0].float(), -1)
+            vals, idx = p.topk(min(5, p.numel()))
+            top5 = [(self.labels.get(int(i), str(int(i))), float(v)) for v, i in zip(vals, idx)]
+        return self._result(out, ms, tokens, special, dk_scale, hidden, grid=(rows, cols), image=seen,
+                            notes=notes, top5=top5)

@@ -1,0 +1,71 @@
+"""Tokenizers from a model folder, through the `tokenizers` library (no transformers import)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from attn_explorer.errors import UserError
+
+
+@dataclass
+class Encoded:
+    ids: list[int]
+    tokens: list[str]
+    special: list[bool]
+    type_ids: list[int]
+    truncated: bool  # the text was longer than allowed
+
+
+def _display(tok: str) -> str:
+    """Byte-level BPE marks a leading space with 'Ġ' and a newline with 'Ċ'; show them readably."""
+    return tok.replace("Ġ", " ").replace("Ċ", "\\n") if tok else tok
+
+
+class TextTokenizer:
+    """Wraps a `tokenizers.Tokenizer` with its own special tokens added (e.g. [CLS] ... [SEP])."""
+
+    def __init__(self, tok, byte_level: bool = False):
+        self.tok = tok
+        self.tok.no_padding()
+        self.tok.no_truncation()
+        self.byte_level = byte_level
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> "TextTokenizer | None":
+        from tokenizers import Tokenizer
+
+        f = folder / "tokenizer.json"
+        if f.exists():
+            try:
+                tok = Tokenizer.from_file(str(f))
+            except Exception as e:  # the library raises plain Exception subclasses
+                raise UserError(f"{f} could not be read as a tokenizer ({e})") from None
+            return cls(tok, byte_level="ByteLevel" in json.dumps(json.load(open(f, encoding="utf-8")).get("pre_tokenizer")))
+        if (folder / "vocab.txt").exists():
+            from tokenizers import BertWordPieceTokenizer
+
+            lower = True
+            tc = folder / "tokenizer_config.json"
+            if tc.exists():
+                lower = json.loads(tc.read_text(encoding="utf-8")).get("do_lower_case", True)
+            return cls(BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=lower)._tokenizer)
+        if (folder / "vocab.json").exists() and (folder / "merges.txt").exists():
+            from tokenizers import ByteLevelBPETokenizer
+
+            return cls(ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))._tokenizer,
+                       byte_level=True)
+        return None
+
+    def encode(self, text: str, max_len: int) -> Encoded:
+        """Tokens of text with the special tokens, cut to max_len in all."""
+        self.tok.no_truncation()
+        full = self.tok.encode(text)
+        truncated = len(full.ids) > max_len
+        enc = full
+        if truncated:
+            self.tok.enable_truncation(max_length=max_len)
+            enc = self.tok.encode(text)
+            self.tok.no_truncation()
+        tokens = [_display(t) for t in enc.tokens] if self.byte_level else list(enc.tokens)
+        return Encoded(list(enc.ids), tokens, [bool(s) for s in enc.special_tokens_mask], list(enc.type_ids), truncated)
