@@ -1,0 +1,125 @@
+"""Start the window: the app factory, the settings factory, and `run_gui` for the CLI.
+
+Nothing here imports torch: the window shows first, and the model loads in a worker.
+`--screenshot OUT.png` waits for the first attention map (or an error), grabs the window and exits.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QSettings, QTimer
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication
+
+APP_NAME = ORG_NAME = "attn-explorer"
+SCREENSHOT_SIZE = (1480, 920)
+SCREENSHOT_TIMEOUT_S = 300
+
+
+def get_qapp(argv: list[str] | None = None) -> QApplication:
+    """The one QApplication: names, icon and plot style set once."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(argv if argv is not None else [sys.argv[0]])
+    QCoreApplication.setApplicationName(APP_NAME)
+    QCoreApplication.setOrganizationName(ORG_NAME)
+    from attn_explorer.resources import resource_path
+
+    icon = resource_path("icon.png")
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
+    from attn_explorer.gui.heatmap import configure_pyqtgraph
+
+    configure_pyqtgraph()
+    return app
+
+
+def make_settings(path: str | Path | None = None) -> QSettings:
+    """The one place QSettings is created; everything else receives it. A path gives an .ini file."""
+    if path is not None:
+        return QSettings(str(path), QSettings.IniFormat)
+    return QSettings(QSettings.IniFormat, QSettings.UserScope, ORG_NAME, APP_NAME)
+
+
+def build_window(args, settings: QSettings | None = None, loader=None):
+    """Create the state and window for parsed CLI args, and start loading. Returns (window, state)."""
+    from attn_explorer.gui.main_window import MainWindow
+    from attn_explorer.state import SessionState
+
+    settings = settings if settings is not None else make_settings()
+    state = SessionState(loader=loader, device=getattr(args, "device", None) or "auto")
+    window = MainWindow(state, settings)
+    text = getattr(args, "text", None)
+    image = getattr(args, "image", None)
+    if text is not None:
+        state.text = text
+        window.input_panel.text.blockSignals(True)
+        window.input_panel.text.setPlainText(text)
+        window.input_panel.text.blockSignals(False)
+    model = getattr(args, "model", None)
+    if image:
+        state.image = str(image)
+        state.input_kind = "image"
+        src = model or None  # None: the default image model
+    elif model:
+        src = model
+    elif text is not None:
+        src = str(settings.value("model/last_text", "minilm"))
+    else:
+        src = str(settings.value("model/last", "minilm"))
+    view = getattr(args, "view", None)
+    if view:
+        if view not in window.pages:
+            from attn_explorer.errors import UserError
+
+            raise UserError(f"unknown view {view!r}: choose from {', '.join(window.pages)}")
+        window.show_page(view)
+    elif image:
+        window.show_page("overlay")
+    state.load_model(src, want_image=bool(image))
+    return window, state
+
+
+def _save_screenshot(app, window, state, out: Path) -> int:
+    """Wait for the first result (or an error), then grab the window into `out`."""
+    outcome: dict[str, str] = {}
+    state.attention_ready.connect(lambda r: outcome.setdefault("ok", "ok"))
+    state.error_raised.connect(lambda m: outcome.setdefault("error", m))
+    deadline = time.monotonic() + SCREENSHOT_TIMEOUT_S
+    while "ok" not in outcome and time.monotonic() < deadline:
+        app.processEvents()
+        if "error" in outcome and not state.busy:
+            break
+        time.sleep(0.01)
+    # let layouts, lazy pages and the paint settle
+    settle = time.monotonic() + 0.4
+    while time.monotonic() < settle:
+        app.processEvents()
+        time.sleep(0.01)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    from attn_explorer.gui.export import export_png
+
+    export_png(window, out)
+    if "ok" in outcome:
+        print(f"saved {out}")
+        return 0
+    print(f"error: {outcome.get('error', 'timed out waiting for the first attention map')} "
+          f"(screenshot saved to {out})", file=sys.stderr)
+    return 2
+
+
+def run_gui(args) -> int:
+    app = get_qapp()
+    window, state = build_window(args)
+    shot = getattr(args, "screenshot", None)
+    if shot:
+        window.resize(*SCREENSHOT_SIZE)
+        window.show()
+        code = _save_screenshot(app, window, state, Path(shot))
+        window.close()
+        return code
+    window.show()
+    QTimer.singleShot(0, window.raise_)
+    return int(app.exec())

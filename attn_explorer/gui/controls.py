@@ -1,0 +1,276 @@
+"""The side panels: the input (text or image), the d_k slider and the sequence-length slider.
+
+Each panel gets the session state, forwards what the user does, and redraws from its signals.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
+                               QPushButton, QSlider, QVBoxLayout, QWidget)
+
+from attn_explorer.gui.stats import fit_quadratic, head_entropy_and_peak, human_bytes, human_count
+from attn_explorer.state import DK_MAX, DK_MIN, SessionState, sample_images
+
+DEBOUNCE_MS = 100
+DK_STEPS = 1000  # slider ticks; the middle one is exactly 1×
+
+
+def dk_from_slider(v: int) -> float:
+    """Slider position -> scale, logarithmic from DK_MIN to DK_MAX (0.05× .. 20×, 1× in the middle)."""
+    return float(DK_MIN * (DK_MAX / DK_MIN) ** (v / DK_STEPS))
+
+
+def slider_from_dk(scale: float) -> int:
+    return int(round(DK_STEPS * math.log(scale / DK_MIN) / math.log(DK_MAX / DK_MIN)))
+
+
+class InputPanel(QGroupBox):
+    """Text box (live, debounced) and image choices."""
+
+    open_image_requested = Signal()
+
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__("Input", parent)
+        self.state = state
+        self.text = QPlainTextEdit(state.text)
+        self.text.setPlaceholderText("Type a sentence: the maps update as you type.")
+        self.text.setMaximumHeight(110)
+        self.debounce = QTimer(self)
+        self.debounce.setSingleShot(True)
+        self.debounce.setInterval(DEBOUNCE_MS)
+        self.open_image = QPushButton("Open image…")
+        self.samples = QComboBox()
+        self.samples.addItem("Sample images…", None)
+        for p in sample_images():
+            self.samples.addItem(p.stem, str(p))
+        self.current = QLabel("")
+        self.current.setWordWrap(True)
+        self.current.setStyleSheet("color: #555;")
+
+        row = QHBoxLayout()
+        row.addWidget(self.open_image)
+        row.addWidget(self.samples, 1)
+        lay = QVBoxLayout(self)
+        lay.addWidget(QLabel("Text (live):"))
+        lay.addWidget(self.text)
+        lay.addWidget(QLabel("Image (open, drop onto the window, or a sample):"))
+        lay.addLayout(row)
+        lay.addWidget(self.current)
+
+        self.text.textChanged.connect(self.debounce.start)
+        self.debounce.timeout.connect(self._send_text)
+        self.open_image.clicked.connect(self.open_image_requested)
+        self.samples.activated.connect(self._sample_chosen)
+        state.attention_ready.connect(self._describe)
+
+    def _send_text(self) -> None:
+        self.state.set_text(self.text.toPlainText())
+
+    def _sample_chosen(self, index: int) -> None:
+        path = self.samples.itemData(index)
+        if path:
+            self.state.set_image(path)
+
+    def _describe(self, r) -> None:
+        if r.grid is not None:
+            src = self.state.image
+            name = Path(src).name if isinstance(src, str) else "image"
+            self.current.setText(f"Showing image {name}: {r.image.shape[1]}×{r.image.shape[0]} px, "
+                                 f"{r.grid[0]}×{r.grid[1]} patches.")
+        else:
+            cut = " (cut: first tokens only)" if r.truncated or self.state.max_tokens else ""
+            self.current.setText(f"Showing text: {r.num_tokens} tokens{cut}.")
+
+
+class DkPanel(QGroupBox):
+    """Scale 1/sqrt(d_k) live and watch the softmax flatten (low) or saturate (high)."""
+
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__("Scale 1/√d_k", parent)
+        self.state = state
+        self.slider = QSlider(Qt.Horizontal)
+        self.slider.setRange(0, DK_STEPS)
+        self.slider.setValue(slider_from_dk(state.dk_scale))
+        self.value = QLabel()
+        self.value.setMinimumWidth(60)
+        self.reset = QPushButton("1×")
+        self.reset.setMaximumWidth(40)
+        self.layer_only = QCheckBox("only the selected layer")
+        self.readout = QLabel("")
+        self.readout.setWordWrap(True)
+        self.plot = pg.PlotWidget()
+        self.plot.setFixedHeight(110)
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.setLabel("left", "bits")
+        self.plot.setLabel("bottom", "head")
+        self.bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush="#4c78a8")
+        self.sel_bar = pg.BarGraphItem(x=[], height=[], width=0.7, brush="#ff3b30")
+        self.max_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#888", style=Qt.DashLine))
+        for it in (self.bars, self.sel_bar, self.max_line):
+            self.plot.addItem(it)
+        self.entropy: np.ndarray | None = None  # (H,) mean row entropy of the selected layer
+        self.peak: np.ndarray | None = None
+
+        row = QHBoxLayout()
+        row.addWidget(QLabel("0.05×"))
+        row.addWidget(self.slider, 1)
+        row.addWidget(QLabel("20×"))
+        row.addWidget(self.value)
+        row.addWidget(self.reset)
+        lay = QVBoxLayout(self)
+        lay.addLayout(row)
+        lay.addWidget(self.layer_only)
+        lay.addWidget(self.readout)
+        lay.addWidget(self.plot)
+        self._show_value()
+
+        self.slider.valueChanged.connect(self._moved)
+        self.reset.clicked.connect(lambda: self.slider.setValue(slider_from_dk(1.0)))
+        self.layer_only.toggled.connect(state.set_dk_layer_only)
+        state.attention_ready.connect(self.refresh)
+        state.selection_changed.connect(lambda *_: self.refresh())
+        state.model_loaded.connect(lambda *_: self._show_value())
+
+    def _show_value(self) -> None:
+        self.value.setText(f"{self.state.dk_scale:.2f}×")
+        self.layer_only.setText(f"only layer {self.state.layer}" if self.state.info else "only the selected layer")
+
+    def _moved(self, v: int) -> None:
+        self.state.set_dk_scale(dk_from_slider(v))
+        self._show_value()
+
+    def refresh(self, *_):
+        r = self.state.result
+        self._show_value()
+        if r is None:
+            return
+        L, H, N, _ = r.attentions.shape
+        st = self.state
+        self.entropy, self.peak = head_entropy_and_peak(r.attentions[st.layer])
+        e, m = float(self.entropy[st.head]), float(self.peak[st.head])
+        top = math.log2(N) if N > 1 else 0.0
+        self.readout.setText(
+            f"Layer {st.layer}, head {st.head}: mean row entropy <b>{e:.2f} bits</b> "
+            f"(uniform = {top:.2f}), mean max weight <b>{m:.2f}</b>. "
+            f"Layer mean: {self.entropy.mean():.2f} bits, max {self.peak.mean():.2f}. "
+            "Lower scale → flatter rows (more bits); higher → one key wins.")
+        x = np.arange(H)
+        self.bars.setOpts(x=x, height=self.entropy)
+        self.sel_bar.setOpts(x=[st.head], height=[self.entropy[st.head]])
+        self.max_line.setPos(top)
+        self.plot.setXRange(-0.6, H - 0.4, padding=0)
+        self.plot.setYRange(0, max(top, 0.1) * 1.05, padding=0)
+
+
+class SeqLenPanel(QGroupBox):
+    """Choose n (first tokens, or image resolution); read the n² cost and the measured time."""
+
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__("Sequence length n", parent)
+        self.state = state
+        self.slider = QSlider(Qt.Horizontal)
+        self.slider.setRange(1, 1)
+        self.value = QLabel("")
+        self.value.setMinimumWidth(90)
+        self.readout = QLabel("")
+        self.readout.setWordWrap(True)
+        self.readout.setTextFormat(Qt.RichText)
+        self.plot = pg.PlotWidget()
+        self.plot.setFixedHeight(150)
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.setLabel("left", "forward ms")
+        self.plot.setLabel("bottom", "n")
+        self.points = pg.ScatterPlotItem(size=6, brush="#4c78a8", pen=None)
+        self.curve = pg.PlotCurveItem(pen=pg.mkPen("#e45756", width=2))
+        self.plot.addItem(self.points)
+        self.plot.addItem(self.curve)
+        self.debounce = QTimer(self)
+        self.debounce.setSingleShot(True)
+        self.debounce.setInterval(30)
+        self.fit: np.ndarray | None = None
+        self._image_mode = False
+
+        row = QHBoxLayout()
+        row.addWidget(self.slider, 1)
+        row.addWidget(self.value)
+        lay = QVBoxLayout(self)
+        lay.addLayout(row)
+        lay.addWidget(self.readout)
+        lay.addWidget(self.plot)
+
+        self.slider.valueChanged.connect(self._moved)
+        self.debounce.timeout.connect(self._send)
+        state.attention_ready.connect(self.refresh)
+        state.model_loaded.connect(lambda *_: self.plot.clear() or self._readd())
+
+    def _readd(self):
+        self.plot.addItem(self.points)
+        self.plot.addItem(self.curve)
+
+    def _moved(self, v: int) -> None:
+        self._show_value(v)
+        self.debounce.start()
+
+    def _show_value(self, v: int) -> None:
+        info = self.state.info
+        if self._image_mode and info is not None and info.patch_size:
+            self.value.setText(f"{v * info.patch_size} px")
+        else:
+            self.value.setText(f"n = {v}")
+
+    def _send(self) -> None:
+        v = self.slider.value()
+        info = self.state.info
+        if self._image_mode and info is not None and info.patch_size:
+            self.state.set_image_size(v * info.patch_size)
+        else:
+            self.state.set_max_tokens(v if v < self.slider.maximum() else None)
+
+    def refresh(self, r) -> None:
+        st = self.state
+        info = st.info
+        if info is None:
+            return
+        self._image_mode = r.grid is not None
+        self.slider.blockSignals(True)
+        if self._image_mode and info.patch_size:
+            side = r.image.shape[0] if r.image is not None else (info.image_size or 224)
+            default = (info.image_size or side) // info.patch_size
+            self.setTitle("Image size → number of patches n")
+            self.slider.setRange(2, max(default * 2, side // info.patch_size, 4))
+            self.slider.setValue(side // info.patch_size)
+        else:
+            self.setTitle("Sequence length n (first tokens)")
+            top = max(st.full_tokens, r.num_tokens, 2)
+            self.slider.setRange(1, top)
+            self.slider.setValue(r.num_tokens)
+        self.slider.blockSignals(False)
+        self._show_value(self.slider.value())
+        n = r.num_tokens
+        L, H, d = info.num_layers, info.num_heads, info.hidden_size
+        flops = 4 * n * n * d
+        nbytes = L * H * n * n * 4
+        ns, ms = zip(*st.timings) if st.timings else ((), ())
+        self.fit = fit_quadratic(ns, ms)
+        fit_txt = ""
+        if self.fit is not None:
+            a, b, c = self.fit
+            fit_txt = f"<br>fit: {a:.2e}·n² + {b:.2e}·n + {c:.2f} ms"
+        self.readout.setText(
+            f"<b>{n}×{n}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
+            f" · L·H·n²·4 B = <b>{human_bytes(nbytes)}</b> of attention maps"
+            f" · forward <b>{r.forward_ms:.1f} ms</b>{fit_txt}")
+        self.points.setData(np.asarray(ns, float), np.asarray(ms, float))
+        if self.fit is not None:
+            xs = np.linspace(0, max(ns) * 1.05, 80)
+            self.curve.setData(xs, np.polyval(self.fit, xs))
+        else:
+            self.curve.setData([], [])

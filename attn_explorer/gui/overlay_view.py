@@ -1,0 +1,207 @@
+"""The patch-overlay page (image models): the picture with one query's attention over its patches.
+
+One small overlay per head of the selected layer, and a large one for the selected head. The query is
+[CLS] until you click a patch in the large picture; then that patch asks. Heat is blended in NumPy
+(one RGB image per panel), coloured from 0 to each map's own maximum, with adjustable opacity.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout, QWidget
+
+from attn_explorer.gui.heatmap import PaintedGraphicsWidget, lut_rgb
+from attn_explorer.state import SessionState
+
+THUMB = 112  # side of a small overlay, in pixels
+
+
+def patch_offset(num_tokens: int, grid: tuple[int, int]) -> int:
+    """Index of the first patch token: special tokens ([CLS], registers) come first."""
+    return num_tokens - grid[0] * grid[1]
+
+
+def patch_heat(att_row: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+    """A query's attention over the patches, as a (rows, cols) map."""
+    rows, cols = grid
+    off = patch_offset(att_row.shape[-1], grid)
+    return att_row[off: off + rows * cols].reshape(rows, cols)
+
+
+def blend(image: np.ndarray, heat: np.ndarray, alpha: float, cmap: str) -> np.ndarray:
+    """The picture with `heat` (rows, cols) stretched over it, coloured 0..max, mixed in with `alpha`."""
+    h, w = image.shape[:2]
+    rows, cols = heat.shape
+    peak = float(heat.max())
+    q = np.clip(heat / peak, 0, 1) if peak > 0 else np.zeros_like(heat)
+    idx = (q * 255).astype(np.uint8)
+    colours = lut_rgb(cmap)[idx]  # (rows, cols, 3)
+    up = colours[(np.arange(h) * rows // h)][:, (np.arange(w) * cols // w)]
+    out = image.astype(np.float32) * (1.0 - alpha) + up.astype(np.float32) * alpha
+    return out.astype(np.uint8)
+
+
+def thumbnail(image: np.ndarray, side: int = THUMB) -> np.ndarray:
+    h, w = image.shape[:2]
+    yi = (np.arange(side) * h // side)
+    xi = (np.arange(side) * w // side)
+    return image[yi][:, xi]
+
+
+class PatchOverlayView(QWidget):
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.caption = QLabel("")
+        self.caption.setWordWrap(True)
+        self.alpha = QSlider(Qt.Horizontal)
+        self.alpha.setRange(0, 100)
+        self.alpha.setValue(int(round(state.alpha * 100)))
+        self.alpha.setMaximumWidth(220)
+        self.alpha_label = QLabel(f"overlay opacity {state.alpha:.2f}")
+        self.placeholder = QLabel("Open an image (File → Open image…, drag one in, or pick a sample) to see "
+                                  "which patches each head looks at.")
+        self.placeholder.setAlignment(Qt.AlignCenter)
+        self.placeholder.setWordWrap(True)
+
+        self.canvas = PaintedGraphicsWidget()
+        self.small = self.canvas.addPlot(row=0, col=0)
+        self.big = self.canvas.addPlot(row=0, col=1)
+        self.canvas.ci.layout.setColumnStretchFactor(0, 1)
+        self.canvas.ci.layout.setColumnStretchFactor(1, 1)
+        for p in (self.small, self.big):
+            p.invertY(True)
+            p.setAspectLocked(True)
+            p.hideAxis("left")
+            p.hideAxis("bottom")
+            p.setMenuEnabled(False)
+            p.hideButtons()
+            p.setMouseEnabled(x=False, y=False)
+        self.small_img = pg.ImageItem(axisOrder="row-major")
+        self.big_img = pg.ImageItem(axisOrder="row-major")
+        self.small.addItem(self.small_img)
+        self.big.addItem(self.big_img)
+        self.query_box = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
+        self.big.addItem(self.query_box)
+        self.sel_box = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
+        self.small.addItem(self.sel_box)
+        self._labels: list[pg.TextItem] = []
+        self.big_rgb: np.ndarray | None = None
+        self._cols = 1
+
+        body = QWidget()
+        self.stack = QStackedLayout(body)
+        self.stack.addWidget(self.placeholder)
+        self.stack.addWidget(self.canvas)
+        bar = QHBoxLayout()
+        bar.addWidget(self.caption, 1)
+        bar.addWidget(self.alpha_label)
+        bar.addWidget(self.alpha)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(bar)
+        lay.addWidget(body, 1)
+
+        self.alpha.valueChanged.connect(lambda v: state.set_options(alpha=v / 100.0))
+        self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        state.attention_ready.connect(self.refresh)
+        state.query_changed.connect(lambda *_: self.refresh())
+        state.selection_changed.connect(lambda *_: self.refresh())
+        state.options_changed.connect(self.refresh)
+
+    # ----------------------------------------------------------------------------------- drawing
+    def refresh(self, *_):
+        r = self.state.result
+        if r is None or r.grid is None or r.image is None:
+            self.stack.setCurrentIndex(0)
+            return
+        self.stack.setCurrentIndex(1)
+        st = self.state
+        self.alpha_label.setText(f"overlay opacity {st.alpha:.2f}")
+        L, H, N, _ = r.attentions.shape
+        q = min(st.query, N - 1)
+        rows, cols = r.grid
+        layer = r.attentions[st.layer]  # (H, N, N)
+        # the large overlay: the selected head
+        self.big_rgb = blend(r.image, patch_heat(layer[st.head, q], r.grid), st.alpha, st.colormap)
+        ih, iw = r.image.shape[:2]
+        self.big_img.setImage(self.big_rgb, levels=(0, 255), autoLevels=False)
+        self.big_img.setRect(QRectF(0, 0, iw, ih))
+        self.big.setRange(xRange=(0, iw), yRange=(0, ih), padding=0.02)
+        self.big.setTitle(f"layer {st.layer}, head {st.head}")
+        off = patch_offset(N, r.grid)
+        if q >= off:
+            pr, pc = divmod(q - off, cols)
+            y0, y1 = pr * ih / rows, (pr + 1) * ih / rows
+            x0, x1 = pc * iw / cols, (pc + 1) * iw / cols
+            self.query_box.setData([x0, x1, x1, x0, x0], [y0, y0, y1, y1, y0])
+        else:
+            self.query_box.setData([], [])
+        # the small overlays: every head of the layer, one mosaic image
+        thumb = thumbnail(r.image)
+        cols_m = self._cols = max(1, math.ceil(math.sqrt(H)))
+        rows_m = math.ceil(H / cols_m)
+        gap = 4
+        side = THUMB + gap
+        mosaic = np.full((rows_m * side - gap, cols_m * side - gap, 3), 255, np.uint8)
+        for h in range(H):
+            y, x = divmod(h, cols_m)
+            tile = blend(thumb, patch_heat(layer[h, q], r.grid), st.alpha, st.colormap)
+            mosaic[y * side: y * side + THUMB, x * side: x * side + THUMB] = tile
+        self.small_img.setImage(mosaic, levels=(0, 255), autoLevels=False)
+        self.small.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.02)
+        self.small.setTitle(f"layer {st.layer}: every head (click one)")
+        sy, sx = divmod(st.head, cols_m)
+        x0, y0 = sx * side, sy * side
+        self.sel_box.setData([x0, x0 + THUMB, x0 + THUMB, x0, x0], [y0, y0, y0 + THUMB, y0 + THUMB, y0])
+        self._place_labels(H, cols_m, side)
+        info = st.info
+        tag = "" if info is None or info.trained else " <b>Untrained model (random weights): patterns mean nothing.</b>"
+        qname = "[CLS]" if q < off else f"patch row {(q - off) // cols}, col {(q - off) % cols}"
+        self.caption.setText(f"Query: <b>{qname}</b> — click a patch on the right to ask from there. "
+                             f"{rows}×{cols} patches; colour = weight, 0 to each map's max.{tag}")
+
+    def _place_labels(self, H: int, cols_m: int, side: int) -> None:
+        while len(self._labels) < H:
+            t = pg.TextItem(color="w", fill=pg.mkBrush(0, 0, 0, 140), anchor=(0, 0))
+            self.small.addItem(t)
+            self._labels.append(t)
+        for h, t in enumerate(self._labels):
+            if h < H:
+                y, x = divmod(h, cols_m)
+                t.setText(f"H{h}")
+                t.setPos(x * side + 2, y * side + 2)
+                t.show()
+            else:
+                t.hide()
+
+    # ----------------------------------------------------------------------------------- input
+    def patch_center(self, row: int, col: int):
+        """Scene position of a patch's centre in the large overlay (tests click here)."""
+        r = self.state.result
+        ih, iw = r.image.shape[:2]
+        rows, cols = r.grid
+        return self.big.vb.mapViewToScene(pg.Point((col + 0.5) * iw / cols, (row + 0.5) * ih / rows))
+
+    def _clicked(self, ev) -> None:
+        r = self.state.result
+        if r is None or r.grid is None:
+            return
+        pos = ev.scenePos()
+        if self.big.vb.sceneBoundingRect().contains(pos):
+            p = self.big.vb.mapSceneToView(pos)
+            ih, iw = r.image.shape[:2]
+            rows, cols = r.grid
+            pr, pc = int(p.y() * rows // ih), int(p.x() * cols // iw)
+            if 0 <= pr < rows and 0 <= pc < cols and p.x() >= 0 and p.y() >= 0:
+                self.state.set_query(patch_offset(r.num_tokens, r.grid) + pr * cols + pc)
+        elif self.small.vb.sceneBoundingRect().contains(pos):
+            p = self.small.vb.mapSceneToView(pos)
+            side = THUMB + 4
+            x, y = int(p.x() // side), int(p.y() // side)
+            h = y * self._cols + x
+            if p.x() >= 0 and p.y() >= 0 and 0 <= h < r.attentions.shape[1]:
+                self.state.select(head=h)

@@ -1,0 +1,53 @@
+"""Small NumPy measures the views print next to the heatmaps (entropy, peak weight, cost fit).
+
+Plain NumPy on arrays the GUI already holds; no model code.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def entropy_bits(probs: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Shannon entropy of each probability row, in bits. A uniform row over n keys gives log2(n)."""
+    p = np.asarray(probs, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, p * np.log2(np.where(p > 0, p, 1.0)), 0.0)
+    return -terms.sum(axis=axis)
+
+
+def head_entropy_and_peak(layer_att: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For one layer's (H, N, N) attention: mean row entropy in bits and mean max weight, per head."""
+    a = np.asarray(layer_att, dtype=np.float32)
+    return entropy_bits(a).mean(axis=-1), a.max(axis=-1).mean(axis=-1)
+
+
+def renormalise_without(rows: np.ndarray, drop: np.ndarray) -> np.ndarray:
+    """Remove the key columns where `drop` is True and rescale each row to sum to 1 again."""
+    keep = ~np.asarray(drop, dtype=bool)
+    r = np.asarray(rows)[..., keep]
+    s = r.sum(axis=-1, keepdims=True)
+    return np.divide(r, s, out=np.zeros_like(r), where=s > 0)
+
+
+def fit_quadratic(ns, ms) -> np.ndarray | None:
+    """Least-squares a·n² + b·n + c through measured (n, ms); None until three distinct n exist."""
+    n = np.asarray(ns, dtype=np.float64)
+    t = np.asarray(ms, dtype=np.float64)
+    if np.unique(n).size < 3:
+        return None
+    return np.polyfit(n, t, 2)
+
+
+def human_count(x: float, unit: str = "") -> str:
+    """1234567 -> '1.23 M' (SI prefixes), for FLOPs."""
+    for div, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {p}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def human_bytes(b: float) -> str:
+    for div, p in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if b >= div:
+            return f"{b / div:.3g} {p}"
+    return f"{int(b)} B"

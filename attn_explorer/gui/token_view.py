@@ -1,0 +1,179 @@
+"""The token-focus page: pick a token, see where it looks in every head ("attention from it").
+
+A strip of tokens to click; below it one heatmap with a row per head (L·H rows, layer by layer) and a
+column per key token; and the sentence shaded by the selected head's weights. A toggle hides special
+tokens ([CLS], [SEP], BOS...) and renormalises each row over the remaining keys.
+"""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListWidget, QListWidgetItem,
+                               QVBoxLayout, QWidget)
+
+from attn_explorer.gui.heatmap import (PaintedGraphicsWidget, TokenAxis, colormap, display_values, lut_rgb,
+                                       scale_label)
+from attn_explorer.gui.stats import renormalise_without
+from attn_explorer.state import SessionState
+
+
+def focus_rows(att: np.ndarray, query: int, special: np.ndarray, hide_special: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(L·H, K) rows of attention from `query`, and the key indices they cover."""
+    L, H, N, _ = att.shape
+    rows = att[:, :, query, :].reshape(L * H, N)
+    keys = np.arange(N)
+    if hide_special and np.any(special):
+        rows = renormalise_without(rows, special)
+        keys = keys[~np.asarray(special, dtype=bool)]
+    return rows, keys
+
+
+class TokenStrip(QListWidget):
+    """The input's tokens in a wrapping row; clicking one makes it the query."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setFlow(QListView.LeftToRight)
+        self.setWrapping(True)
+        self.setResizeMode(QListView.Adjust)
+        self.setSpacing(2)
+        self.setUniformItemSizes(False)
+        self.setMaximumHeight(86)
+        self.setSelectionMode(QListWidget.SingleSelection)
+
+    def set_tokens(self, tokens: list[str], special: np.ndarray) -> None:
+        self.blockSignals(True)
+        self.clear()
+        for i, t in enumerate(tokens):
+            it = QListWidgetItem(t)
+            it.setData(Qt.UserRole, i)
+            if special[i]:
+                it.setForeground(Qt.gray)
+            self.addItem(it)
+        self.blockSignals(False)
+
+    def sizeHint(self):  # noqa: N802
+        return QSize(400, 60)
+
+
+class TokenFocusView(QWidget):
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.strip = TokenStrip()
+        self.hide_special = QCheckBox("Hide special tokens ([CLS], [SEP], BOS) and renormalise rows")
+        self.hide_special.setChecked(state.hide_special)
+        self.caption = QLabel("")
+        self.sentence = QLabel("")
+        self.sentence.setWordWrap(True)
+        self.sentence.setTextFormat(Qt.RichText)
+        self.canvas = PaintedGraphicsWidget()
+        self.bottom_axis = TokenAxis("bottom", rotate=True)
+        self.plot = self.canvas.addPlot(axisItems={"bottom": self.bottom_axis})
+        self.plot.invertY(True)
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.setLabel("left", "layer (one row per head)")
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.image)
+        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(state.colormap), label="weight",
+                                        interactive=False, width=14)
+        self.colorbar.setImageItem(self.image, insert_in=self.plot)
+        self.separators = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen("w", width=2))
+        self.plot.addItem(self.separators)
+        self.marker = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
+        self.plot.addItem(self.marker)
+        self.rows: np.ndarray | None = None
+        self.keys: np.ndarray | None = None
+        self._tokens: list[str] = []
+
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Click a token:"))
+        top.addStretch(1)
+        top.addWidget(self.hide_special)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(top)
+        lay.addWidget(self.strip)
+        lay.addWidget(self.caption)
+        lay.addWidget(self.canvas, 1)
+        lay.addWidget(self.sentence)
+
+        self.strip.currentRowChanged.connect(self._strip_clicked)
+        self.hide_special.toggled.connect(lambda on: state.set_options(hide_special=on))
+        self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        state.attention_ready.connect(self.refresh)
+        state.query_changed.connect(lambda *_: self.refresh())
+        state.selection_changed.connect(lambda *_: self.refresh())
+        state.options_changed.connect(self._options)
+
+    def _strip_clicked(self, row: int) -> None:
+        if row >= 0:
+            self.state.set_query(row)
+
+    def _clicked(self, ev) -> None:
+        info = self.state.info
+        if self.rows is None or info is None:
+            return
+        p = self.plot.vb.mapSceneToView(ev.scenePos())
+        k = int(np.floor(p.y()))
+        if 0 <= k < self.rows.shape[0] and p.x() >= 0:
+            self.state.select(k // info.num_heads, k % info.num_heads)
+
+    def _options(self) -> None:
+        self.hide_special.blockSignals(True)
+        self.hide_special.setChecked(self.state.hide_special)
+        self.hide_special.blockSignals(False)
+        self.colorbar.setColorMap(colormap(self.state.colormap))
+        self.colorbar.setLevels(values=display_values(np.zeros(1), self.state.log_scale)[1])
+        self.colorbar.axis.setLabel(scale_label(self.state.log_scale))
+        self.refresh()
+
+    def refresh(self, *_):
+        r = self.state.result
+        if r is None:
+            return
+        L, H, N, _ = r.attentions.shape
+        q = min(self.state.query, N - 1)
+        if list(r.tokens) != self._tokens:
+            self._tokens = list(r.tokens)
+            self.strip.set_tokens(self._tokens, r.special)
+        self.strip.blockSignals(True)
+        self.strip.setCurrentRow(q)
+        self.strip.blockSignals(False)
+        rows, keys = focus_rows(r.attentions, q, r.special, self.state.hide_special)
+        self.rows, self.keys = rows, keys
+        values, levels = display_values(rows, self.state.log_scale)
+        self.image.setImage(values, levels=levels, autoLevels=False)
+        K = len(keys)
+        self.image.setRect(QRectF(0, 0, K, L * H))
+        self.bottom_axis.set_labels([r.tokens[k] for k in keys], max_labels=K)
+        self.plot.getAxis("left").setTicks([[((l + 0.5) * H, f"L{l}") for l in range(L)], []])
+        xs, ys = [], []
+        for l in range(1, L):
+            xs += [0, K]
+            ys += [l * H, l * H]
+        self.separators.setData(np.array(xs, float), np.array(ys, float))
+        sel = self.state.layer * H + self.state.head
+        self.marker.setData(np.array([0, K, K, 0, 0], float), np.array([sel, sel, sel + 1, sel + 1, sel], float))
+        self.plot.setRange(xRange=(0, K), yRange=(0, L * H), padding=0)
+        self.caption.setText(f'Attention <b>from "{html.escape(r.tokens[q])}"</b> (token {q}) in every head; '
+                             f"the red box is layer {self.state.layer}, head {self.state.head}.")
+        self._shade_sentence(r, rows[sel], keys)
+
+    def _shade_sentence(self, r, row: np.ndarray, keys: np.ndarray) -> None:
+        lut = lut_rgb(self.state.colormap)
+        peak = float(row.max()) if row.size else 1.0
+        parts = []
+        for w, k in zip(row, keys):
+            c = lut[int(np.clip(w / peak if peak > 0 else 0, 0, 1) * 255)]
+            light = (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) > 140
+            fg = "#000" if light else "#fff"
+            parts.append(f'<span style="background-color: rgb({c[0]},{c[1]},{c[2]}); color: {fg};">'
+                         f"&nbsp;{html.escape(r.tokens[k])}&nbsp;</span>")
+        self.sentence.setText(f"L{self.state.layer} H{self.state.head}, shaded by weight (darkest = 0, "
+                              f"brightest = {peak:.2f}): " + " ".join(parts))
