@@ -30,7 +30,8 @@ def _add_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window, save it as PNG and exit")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only the chosen subcommand's module is imported to add its arguments."""
     p = argparse.ArgumentParser(
         prog="attn-explorer",
         description="See what attention does inside transformers. With no subcommand, opens the window.",
@@ -42,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_text, description=help_text)
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors")
         sp.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(sp)
+        if name == command:
+            importlib.import_module(module).add_arguments(sp)
     return p
 
 
@@ -52,7 +54,7 @@ def _argv_command(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(_argv_command(argv))
     args = parser.parse_args(argv)
     try:
         if args.command is None:

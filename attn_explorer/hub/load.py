@@ -5,6 +5,7 @@ torch.load(weights_only=True) for old .bin files), tokenizers with `tokenizers`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -80,6 +81,22 @@ def _finish(module, info_kw: dict, device: str, dtype: str, **model_kw) -> Model
     return Model(module, info, **model_kw)
 
 
+@contextlib.contextmanager
+def _skip_init():
+    """Build modules without random init: the checkpoint overwrites every tensor anyway, and init
+    on the meta device would import torch._dynamo (over a second at start-up)."""
+    names = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "ones_", "zeros_",
+             "constant_", "xavier_uniform_", "xavier_normal_")
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    try:
+        for n in names:
+            setattr(torch.nn.init, n, lambda t, *a, **k: t)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
+
+
 # ---- reading checkpoints -------------------------------------------------------------------------
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
@@ -125,7 +142,7 @@ def load_folder(folder: Path, name: str, device="auto", dtype="float32", progres
         cfg.pooler = any(k.endswith("pooler.dense.weight") for k in hf_sd)
     if hasattr(cfg, "mask_token"):
         cfg.mask_token = any(k.endswith("embeddings.mask_token") for k in hf_sd)
-    with torch.device("meta"):
+    with torch.device("meta"), _skip_init():
         module = arch.build(cfg)
     ours = module.state_dict()
     mapped = map_state_dict(arch, hf_sd, ours, str(folder))

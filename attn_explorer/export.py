@@ -1,0 +1,196 @@
+"""`export`: run a model on text or an image and save every head's attention as .npz, .json or .png.
+
+Files are written to a temporary name beside the target and renamed into place, so a failed run
+never leaves a half-written file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from attn_explorer.errors import UserError
+
+FORMATS = (".npz", ".json", ".png")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="built-in name, model folder, .safetensors file or hub id "
+                   "(default: minilm for text, the default image model for images)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="the text to run")
+    src.add_argument("--text-file", help="read the text from this UTF-8 file")
+    src.add_argument("--image", help="an image file")
+    p.add_argument("--out", required=True, help="output file: .npz, .json or .png")
+    p.add_argument("--dk-scale", default="1.0", help="multiply 1/sqrt(d_k) by this positive number (default 1)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    p.add_argument("--max-tokens", default=None, help="keep only the first N tokens")
+    p.add_argument("--image-size", default=None, help="square input side in pixels for image models")
+
+
+def _positive_int(value, name: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(str(value))
+    except ValueError:
+        raise UserError(f"{name} must be a whole number, got {value!r}") from None
+    if n < 1:
+        raise UserError(f"{name} must be at least 1, got {n}")
+    return n
+
+
+def _dk_scale(value) -> float:
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--dk-scale must be a positive number, got {value!r}") from None
+    if not math.isfinite(s) or s <= 0:
+        raise UserError(f"--dk-scale must be a positive finite number, got {value!r}")
+    return s
+
+
+def result_arrays(r) -> dict[str, np.ndarray]:
+    """The arrays of a RunResult as saved to .npz: strings as NumPy unicode, no pickles needed."""
+    d = {
+        "attentions": np.asarray(r.attentions, dtype=np.float32),
+        "tokens": np.asarray(r.tokens, dtype=np.str_),
+        "model": np.asarray(r.model, dtype=np.str_),
+        "dk_scale": np.asarray(r.dk_scale, dtype=np.float64),
+        "special": np.asarray(r.special, dtype=bool),
+    }
+    if r.grid is not None:
+        d["grid"] = np.asarray(r.grid, dtype=np.int64)
+    return d
+
+
+def atomic_write(path: Path, write) -> None:
+    """write(tmp_path) into a temporary file beside path, then rename it over path."""
+    path = Path(path)
+    if not path.parent.exists():
+        raise UserError(f"output folder does not exist: {path.parent}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_result(r, out: str | os.PathLike) -> Path:
+    """Save a RunResult as .npz, .json or .png (a picture of every head), atomically."""
+    out = Path(out)
+    ext = out.suffix.lower()
+    if ext not in FORMATS:
+        raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")
+    if ext == ".npz":
+        arrays = result_arrays(r)
+
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, **arrays)
+    elif ext == ".json":
+        d = {k: v.tolist() for k, v in result_arrays(r).items()}
+        d["notes"] = list(r.notes)
+
+        def write(tmp):
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(d, f)
+    else:
+        img = head_grid_image(r.attentions)
+
+        def write(tmp):
+            img.save(tmp, format="PNG")
+
+    atomic_write(out, write)
+    return out
+
+
+# ---- the all-heads picture ---------------------------------------------------------------------------
+
+# viridis at 9 stops, interpolated to 256 entries: the GUI's default colormap, with no matplotlib.
+_VIRIDIS = np.array([[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
+                     [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37]], dtype=np.float64)
+
+
+def viridis_lut() -> np.ndarray:
+    x = np.linspace(0, 1, len(_VIRIDIS))
+    t = np.linspace(0, 1, 256)
+    return np.stack([np.interp(t, x, _VIRIDIS[:, c]) for c in range(3)], axis=1).round().astype(np.uint8)
+
+
+def head_grid_image(att: np.ndarray, cell: int | None = None):
+    """PIL image of an (L, H, N, N) stack: one heatmap per head, layers down, heads across, labelled."""
+    from PIL import Image, ImageDraw
+
+    L, H, N, _ = att.shape
+    cell = cell or int(np.clip(1024 // max(H, 1), 48, 256))
+    gap, margin = 4, 28
+    W = margin + H * (cell + gap)
+    Ht = margin + L * (cell + gap)
+    canvas = Image.new("RGB", (W, Ht), (255, 255, 255))
+    draw = ImageDraw.Draw(canvas)
+    lut = viridis_lut()
+    vmax = float(att.max()) or 1.0
+    for li in range(L):
+        for hi in range(H):
+            idx = np.clip(att[li, hi] / vmax * 255, 0, 255).astype(np.uint8)
+            tile = Image.fromarray(lut[idx]).resize((cell, cell), Image.Resampling.NEAREST)
+            canvas.paste(tile, (margin + hi * (cell + gap), margin + li * (cell + gap)))
+    for hi in range(H):
+        draw.text((margin + hi * (cell + gap) + cell // 2 - 8, 8), f"H{hi}", fill=(0, 0, 0))
+    for li in range(L):
+        draw.text((4, margin + li * (cell + gap) + cell // 2 - 5), f"L{li}", fill=(0, 0, 0))
+    return canvas
+
+
+def run(args: argparse.Namespace) -> int:
+    dk = _dk_scale(args.dk_scale)
+    max_tokens = _positive_int(args.max_tokens, "--max-tokens")
+    image_size = _positive_int(args.image_size, "--image-size")
+    out = Path(args.out)
+    if out.suffix.lower() not in FORMATS:
+        raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")
+    if not out.parent.exists():
+        raise UserError(f"output folder does not exist: {out.parent}")
+    if args.text_file is not None:
+        p = Path(args.text_file)
+        if not p.is_file():
+            raise UserError(f"text file not found: {p}")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise UserError(f"{p.name} is not UTF-8 text") from None
+    else:
+        text = args.text
+    from attn_explorer.hub.load import default_image_model, load_model
+
+    if args.image is not None:
+        if not Path(args.image).exists():
+            raise UserError(f"image file not found: {args.image}")
+        model = load_model(args.model or default_image_model(), device=args.device)
+        if model.info.modality != "image":
+            raise UserError(f"{model.info.name} is a text model; use --text or --text-file")
+        r = model.run(args.image, dk_scale=dk, image_size=image_size)
+    else:
+        model = load_model(args.model or "minilm", device=args.device)
+        if model.info.modality != "text":
+            raise UserError(f"{model.info.name} is an image model; use --image")
+        r = model.run(text, dk_scale=dk, max_tokens=max_tokens)
+    for note in r.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if not model.info.trained:
+        print(f"note: {model.info.name} is untrained ({model.info.note})", file=sys.stderr)
+    save_result(r, out)
+    L, H, N, _ = r.attentions.shape
+    print(f"wrote {out}: {L} layers x {H} heads x {N} tokens ({model.info.name}, dk_scale={dk:g})")
+    return 0

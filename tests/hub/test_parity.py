@@ -1,0 +1,196 @@
+"""Our modules against transformers in eager mode, on tiny random configs saved with save_pretrained."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import attn_explorer as ax  # noqa: E402
+
+TOL = 1e-5
+
+
+def _save(model, tmp_path, name):
+    folder = tmp_path / name
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def _compare(hf_out, ours_out, n_layers):
+    assert ours_out.attentions.shape[1] == n_layers
+    for i, a in enumerate(hf_out.attentions):
+        torch.testing.assert_close(ours_out.attentions[:, i], a, atol=TOL, rtol=0, msg=f"layer {i} attention")
+    torch.testing.assert_close(ours_out.hidden, hf_out.last_hidden_state, atol=TOL, rtol=0)
+
+
+def _run_ours(m, **inputs):
+    with torch.inference_mode():
+        return m.module(output_attentions=True, **inputs)
+
+
+@pytest.mark.parametrize("family,heads,hidden", [("bert", 3, 48), ("bert", 4, 32), ("roberta", 5, 40)])
+def test_text_encoder_parity_with_padding(tmp_path, family, heads, hidden):
+    torch.manual_seed(0)
+    common = dict(vocab_size=99, hidden_size=hidden, num_hidden_layers=2, num_attention_heads=heads,
+                  intermediate_size=37, max_position_embeddings=64, attn_implementation="eager")
+    if family == "bert":
+        hf = transformers.BertModel(transformers.BertConfig(**common)).eval()
+    else:
+        hf = transformers.RobertaModel(transformers.RobertaConfig(pad_token_id=1, type_vocab_size=1, **common)).eval()
+    m = ax.load_model(_save(hf, tmp_path, family), device="cpu")
+    assert m.info.family == family and m.info.num_heads == heads
+    ids = torch.randint(3, 99, (2, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0  # the second sequence is padded
+    ids[1, 7:] = hf.config.pad_token_id
+    types = torch.zeros_like(ids)
+    if family == "bert":
+        types[:, 5:] = 1
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, token_type_ids=types, output_attentions=True)
+    ours = _run_ours(m, input_ids=ids, attention_mask=mask, token_type_ids=types)
+    _compare(ref, ours, 2)
+
+
+def test_bert_task_prefix_and_pooler(tmp_path):
+    """A BertForSequenceClassification checkpoint ('bert.' prefix, pooler, classifier) loads as its encoder."""
+    torch.manual_seed(1)
+    cfg = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=20, max_position_embeddings=32, attn_implementation="eager")
+    hf = transformers.BertForSequenceClassification(cfg).eval()
+    m = ax.load_model(_save(hf, tmp_path, "cls"), device="cpu")
+    ids = torch.randint(0, 50, (1, 9))
+    with torch.no_grad():
+        ref = hf.bert(input_ids=ids, output_attentions=True)
+    _compare(ref, _run_ours(m, input_ids=ids), 1)
+
+
+@pytest.mark.parametrize("heads,hidden", [(3, 48), (2, 32)])
+def test_gpt2_parity(tmp_path, heads, hidden):
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=80, n_embd=hidden, n_layer=2, n_head=heads, n_positions=40,
+                                  attn_implementation="eager")
+    hf = transformers.GPT2Model(cfg).eval()
+    m = ax.load_model(_save(hf, tmp_path, "gpt2"), device="cpu")
+    assert m.info.causal
+    ids = torch.randint(0, 80, (2, 13))
+    with torch.no_grad():
+        ref = hf(input_ids=ids, output_attentions=True)
+    ours = _run_ours(m, input_ids=ids)
+    _compare(ref, ours, 2)
+    upper = torch.triu(torch.ones(13, 13, dtype=torch.bool), diagonal=1)
+    assert ours.attentions[..., upper].abs().max() == 0  # nothing looks ahead
+
+
+def test_gpt2_lm_head_checkpoint_loads(tmp_path):
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=30, n_embd=16, n_layer=1, n_head=2, n_positions=16)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    m = ax.load_model(_save(hf, tmp_path, "lm"), device="cpu")
+    ids = torch.randint(0, 30, (1, 6))
+    with torch.no_grad():
+        ref = hf.transformer(input_ids=ids, output_attentions=True)
+    _compare(ref, _run_ours(m, input_ids=ids), 1)
+
+
+VISION_CASES = [
+    # (family, patch, config image size, input (H, W), heads)
+    ("vit", 4, 16, (16, 16), 3),
+    ("vit", 8, 32, (24, 40), 2),  # non-square, needs position interpolation
+    ("vit_cls", 4, 16, (16, 16), 2),
+    ("deit", 4, 16, (16, 16), 3),
+    ("deit", 4, 16, (20, 12), 3),
+    ("dinov2", 14, 56, (56, 56), 3),
+    ("dinov2", 14, 56, (70, 42), 3),  # non-square, interpolated
+    ("dinov2", 8, 32, (48, 48), 2),  # other patch size, bigger grid
+]
+
+
+def _vision_model(family, patch, size, heads):
+    common = dict(hidden_size=heads * 8, num_hidden_layers=2, num_attention_heads=heads, intermediate_size=37,
+                  image_size=size, patch_size=patch, attn_implementation="eager")
+    if family == "vit":
+        return transformers.ViTModel(transformers.ViTConfig(**common))
+    if family == "vit_cls":
+        cfg = transformers.ViTConfig(num_labels=7, id2label={i: f"class{i}" for i in range(7)}, **common)
+        return transformers.ViTForImageClassification(cfg)
+    if family == "deit":
+        return transformers.DeiTModel(transformers.DeiTConfig(**common))
+    common.pop("intermediate_size")
+    return transformers.Dinov2Model(transformers.Dinov2Config(mlp_ratio=3, layerscale_value=0.5, **common))
+
+
+@pytest.mark.parametrize("family,patch,size,hw,heads", VISION_CASES)
+def test_vision_parity(tmp_path, family, patch, size, hw, heads):
+    torch.manual_seed(0)
+    hf = _vision_model(family, patch, size, heads).eval()
+    with torch.no_grad():  # random init leaves the tokens at zero; make them count
+        for name, p in hf.named_parameters():
+            if "token" in name or "position_embeddings" in name or "lambda1" in name:
+                p.normal_(std=0.5)
+    m = ax.load_model(_save(hf, tmp_path, family), device="cpu")
+    pixels = torch.randn(1, 3, *hw)
+    kw = {} if family == "dinov2" else {"interpolate_pos_encoding": True}
+    with torch.no_grad():
+        ref = hf(pixel_values=pixels, output_attentions=True, **kw)
+    ours = _run_ours(m, pixels=pixels)
+    assert ours.grid == (hw[0] // patch, hw[1] // patch)
+    if family == "vit_cls":
+        backbone = hf.vit(pixel_values=pixels, output_attentions=True, interpolate_pos_encoding=True)
+        _compare(backbone, ours, 2)
+        torch.testing.assert_close(ours.logits, ref.logits, atol=TOL, rtol=0)
+    else:
+        _compare(ref, ours, 2)
+
+
+def test_vit_classifier_top5_labels(tmp_path):
+    torch.manual_seed(0)
+    hf = _vision_model("vit_cls", 4, 16, 2).eval()
+    m = ax.load_model(_save(hf, tmp_path, "vitcls"), device="cpu")
+    from PIL import Image
+
+    img = Image.fromarray((np.random.default_rng(0).random((20, 30, 3)) * 255).astype(np.uint8))
+    r = m.run(img)
+    assert r.top5 is not None and len(r.top5) == 5
+    assert all(label.startswith("class") for label, _ in r.top5)
+    probs = [p for _, p in r.top5]
+    assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
+
+
+MINILM_SENTENCES = [
+    "The animal didn't cross the street because it was too tired.",
+    "Attention is all you need.",
+    "a",
+    "Ünïcödé, emoji 🙂 and numbers 3.14159 — do they tokenize?",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return ax.load_model("minilm", device="cpu")
+
+
+@pytest.mark.parametrize("text", MINILM_SENTENCES)
+def test_real_minilm_parity(minilm, text):
+    from attn_explorer.hub.load import minilm_folder
+
+    hf = _hf_minilm(str(minilm_folder()))
+    enc = minilm.tokenizer.encode(text, 512)
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor([enc.ids]), output_attentions=True)
+    r = minilm.run(text, hidden=True)
+    assert r.tokens[0] == "[CLS]" and r.tokens[-1] == "[SEP]"
+    att = np.stack([a[0].numpy() for a in ref.attentions])
+    np.testing.assert_allclose(r.attentions, att, atol=TOL, rtol=0)
+    np.testing.assert_allclose(r.hidden, ref.last_hidden_state[0].numpy(), atol=TOL, rtol=0)
+
+
+_HF_CACHE = {}
+
+
+def _hf_minilm(folder):
+    if folder not in _HF_CACHE:
+        _HF_CACHE[folder] = transformers.BertModel.from_pretrained(folder, attn_implementation="eager").eval()
+    return _HF_CACHE[folder]
