@@ -163,7 +163,8 @@ class SessionState(QObject):
         self.max_tokens = None
         self.image_size = None
         self.full_tokens = 0
-        self.layer = min(self.layer, self.info.num_layers - 1)
+        # images: start on the last layer, where [CLS] attention outlines objects (as in DINO)
+        self.layer = self.info.num_layers - 1 if self.info.modality == "image" else min(self.layer, self.info.num_layers - 1)
         self.head = min(self.head, self.info.num_heads - 1)
         self._query_chosen = False
         if self.info.modality == "text":

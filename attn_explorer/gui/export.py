@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QRect, QSize
+from PySide6.QtCore import QPoint, QRect, QSize
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QWidget
 
@@ -59,7 +59,7 @@ def export_svg(widget: QWidget, path, title: str = "attn-explorer view") -> Path
         gen.setTitle(title)
         painter = QPainter(gen)
         try:
-            widget.render(painter)
+            widget.render(painter, QPoint(0, 0))
         finally:
             painter.end()
     return _atomic(Path(path), write)

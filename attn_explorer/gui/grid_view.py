@@ -15,7 +15,7 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QPen, QColor
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import PaintedGraphicsWidget, colormap, display_values, scale_label
+from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, colormap, display_values, scale_label
 from attn_explorer.state import SessionState
 
 CELL_MAX = 128  # largest side of one head's cell, in image pixels
@@ -40,7 +40,7 @@ def mosaic(cells: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(cells.transpose(0, 2, 1, 3)).reshape(L * c, H * c)
 
 
-class HeadGridView(QWidget):
+class HeadGridView(LazyPage, QWidget):
     """L×H attention maps with layer and head labels and one shared colour bar."""
 
     head_opened = Signal(int, int)  # layer, head: the user clicked a cell
@@ -94,7 +94,12 @@ class HeadGridView(QWidget):
         state.model_loaded.connect(lambda info: self._set_title())
 
     # --------------------------------------------------------------------------------- drawing
+    def redraw(self) -> None:
+        self.show_result(self.state.result)
+
     def show_result(self, r) -> None:
+        if not self.needs_draw():
+            return
         t0 = time.perf_counter()
         att = r.attentions
         L, H, N, _ = att.shape
@@ -146,10 +151,11 @@ class HeadGridView(QWidget):
         r = r or self.state.result
         if info is None:
             return
-        tag = "" if info.trained else " — UNTRAINED (random weights)"
+        tag = "" if info.trained else " — <b>UNTRAINED (random weights)</b>"
         n = f", {r.num_tokens} tokens" if r is not None else ""
         self.title.setText(f"<b>{info.name}</b>{tag}: {info.num_layers} layers × {info.num_heads} heads{n}. "
-                           "Row i of each map = where token i looks. Click a head to open it.")
+                           "Row i of each map = where token i looks. Click a head to open it."
+                           + (f"<br><i>{info.note}</i>" if info.note else ""))
 
     # --------------------------------------------------------------------------------- input
     def cell_at(self, scene_pos) -> tuple[int, int] | None:

@@ -10,11 +10,11 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import PaintedGraphicsWidget, TokenAxis, colormap, display_values, scale_label
+from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, TokenAxis, colormap, display_values, scale_label
 from attn_explorer.state import SessionState
 
 
-class HeadView(QWidget):
+class HeadView(LazyPage, QWidget):
     """One large heatmap of the selected head."""
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):
@@ -52,7 +52,12 @@ class HeadView(QWidget):
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self._options)
 
+    def redraw(self) -> None:
+        self.refresh()
+
     def refresh(self, *_):
+        if not self.needs_draw():
+            return
         r = self.state.result
         if r is None:
             return

@@ -122,3 +122,21 @@ class PaintedGraphicsWidget(pg.GraphicsLayoutWidget):
     def paintEvent(self, ev):  # noqa: N802 - Qt API
         super().paintEvent(ev)
         self.painted.emit()
+
+
+class LazyPage:
+    """Mixin for pages: skip redraws while hidden, catch up when shown (only the visible page pays)."""
+
+    _stale = False
+
+    def needs_draw(self) -> bool:
+        if self.isVisible():
+            return True
+        self._stale = True
+        return False
+
+    def showEvent(self, ev):  # noqa: N802 - Qt API
+        super().showEvent(ev)
+        if self._stale and self.state.result is not None:
+            self._stale = False
+            self.redraw()

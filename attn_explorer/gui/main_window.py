@@ -395,11 +395,9 @@ class MainWindow(QMainWindow):
 
     def export(self, path: str) -> Path:
         """Export the current page (.png/.svg) or the attention arrays (.npz); errors go to the banner."""
-        from attn_explorer.errors import UserError
-
         try:
             out = export_view(Path(path).suffix, path, self.tabs.currentWidget(), self.state.result)
-        except (UserError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - shown, then re-raised for callers that care
             from attn_explorer.workers import error_message
 
             self.show_error(error_message(exc))

@@ -13,10 +13,11 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import PaintedGraphicsWidget, lut_rgb
+from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, lut_rgb
 from attn_explorer.state import SessionState
 
 THUMB = 112  # side of a small overlay, in pixels
+CLIP_PERCENTILE = 98  # colour runs from 0 to this percentile of the map; stronger patches saturate
 
 
 def patch_offset(num_tokens: int, grid: tuple[int, int]) -> int:
@@ -32,15 +33,17 @@ def patch_heat(att_row: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
 
 
 def blend(image: np.ndarray, heat: np.ndarray, alpha: float, cmap: str) -> np.ndarray:
-    """The picture with `heat` (rows, cols) stretched over it, coloured 0..max, mixed in with `alpha`."""
+    """The picture with `heat` (rows, cols) stretched over it, coloured 0..98th percentile, mixed by `alpha`."""
     h, w = image.shape[:2]
     rows, cols = heat.shape
-    peak = float(heat.max())
+    peak = float(np.percentile(heat, CLIP_PERCENTILE))  # a few sink patches must not wash out the rest
     q = np.clip(heat / peak, 0, 1) if peak > 0 else np.zeros_like(heat)
     idx = (q * 255).astype(np.uint8)
     colours = lut_rgb(cmap)[idx]  # (rows, cols, 3)
     up = colours[(np.arange(h) * rows // h)][:, (np.arange(w) * cols // w)]
-    out = image.astype(np.float32) * (1.0 - alpha) + up.astype(np.float32) * alpha
+    # opacity grows with the weight, so the photo shows through where the head does not look
+    a = (alpha * np.sqrt(q))[(np.arange(h) * rows // h)][:, (np.arange(w) * cols // w)][..., None]
+    out = image.astype(np.float32) * (1.0 - a) + up.astype(np.float32) * a
     return out.astype(np.uint8)
 
 
@@ -51,7 +54,7 @@ def thumbnail(image: np.ndarray, side: int = THUMB) -> np.ndarray:
     return image[yi][:, xi]
 
 
-class PatchOverlayView(QWidget):
+class PatchOverlayView(LazyPage, QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
@@ -113,7 +116,12 @@ class PatchOverlayView(QWidget):
         state.options_changed.connect(self.refresh)
 
     # ----------------------------------------------------------------------------------- drawing
+    def redraw(self) -> None:
+        self.refresh()
+
     def refresh(self, *_):
+        if not self.needs_draw():
+            return
         r = self.state.result
         if r is None or r.grid is None or r.image is None:
             self.stack.setCurrentIndex(0)
@@ -160,9 +168,11 @@ class PatchOverlayView(QWidget):
         self._place_labels(H, cols_m, side)
         info = st.info
         tag = "" if info is None or info.trained else " <b>Untrained model (random weights): patterns mean nothing.</b>"
+        if info is not None and info.note:
+            tag += f"<br><i>{info.note}</i>"
         qname = "[CLS]" if q < off else f"patch row {(q - off) // cols}, col {(q - off) % cols}"
         self.caption.setText(f"Query: <b>{qname}</b> — click a patch on the right to ask from there. "
-                             f"{rows}×{cols} patches; colour = weight, 0 to each map's max.{tag}")
+                             f"{rows}×{cols} patches; colour and opacity = weight, from 0 to each map's 98th percentile (the top 2% saturate).{tag}")
 
     def _place_labels(self, H: int, cols_m: int, side: int) -> None:
         while len(self._labels) < H:

@@ -14,7 +14,7 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListWidget, QListWidgetItem,
                                QVBoxLayout, QWidget)
 
-from attn_explorer.gui.heatmap import (PaintedGraphicsWidget, TokenAxis, colormap, display_values, lut_rgb,
+from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, TokenAxis, colormap, display_values, lut_rgb,
                                        scale_label)
 from attn_explorer.gui.stats import renormalise_without
 from attn_explorer.state import SessionState
@@ -59,7 +59,7 @@ class TokenStrip(QListWidget):
         return QSize(400, 60)
 
 
-class TokenFocusView(QWidget):
+class TokenFocusView(LazyPage, QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
@@ -133,7 +133,12 @@ class TokenFocusView(QWidget):
         self.colorbar.axis.setLabel(scale_label(self.state.log_scale))
         self.refresh()
 
+    def redraw(self) -> None:
+        self.refresh()
+
     def refresh(self, *_):
+        if not self.needs_draw():
+            return
         r = self.state.result
         if r is None:
             return
