@@ -1,0 +1,51 @@
+"""`python main.py --screenshot OUT.png --view V` renders every page offscreen and exits 0."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.gui.conftest import sample
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CASES = {
+    "grid": ["--model", "textbook", "--text", "The animal didn't cross the street because it was too tired."],
+    "head": ["--model", "textbook"],
+    "tokens": ["--model", "textbook"],
+    "overlay": ["--model", "textbook-vit", "--image", sample("coffee")],
+}
+
+
+def _heatmap_like(png: Path) -> None:
+    img = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)
+    assert img.shape[0] > 400 and img.shape[1] > 600
+    assert img.std() > 20  # not one flat colour
+    colours = np.unique(img.reshape(-1, 3)[::7], axis=0)
+    assert len(colours) > 200  # a heatmap or photo has many distinct colours; an empty window does not
+
+
+@pytest.mark.parametrize("view", list(CASES))
+def test_screenshot_writes_non_blank_png(view, tmp_path):
+    out = tmp_path / f"{view}.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "cfg"), HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(ROOT / "main.py"), "--screenshot", str(out), "--view", view,
+                           "--device", "cpu", *CASES[view]],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.is_file()
+    _heatmap_like(out)
+
+
+def test_unknown_view_is_a_one_line_error(tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "cfg"), HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(ROOT / "main.py"), "--screenshot", str(tmp_path / "x.png"),
+                           "--view", "nope", "--model", "textbook"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "unknown view 'nope'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
