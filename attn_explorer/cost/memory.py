@@ -1,0 +1,162 @@
+"""Memory for the cost lab: measure a call's peak, predict it before running, and set a budget.
+
+How peak memory is measured
+---------------------------
+- CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus what was
+  allocated before the call. That is the caching allocator's own count of live tensor bytes.
+- CPU: torch has no allocation counter for the CPU, so the call runs under
+  ``torch.profiler.profile(profile_memory=True)``. Every allocation and free that goes through
+  torch's CPU allocator, including the scratch buffers inside kernels such as SDPA's, is
+  reported to the profiler as a signed byte count. The running sum of those events, in time
+  order, is the bytes held by tensors made during the call; its maximum is the peak. Tensors
+  that existed before the call (the inputs) are not in it; the output is.
+  This is neither process RSS nor an estimate: it is the allocator's own ledger. The profiler
+  slows the call down, so the profiled call is the warm-up and is never timed.
+- Other devices: not measured (None).
+
+Before a run the guard compares ``predict_bytes`` (a deliberately generous count of every
+tensor the variant builds) with a budget, and skips runs that would not fit.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable
+
+import torch
+
+MB = 1e6
+GB = 1e9
+
+# Kineto prints two lines to stderr each time a profiler starts and stops; one measurement per
+# point would bury the CLI's table in them. Level 9 silences it (only if the user set nothing).
+os.environ.setdefault("KINETO_LOG_LEVEL", "9")
+
+
+def human_bytes(b: float | None) -> str:
+    """12.3 GB, 45.6 MB, 7.8 kB: decimal units, three significant figures."""
+    if b is None:
+        return "-"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(b) >= size:
+            return f"{b / size:.3g} {unit}"
+    return f"{int(b)} B"
+
+
+def elem_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def _cpu_peak_from_profile(prof: Any) -> int:
+    """Maximum of the running sum of CPU allocator events recorded by the profiler."""
+    from torch.autograd import DeviceType
+
+    results = getattr(prof.profiler, "kineto_results", None)
+    if results is not None:
+        events = [(e.start_ns(), e.nbytes()) for e in results.events()
+                  if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
+    else:  # older torch: the FunctionEvent list carries the same events
+        events = [(e.time_range.start, e.cpu_memory_usage) for e in prof.events() if e.name == "[memory]"]
+    events.sort(key=lambda t: t[0])  # stable: same-time events keep their recorded order
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def run_measuring_memory(fn: Callable[[], Any], device: torch.device) -> tuple[Any, int | None, str | None]:
+    """Call fn() once and return (its result, peak bytes allocated during it, method name).
+
+    The method is "cuda-allocator", "cpu-profiler" or None where the device has no counter.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        out = fn()
+        torch.cuda.synchronize(device)
+        return out, torch.cuda.max_memory_allocated(device) - base, "cuda-allocator"
+    if device.type == "cpu":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = fn()
+        return out, _cpu_peak_from_profile(prof), "cpu-profiler"
+    return fn(), None, None
+
+
+# --- predicting -----------------------------------------------------------------------------
+
+
+def predict_bytes(impl: str, n: int, heads: int, d_k: int, batch: int = 1, elem: int = 4,
+                  window: int = 128, q_block: int = 128, k_block: int = 256,
+                  causal: bool = False) -> int:
+    """Bytes of tensors `impl` builds on one call at length n, counted generously (an upper bound).
+
+    T = batch·heads rows of work; x = one (B, H, n, d_k) tensor. Inputs are not included.
+    """
+    T = batch * heads
+    x = T * n * d_k * elem
+    if impl == "naive":  # scaled q, scores, probabilities, output (+ the causal bool grid)
+        return 2 * T * n * n * elem + 2 * x + (n * n if causal else 0)
+    if impl == "chunked":  # output + one q block, its accumulator and 2 score tiles, + stats
+        qb, kb = min(q_block, n), min(k_block, n)
+        return x + T * (2 * qb * d_k + 2 * qb * kb + 8 * qb) * elem + (qb * kb if causal else 0)
+    if impl == "window":  # padded q/k/v copies, scores and probabilities per window, output
+        w = max(1, min(window, n))
+        n_pad = math.ceil(n / w) * w
+        xp = T * n_pad * d_k * elem
+        return 4 * xp + 2 * T * n_pad * w * elem + w * w
+    if impl == "linear":  # φ(q), φ(k), their temporaries, numerator, output; d×d state
+        return 5 * x + T * (d_k * d_k + 2 * n) * elem + (T * 128 * 128 * elem * 2 if causal else 0)
+    if impl == "sdpa":  # output, log-sum-exp, and per-thread tiles inside the kernel
+        return 2 * x + T * n * 4 + 64 * 2**20
+    raise ValueError(f"unknown variant {impl!r}")
+
+
+def matrix_bytes(n: int, heads: int, batch: int = 1, elem: int = 4) -> int:
+    """Bytes of the exact (B, H, n, n) attention matrix: what the quadratic cost is about."""
+    return batch * heads * n * n * elem
+
+
+# --- budgeting ------------------------------------------------------------------------------
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for new tensors now: MemAvailable (Linux) or psutil on CPU, free memory on CUDA."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import psutil  # optional: only where /proc/meminfo is missing (macOS, Windows)
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return None
+
+
+# Share of free memory a sweep may use: the machine keeps running other things, and on CUDA
+# the allocator needs slack for fragmentation.
+BUDGET_SHARE = {"cpu": 0.5, "cuda": 0.8}
+FALLBACK_BUDGET = 2 * 2**30  # when the free memory cannot be read
+
+
+def default_budget(device: torch.device) -> int:
+    """A safe budget in bytes: half of MemAvailable on CPU, 80 % of free memory on CUDA."""
+    free = available_bytes(device)
+    if free is None:
+        return FALLBACK_BUDGET
+    return int(free * BUDGET_SHARE.get(device.type, 0.5))
