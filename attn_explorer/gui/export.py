@@ -26,6 +26,12 @@ def _temp_beside(path: Path) -> Path:
     return Path(tmp)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic(path: Path, write) -> Path:
     path = Path(path)
     if not path.parent.is_dir():
@@ -33,6 +39,7 @@ def _atomic(path: Path, write) -> Path:
     tmp = _temp_beside(path)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -180,3 +180,14 @@ def test_export_png_svg_npz(make_window, qtbot, tmp_path):
     with pytest.raises(Exception):
         w.export(str(tmp_path / "missing-folder" / "x.png"))
     assert w.banner.isVisible()
+
+
+def test_arrow_keys_still_move_the_text_cursor(make_window, qtbot):
+    w = make_window(model="textbook")
+    box = w.input_panel.text
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus)
+    before = box.textCursor().position()
+    qtbot.keyClick(box, Qt.Key_Right)
+    assert box.textCursor().position() == before + 1
+    assert (w.state.layer, w.state.head) == (0, 0)
