@@ -28,6 +28,7 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     dk_scale: float = 1.0,
     causal: bool = False,
+    probs_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention. q: (..., N, d_k), k: (..., M, d_k), v: (..., M, d_v).
 
@@ -35,23 +36,28 @@ def scaled_dot_product_attention(
     scale defaults to 1/sqrt(d_k); dk_scale multiplies it (the GUI's d_k slider).
     Returns (output (..., N, d_v), probs (..., N, M)). A query row with every key masked gets
     all-zero weights and a zero output, never NaN.
+    probs_out: a contiguous (..., N, M) buffer to compute the probabilities in, in place: the
+    model's stacked attention tensor, so no n×n buffer is allocated or copied per layer.
     """
     d_k = q.shape[-1]
     scale = (1.0 / math.sqrt(d_k) if scale is None else scale) * dk_scale
-    logits = torch.matmul(q, k.transpose(-2, -1)) * scale  # (..., N, M)
+    if probs_out is None:
+        logits = torch.matmul(q, k.transpose(-2, -1)) * scale  # (..., N, M)
+    else:
+        logits = torch.matmul(q, k.transpose(-2, -1), out=probs_out).mul_(scale)
     if causal:
-        logits = logits.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+        logits = logits.masked_fill_(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     if mask is not None:
         if mask.dtype == torch.bool:
-            logits = logits.masked_fill(~mask, float("-inf"))
+            logits = logits.masked_fill_(~mask, float("-inf"))
         else:
-            logits = logits + mask
-    probs = torch.softmax(logits, dim=-1)
-    if mask is not None or causal:
-        # exp(-inf - (-inf)) is NaN: a row with nothing to look at attends to nothing.
-        dead = torch.isneginf(logits).all(dim=-1, keepdim=True)
-        if dead.any():
-            probs = probs.masked_fill(dead, 0.0)
+            logits = logits.add_(mask)
+    # exp(-inf - (-inf)) is NaN: a row with nothing to look at must attend to nothing. (A causal
+    # mask alone always leaves the diagonal, so only an explicit mask can empty a row.)
+    dead = torch.isneginf(logits).all(dim=-1, keepdim=True) if mask is not None else None
+    probs = torch.softmax(logits, dim=-1, out=logits)  # in place: logits are not needed afterwards
+    if dead is not None and dead.any():
+        probs = probs.masked_fill_(dead, 0.0)
     return torch.matmul(probs, v), probs
 
 
@@ -104,6 +110,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
         capture: dict | None = None,
+        probs_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, N, D). Returns (output (B, N, D), probs (B, H, N, N) or None).
 
@@ -125,7 +132,9 @@ class MultiHeadAttention(nn.Module):
             rep = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         if need_weights or capture is not None:
-            ctx, probs = scaled_dot_product_attention(q, k, v, mask=mask, dk_scale=dk_scale, causal=causal)
+            ctx, probs = scaled_dot_product_attention(
+                q, k, v, mask=mask, dk_scale=dk_scale, causal=causal, probs_out=probs_out
+            )
         else:
             probs = None
             sdpa_mask = mask

@@ -54,8 +54,10 @@ class TransformerBlock(nn.Module):
         need_weights: bool = False,
         rope=None,
         capture: dict | None = None,
+        probs_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        kw = dict(mask=mask, causal=causal, dk_scale=dk_scale, need_weights=need_weights, rope=rope, capture=capture)
+        kw = dict(mask=mask, causal=causal, dk_scale=dk_scale, need_weights=need_weights, rope=rope, capture=capture,
+                  probs_out=probs_out)
         if self.norm_first:
             a, probs = self.attn(self.norm1(x), **kw)
             x = x + self.ls1(a)
@@ -91,13 +93,18 @@ class BlockStack(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns (x, attentions (B, L, H, N, N) or None). captures: a list that receives one dict per layer."""
         layers = None if dk_layers is None else set(int(i) for i in dk_layers)
-        probs_all = []
+        attn = None
+        if output_attentions:
+            # Every layer's softmax is computed in place in its slice of one (L, B, H, N, N) buffer:
+            # no per-layer n×n allocation and no final stack.
+            B, N, _ = x.shape
+            H = self.layers[0].attn.num_heads
+            attn = x.new_empty(len(self.layers), B, H, N, N)
         for i, block in enumerate(self.layers):
             s = dk_scale if layers is None or i in layers else 1.0
             cap = {} if captures is not None else None
-            x, probs = block(x, mask=mask, causal=causal, dk_scale=s, need_weights=output_attentions, rope=rope, capture=cap)
+            x, _ = block(x, mask=mask, causal=causal, dk_scale=s, need_weights=output_attentions, rope=rope,
+                         capture=cap, probs_out=None if attn is None else attn[i])
             if captures is not None:
                 captures.append(cap)
-            if output_attentions:
-                probs_all.append(probs)
-        return x, (torch.stack(probs_all, dim=1) if output_attentions else None)  # (B, L, H, N, N)
+        return x, (attn.transpose(0, 1) if attn is not None else None)  # (B, L, H, N, N)

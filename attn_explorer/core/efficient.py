@@ -80,16 +80,17 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: 
         mask4 = mask.expand(B, H, N, M)  # a view: no copy
     may_die = mask4 is not None or (causal and M < N)  # can a row end up with no key at all?
     out = q.new_empty(B * H, N, dv)  # (BH, N, d_v)
+    zero = q.new_zeros(1, 1, 1)  # baddbmm's ignored addend (beta=0): lets the product carry the scale
     for i0 in range(0, N, q_block):
         i1 = min(i0 + q_block, N)
-        qi = q3[:, i0:i1] * sc  # (BH, qb, d_k)
-        acc = q.new_zeros(B * H, i1 - i0, dv)  # unnormalised output rows
+        qi = q3[:, i0:i1]  # (BH, qb, d_k), a view
+        acc = out[:, i0:i1].zero_()  # unnormalised output rows, kept in place in the output
         m = q.new_full((B * H, i1 - i0, 1), float("-inf"))  # running max
         l = q.new_zeros(B * H, i1 - i0, 1)  # running sum of exp(s - m)
         j_stop = max(0, min(M, i1 + off)) if causal else M  # later keys are masked for every row here
         for j0 in range(0, j_stop, k_block):
             j1 = min(j0 + k_block, j_stop)
-            s = torch.bmm(qi, kt3[:, :, j0:j1])  # (BH, qb, kb): the only score tile alive
+            s = torch.baddbmm(zero, qi, kt3[:, :, j0:j1], beta=0, alpha=sc)  # (BH, qb, kb): the only tile alive
             if mask4 is not None:
                 _apply_mask_(s, mask4[:, :, i0:i1, j0:j1].reshape(B * H, i1 - i0, j1 - j0))
             if causal and j1 - 1 > i0 + off:  # the tile crosses the diagonal
@@ -107,8 +108,8 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: 
             del s  # free this tile before the next one is made: one tile alive, not two
         if may_die:
             l.masked_fill_(l == 0, 1.0)  # a row that saw no key keeps its zero output
-        out[:, i0:i1] = acc.div_(l)
-        del qi, acc, m, l
+        acc.div_(l)
+        del m, l
     return out.view(B, H, N, dv)
 
 

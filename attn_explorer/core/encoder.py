@@ -80,7 +80,8 @@ class TextEncoder(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, self.position_ids(input_ids, attention_mask), token_type_ids)
-        key_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, N): padding keys get no weight
+        # (B, 1, 1, N): padding keys get no weight. Without padding there is nothing to mask.
+        key_mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
         x, attn = self.blocks(
             x, mask=key_mask, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions
         )

@@ -1,0 +1,96 @@
+"""Our MiniLM forward (with every attention map) against transformers' BertModel, eager, output_attentions=True.
+
+Same weights, same process, interleaved, 2 threads. Prints a markdown table of medians and ratios, and
+the cold start of `python main.py export` (whole process, median of 5 runs).
+
+    python benchmarks/bench_forward.py [--repeats 30] [--out docs/bench_forward.md]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _time(fn, repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def forward_table(repeats: int) -> str:
+    import attn_explorer as ax
+    from attn_explorer.hub.load import minilm_folder
+    from transformers import BertModel
+
+    torch.set_num_threads(2)
+    ours = ax.load_model("minilm", device="cpu")
+    hf = BertModel.from_pretrained(str(minilm_folder()), attn_implementation="eager").eval()
+    rows = ["| n | ours ms (median) | HF eager ms (median) | ours / HF | max abs diff |", "|---:|---:|---:|---:|---:|"]
+    for n in (16, 64, 128, 256, 512):
+        ids = torch.randint(1000, 20000, (1, n))
+        with torch.inference_mode():
+            run_ours = lambda: ours.module(input_ids=ids, output_attentions=True)  # noqa: E731
+            run_hf = lambda: hf(input_ids=ids, output_attentions=True)  # noqa: E731
+            for _ in range(3):
+                run_ours(), run_hf()
+            a, b = [], []
+            for _ in range(repeats):  # interleaved, so drift hits both alike
+                a += _time(run_ours, 1)
+                b += _time(run_hf, 1)
+            diff = max((x - y).abs().max().item() for x, y in zip(run_ours().attentions.unbind(1), run_hf().attentions))
+        ma, mb = statistics.median(a), statistics.median(b)
+        rows.append(f"| {n} | {ma:.2f} | {mb:.2f} | {ma / mb:.2f} | {diff:.1e} |")
+    return "\n".join(rows)
+
+
+def cold_start_table(runs: int = 5) -> str:
+    text = "The animal didn't cross the street because it was too tired"
+    times = {"ours: main.py export --model minilm": [], "HF: import transformers.BertModel + load + forward": []}
+    hf_code = ("import torch, sys; from transformers import BertModel, AutoTokenizer; "
+               f"f=sys.argv[1]; t=AutoTokenizer.from_pretrained(f); m=BertModel.from_pretrained(f, attn_implementation='eager'); "
+               f"m(**t({text!r}, return_tensors='pt'), output_attentions=True)")
+    from attn_explorer.hub.load import minilm_folder
+
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(runs):
+            for name, cmd in (
+                ("ours: main.py export --model minilm",
+                 [sys.executable, str(ROOT / "main.py"), "export", "--model", "minilm", "--text", text, "--out", f"{d}/x.npz"]),
+                ("HF: import transformers.BertModel + load + forward", [sys.executable, "-c", hf_code, str(minilm_folder())]),
+            ):
+                t0 = time.perf_counter()
+                subprocess.run(cmd, check=True, capture_output=True)
+                times[name].append(time.perf_counter() - t0)
+    rows = ["| cold start (whole process) | median s | min s |", "|---|---:|---:|"]
+    for name, t in times.items():
+        rows.append(f"| {name} | {statistics.median(t):.2f} | {min(t):.2f} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--out", default=None, help="also write the tables to this markdown file")
+    args = ap.parse_args()
+    text = "## Forward pass, MiniLM (6 layers x 12 heads), all attentions, 2 threads\n\n" + forward_table(args.repeats)
+    text += "\n\n## Cold start to a written .npz\n\n" + cold_start_table()
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
