@@ -1,0 +1,238 @@
+"""`attn-explorer cost`: measure attention's time and peak memory against n, print a table.
+
+    python main.py cost --n 256,512,...,16384 --impl naive,chunked,window,linear,sdpa
+
+Rows print as each point is measured; the fitted slopes follow. This module is imported every
+time the CLI starts, so it imports torch (through cost.measure) only inside `run`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from attn_explorer.errors import UserError
+
+IMPLS = ("naive", "chunked", "window", "linear", "sdpa")  # the names in core.efficient.VARIANTS
+DEFAULT_NS = "256,512,...,4096"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n", default=DEFAULT_NS, metavar="LIST",
+                   help="sequence lengths, comma-separated; '256,512,...,16384' continues the ratio "
+                        f"of the first two up to the last (default {DEFAULT_NS})")
+    p.add_argument("--impl", default=",".join(IMPLS), metavar="LIST",
+                   help=f"variants to measure, comma-separated, from {', '.join(IMPLS)} (default: all)")
+    p.add_argument("--heads", default="12", metavar="H", help="attention heads (default 12)")
+    p.add_argument("--dk", default="64", metavar="D", help="width of each head's q, k and v (default 64)")
+    p.add_argument("--batch", default="1", metavar="B", help="batch size (default 1)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
+    p.add_argument("--dtype", default="float32", help="float32 (default); bfloat16 or float16 on a GPU")
+    p.add_argument("--causal", action="store_true", help="decoder-style causal masking")
+    p.add_argument("--window", default="128", metavar="W", help="window attention's window in tokens (default 128)")
+    p.add_argument("--block", default="128,256", metavar="QB[,KB]",
+                   help="chunked attention's query and key tile sizes (default 128,256)")
+    p.add_argument("--repeats", default="3", metavar="R", help="timed runs per point, median reported (default 3)")
+    p.add_argument("--budget-gb", default=None, metavar="G",
+                   help="memory guard: skip runs predicted to need more (default: half of available memory "
+                        "on CPU, 80%% of free memory on a GPU)")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write every record and the slopes as JSON")
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def _positive_int(text: str, what: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise UserError(f"{what} must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise UserError(f"{what} must be a positive integer, got {text!r}")
+    return value
+
+
+def parse_ns(text: str) -> list[int]:
+    """'256,512,1024' as given; '256,512,...,16384' continues the first two's ratio up to the last."""
+    items = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not items:
+        raise UserError("--n needs at least one sequence length")
+    if "..." not in items:
+        return [_positive_int(s, "sequence length") for s in items]
+    if items.count("...") > 1 or items.index("...") != len(items) - 2 or len(items) < 3:
+        raise UserError("--n with '...' needs the form FIRST[,SECOND],...,LAST, e.g. 256,512,...,16384")
+    head = [_positive_int(s, "sequence length") for s in items[:-2]]
+    last = _positive_int(items[-1], "sequence length")
+    ratio = head[-1] / head[-2] if len(head) >= 2 else 2.0
+    if len(head) >= 2 and (ratio <= 1 or head[-1] % head[-2]):
+        raise UserError(f"--n: '...' needs a whole growth ratio above 1, got {head[-2]} then {head[-1]}")
+    ns = list(head)
+    while ns[-1] * ratio <= last:
+        ns.append(int(ns[-1] * ratio))
+    if ns[-1] != last and last > ns[-1]:
+        ns.append(last)
+    return ns
+
+
+def parse_impls(text: str) -> list[str]:
+    items = [s.strip().lower() for s in str(text).split(",") if s.strip()]
+    if not items:
+        raise UserError("--impl needs at least one variant")
+    for s in items:
+        if s not in IMPLS:
+            raise UserError(f"unknown variant {s!r}: choose from {', '.join(IMPLS)}")
+    return list(dict.fromkeys(items))
+
+
+def parse_budget_gb(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        gb = float(text)
+    except ValueError:
+        raise UserError(f"--budget-gb must be a positive number of gigabytes, got {text!r}") from None
+    if not (gb > 0 and math.isfinite(gb)):
+        raise UserError(f"--budget-gb must be a positive number of gigabytes, got {text!r}")
+    return int(gb * 1e9)
+
+
+def parse_blocks(text: str) -> tuple[int, int]:
+    parts = [s for s in str(text).split(",") if s.strip()]
+    if len(parts) not in (1, 2):
+        raise UserError(f"--block takes QB or QB,KB, got {text!r}")
+    qb = _positive_int(parts[0], "--block")
+    return qb, _positive_int(parts[-1], "--block")
+
+
+def config_from_args(args: argparse.Namespace):
+    """A validated SweepConfig from the parsed arguments; bad input raises UserError."""
+    from attn_explorer.core.device import pick_device, pick_dtype
+    from attn_explorer.cost.measure import SweepConfig
+
+    ns = parse_ns(args.n)
+    impls = parse_impls(args.impl)
+    q_block, k_block = parse_blocks(args.block)
+    try:
+        device = pick_device(args.device)
+        pick_dtype(args.dtype, device)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return SweepConfig(
+        ns=ns, impls=impls, heads=_positive_int(args.heads, "--heads"), d_k=_positive_int(args.dk, "--dk"),
+        batch=_positive_int(args.batch, "--batch"), dtype=args.dtype.lower(), device=str(device),
+        causal=bool(args.causal), repeats=_positive_int(args.repeats, "--repeats"),
+        window=_positive_int(args.window, "--window"), q_block=q_block, k_block=k_block,
+        budget_bytes=parse_budget_gb(args.budget_gb),
+    )
+
+
+# --- output -------------------------------------------------------------------------------
+
+HEADER = f"{'n':>7}  {'variant':<8} {'ms':>10} {'peak MB':>10} {'rel. error':>11}  note"
+
+
+def format_row(r: dict) -> str:
+    ms = f"{r['ms']:.2f}" if r.get("ms") is not None else "-"
+    mb = f"{r['peak_bytes'] / 1e6:.2f}" if r.get("peak_bytes") is not None else "-"
+    err = f"{r['rel_error']:.2e}" if r.get("rel_error") is not None else "-"
+    note = r.get("message") or ""
+    if r.get("reference") and r["reference"] != "naive":
+        note = (note + " " if note else "") + f"(error vs {r['reference']})"
+    if r.get("status") == "failed" and not note.startswith("failed"):
+        note = f"failed: {note}"
+    return f"{r['n']:>7}  {r['impl']:<8} {ms:>10} {mb:>10} {err:>11}  {note}".rstrip()
+
+
+def slope_table(records: list[dict]) -> tuple[list[str], dict[str, Any]]:
+    """Lines of the slope table and the same as plain data for the JSON."""
+    from attn_explorer.cost.fit import slopes
+
+    time_fit, mem_fit = slopes(records, "ms"), slopes(records, "peak_bytes")
+    lines = [f"{'variant':<8} {'time slope':>10} {'memory slope':>13}  fitted over"]
+    data: dict[str, Any] = {}
+    for impl in dict.fromkeys(r["impl"] for r in records):
+        t, m = time_fit.get(impl), mem_fit.get(impl)
+        fit = t or m
+        span = f"n = {fit.n_min}..{fit.n_max} ({fit.points} points)" if fit else "fewer than 2 sizes measured"
+        lines.append(f"{impl:<8} {(f'{t.p:.2f}' if t else '-'):>10} {(f'{m.p:.2f}' if m else '-'):>13}  {span}")
+        data[impl] = {"time_slope": t.p if t else None, "memory_slope": m.p if m else None,
+                      "n_min": fit.n_min if fit else None, "n_max": fit.n_max if fit else None}
+    return lines, data
+
+
+def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
+    """Write JSON next to its destination, then rename over it: a reader never sees half a file."""
+    dest = Path(path)
+    if dest.parent and not dest.parent.is_dir():
+        raise UserError(f"--json: folder {str(dest.parent)!r} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2, allow_nan=False, default=_json_default)
+            f.write("\n")
+        os.replace(tmp, dest)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _json_default(obj: Any) -> Any:
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _finite(x: Any) -> Any:
+    """JSON has no NaN or infinity: write null instead."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.json is not None and not Path(args.json).parent.is_dir():
+        raise UserError(f"--json: folder {str(Path(args.json).parent)!r} does not exist")
+
+    import dataclasses
+
+    import torch
+
+    from attn_explorer.cost.measure import sweep
+    from attn_explorer.cost.memory import default_budget, human_bytes
+
+    budget = cfg.budget_bytes if cfg.budget_bytes is not None else default_budget(torch.device(cfg.device))
+    print(f"# {cfg.batch}×{cfg.heads} heads, d_k = {cfg.d_k}, {cfg.dtype} on {cfg.device}"
+          f"{', causal' if cfg.causal else ''}; median of {cfg.repeats} timed runs after a warm-up; "
+          f"memory budget {human_bytes(budget)}")
+    print(HEADER)
+    records: list[dict] = []
+    for rec in sweep(cfg):
+        d = rec.to_dict()
+        records.append(d)
+        print(format_row(d), flush=True)
+    lines, slopes_data = slope_table(records)
+    print()
+    print("\n".join(lines))
+    if args.json is not None:
+        payload = {
+            "config": dataclasses.asdict(cfg) | {"budget_bytes": budget},
+            "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                            "machine": platform.machine(), "threads": torch.get_num_threads()},
+            "results": records,
+            "slopes": slopes_data,
+        }
+        write_json_atomic(args.json, _finite(payload))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
