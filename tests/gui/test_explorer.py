@@ -191,3 +191,12 @@ def test_arrow_keys_still_move_the_text_cursor(make_window, qtbot):
     qtbot.keyClick(box, Qt.Key_Right)
     assert box.textCursor().position() == before + 1
     assert (w.state.layer, w.state.head) == (0, 0)
+
+
+def test_grid_pooling_keeps_peaks_for_long_inputs():
+    rng = np.random.default_rng(1)
+    a = rng.random((2, 3, 300, 300)).astype(np.float32)
+    pooled = pooled_heads(a)
+    assert pooled.shape == (2, 3, 100, 100)
+    np.testing.assert_array_equal(pooled[1, 2, 7, 9], a[1, 2, 21:24, 27:30].max())
+    assert pooled.max() == a.max()
