@@ -231,9 +231,9 @@ def _textbook(name: str, device, dtype) -> Model:
         words = split_words(text)
         if not words:
             raise UserError("the text has no words")
-        truncated = len(words) > limit
+        total = len(words)
         words = words[:limit]
-        return {"x": module.embed(words)}, words, [False] * len(words), truncated
+        return {"x": module.embed(words)}, words, [False] * len(words), total > limit, total
 
     info_kw = dict(name=name, family="textbook", modality="text", num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                    hidden_size=cfg.dim, max_positions=cfg.max_positions, trained=False,

@@ -99,12 +99,12 @@ class Model:
             limit = min(limit, int(max_tokens))
         notes = []
         if self._encode is not None:
-            inputs, tokens, special, truncated = self._encode(text, limit)
+            inputs, tokens, special, truncated, total = self._encode(text, limit)
         else:
             if self.tokenizer is None:
                 raise UserError(f"{self.info.name} has no tokenizer (tokenizer.json or vocab.txt); it cannot read text")
             enc = self.tokenizer.encode(text, limit)
-            tokens, special, truncated = enc.tokens, enc.special, enc.truncated
+            tokens, special, truncated, total = enc.tokens, enc.special, enc.truncated, enc.total
             ids = torch.tensor([enc.ids], device=self.device)
             inputs = {"input_ids": ids}
             if self.info.family in ("bert", "roberta"):
@@ -113,7 +113,8 @@ class Model:
             why = "the model's positions" if max_tokens is None or limit == self.info.max_positions else "max_tokens"
             notes.append(f"input truncated to its first {len(tokens)} tokens ({why})")
         out, ms = self._forward(dk_scale, dk_layers, **inputs)
-        return self._result(out, ms, tokens, special, dk_scale, hidden, truncated=truncated, notes=notes)
+        return self._result(out, ms, tokens, special, dk_scale, hidden, truncated=truncated, notes=notes,
+                            total_tokens=total)
 
     def _run_image(self, image, dk_scale, dk_layers, image_size, hidden) -> RunResult:
         if isinstance(image, str) and self.info.modality == "image" and not image.strip():
@@ -144,4 +145,4 @@ class Model:
             vals, idx = p.topk(min(5, p.numel()))
             top5 = [(self.labels.get(int(i), str(int(i))), float(v)) for v, i in zip(vals, idx)]
         return self._result(out, ms, tokens, special, dk_scale, hidden, grid=(rows, cols), image=seen,
-                            notes=notes, top5=top5)
+                            notes=notes, top5=top5, total_tokens=len(tokens), patch_offset=len(extra))

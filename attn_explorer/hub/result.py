@@ -42,6 +42,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)  # one-line remarks for the user ("truncated to 512 tokens")
     top5: list[tuple[str, float]] | None = None  # classifier checkpoints: (label, probability)
     hidden: np.ndarray | None = None  # float32 (N, D) last hidden state, when asked for
+    total_tokens: int = 0  # tokens the whole input has, before any cut (text); N for images
+    patch_offset: int = 0  # image models: patch tokens are tokens[patch_offset:], row by row
 
     @property
     def num_tokens(self) -> int:

@@ -15,6 +15,7 @@ class Encoded:
     special: list[bool]
     type_ids: list[int]
     truncated: bool  # the text was longer than allowed
+    total: int  # tokens of the whole text, special tokens included
 
 
 def _display(tok: str) -> str:
@@ -68,4 +69,5 @@ class TextTokenizer:
             enc = self.tok.encode(text)
             self.tok.no_truncation()
         tokens = [_display(t) for t in enc.tokens] if self.byte_level else list(enc.tokens)
-        return Encoded(list(enc.ids), tokens, [bool(s) for s in enc.special_tokens_mask], list(enc.type_ids), truncated)
+        return Encoded(list(enc.ids), tokens, [bool(s) for s in enc.special_tokens_mask], list(enc.type_ids), truncated,
+                       len(full.ids))

@@ -61,6 +61,7 @@ def test_dk_layers_only_changes_that_layer_and_after(textbook):
 def test_max_tokens_and_truncation_note(textbook):
     r = textbook.run("a b c d e f g", max_tokens=3)
     assert r.tokens == ["a", "b", "c"] and r.truncated and "truncated" in r.notes[0]
+    assert r.total_tokens == 7
 
 
 def test_minilm_truncates_long_text_and_says_so():
@@ -69,7 +70,7 @@ def test_minilm_truncates_long_text_and_says_so():
     assert len(r.tokens) == 512 and r.truncated and r.tokens[-1] == "[SEP]"
     assert any("truncated" in n for n in r.notes)
     r = m.run("the animal was tired", max_tokens=4)
-    assert r.tokens == ["[CLS]", "the", "animal", "[SEP]"]
+    assert r.tokens == ["[CLS]", "the", "animal", "[SEP]"] and r.total_tokens == 6
 
 
 def test_image_api_and_conversions(tmp_path):
@@ -87,6 +88,7 @@ def test_image_api_and_conversions(tmp_path):
         img.save(tmp_path / name)
         r = m.run(str(tmp_path / name))
         assert r.grid == (14, 14) and r.tokens[0] == "[CLS]" and len(r.tokens) == 197, name
+        assert r.tokens[r.patch_offset] == "r0c0" and r.patch_offset == 1
         assert r.image.shape == (224, 224, 3) and r.image.dtype == np.uint8
     r = m.run(Image.new("RGB", (300, 200)), image_size=100)
     assert r.grid == (6, 6) and any("rounded" in n for n in r.notes)
