@@ -10,12 +10,12 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from attn_explorer.errors import UserError
+from attn_explorer.files import atomic_write, result_arrays, save_npz
 
 FORMATS = (".npz", ".json", ".png")
 
@@ -56,36 +56,6 @@ def _dk_scale(value) -> float:
     return s
 
 
-def result_arrays(r) -> dict[str, np.ndarray]:
-    """The arrays of a RunResult as saved to .npz: strings as NumPy unicode, no pickles needed."""
-    d = {
-        "attentions": np.asarray(r.attentions, dtype=np.float32),
-        "tokens": np.asarray(r.tokens, dtype=np.str_),
-        "model": np.asarray(r.model, dtype=np.str_),
-        "dk_scale": np.asarray(r.dk_scale, dtype=np.float64),
-        "special": np.asarray(r.special, dtype=bool),
-    }
-    if r.grid is not None:
-        d["grid"] = np.asarray(r.grid, dtype=np.int64)
-    return d
-
-
-def atomic_write(path: Path, write) -> None:
-    """write(tmp_path) into a temporary file beside path, then rename it over path."""
-    path = Path(path)
-    if not path.parent.exists():
-        raise UserError(f"output folder does not exist: {path.parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_result(r, out: str | os.PathLike) -> Path:
     """Save a RunResult as .npz, .json or .png (a picture of every head), atomically."""
     out = Path(out)
@@ -93,12 +63,8 @@ def save_result(r, out: str | os.PathLike) -> Path:
     if ext not in FORMATS:
         raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")
     if ext == ".npz":
-        arrays = result_arrays(r)
-
-        def write(tmp):
-            with open(tmp, "wb") as f:
-                np.savez_compressed(f, **arrays)
-    elif ext == ".json":
+        return save_npz(r, out)
+    if ext == ".json":
         d = {k: v.tolist() for k, v in result_arrays(r).items()}
         d["notes"] = list(r.notes)
 
@@ -111,8 +77,7 @@ def save_result(r, out: str | os.PathLike) -> Path:
         def write(tmp):
             img.save(tmp, format="PNG")
 
-    atomic_write(out, write)
-    return out
+    return atomic_write(out, write)
 
 
 # ---- the all-heads picture ---------------------------------------------------------------------------
