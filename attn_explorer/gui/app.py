@@ -65,10 +65,8 @@ def build_window(args, settings: QSettings | None = None, loader=None):
         src = model or None  # None: the default image model
     elif model:
         src = model
-    elif text is not None:
+    else:  # text input: the last text model (an image model would have no picture to look at)
         src = str(settings.value("model/last_text", "minilm"))
-    else:
-        src = str(settings.value("model/last", "minilm"))
     view = getattr(args, "view", None)
     if view:
         if view not in window.pages:
@@ -112,14 +110,20 @@ def _save_screenshot(app, window, state, out: Path) -> int:
 
 def run_gui(args) -> int:
     app = get_qapp()
-    window, state = build_window(args)
     shot = getattr(args, "screenshot", None)
     if shot:
-        window.resize(*SCREENSHOT_SIZE)
-        window.show()
-        code = _save_screenshot(app, window, state, Path(shot))
-        window.close()
-        return code
+        # A screenshot shows exactly what the command line asks for: the user's saved settings
+        # are neither read nor changed.
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            window, state = build_window(args, settings=make_settings(Path(d) / "settings.ini"))
+            window.resize(*SCREENSHOT_SIZE)
+            window.show()
+            code = _save_screenshot(app, window, state, Path(shot))
+            window.close()
+            return code
+    window, state = build_window(args)
     window.show()
     QTimer.singleShot(0, window.raise_)
     return int(app.exec())
