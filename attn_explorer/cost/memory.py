@@ -16,14 +16,15 @@ How peak memory is measured
 
 Before a run the guard compares ``predict_bytes`` (a deliberately generous count of every
 tensor the variant builds) with a budget, and skips runs that would not fit.
+
+torch is imported inside the functions that need it, so the GUI can predict and budget (to
+size its slider) before anything has loaded torch.
 """
 from __future__ import annotations
 
 import math
 import os
 from typing import Any, Callable
-
-import torch
 
 MB = 1e6
 GB = 1e9
@@ -43,8 +44,19 @@ def human_bytes(b: float | None) -> str:
     return f"{int(b)} B"
 
 
-def elem_bytes(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+ELEM_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float64": 8}
+
+
+def elem_bytes(dtype: Any) -> int:
+    """Bytes per element of a dtype given as a name ("float32") or a torch.dtype."""
+    if isinstance(dtype, str):
+        return ELEM_BYTES[dtype.lower()]
+    return dtype.itemsize
+
+
+def device_type(device: Any) -> str:
+    """'cpu', 'cuda', ... from a torch.device or a string such as 'cuda:1'."""
+    return getattr(device, "type", None) or str(device).split(":")[0]
 
 
 # --- measuring ------------------------------------------------------------------------------
@@ -68,19 +80,21 @@ def _cpu_peak_from_profile(prof: Any) -> int:
     return peak
 
 
-def run_measuring_memory(fn: Callable[[], Any], device: torch.device) -> tuple[Any, int | None, str | None]:
+def run_measuring_memory(fn: Callable[[], Any], device: Any) -> tuple[Any, int | None, str | None]:
     """Call fn() once and return (its result, peak bytes allocated during it, method name).
 
     The method is "cuda-allocator", "cpu-profiler" or None where the device has no counter.
     """
-    if device.type == "cuda":
+    import torch
+
+    if device_type(device) == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
         out = fn()
         torch.cuda.synchronize(device)
         return out, torch.cuda.max_memory_allocated(device) - base, "cuda-allocator"
-    if device.type == "cpu":
+    if device_type(device) == "cpu":
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -126,12 +140,15 @@ def matrix_bytes(n: int, heads: int, batch: int = 1, elem: int = 4) -> int:
 # --- budgeting ------------------------------------------------------------------------------
 
 
-def available_bytes(device: torch.device) -> int | None:
+def available_bytes(device: Any = "cpu") -> int | None:
     """Memory free for new tensors now: MemAvailable (Linux) or psutil on CPU, free memory on CUDA."""
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
+    kind = device_type(device)
+    if kind == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
         return int(free)
-    if device.type != "cpu":
+    if kind != "cpu":
         return None
     try:
         with open("/proc/meminfo") as f:
@@ -154,9 +171,9 @@ BUDGET_SHARE = {"cpu": 0.5, "cuda": 0.8}
 FALLBACK_BUDGET = 2 * 2**30  # when the free memory cannot be read
 
 
-def default_budget(device: torch.device) -> int:
+def default_budget(device: Any = "cpu") -> int:
     """A safe budget in bytes: half of MemAvailable on CPU, 80 % of free memory on CUDA."""
     free = available_bytes(device)
     if free is None:
         return FALLBACK_BUDGET
-    return int(free * BUDGET_SHARE.get(device.type, 0.5))
+    return int(free * BUDGET_SHARE.get(device_type(device), 0.5))
