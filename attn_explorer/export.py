@@ -72,7 +72,10 @@ def save_result(r, out: str | os.PathLike) -> Path:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump(d, f)
     else:
-        img = head_grid_image(r.attentions)
+        L, H, N, _ = r.attentions.shape
+        title = (f"{r.model}: {L} layers x {H} heads, {N} tokens, dk_scale {r.dk_scale:g}; "
+                 f"row i = where token i looks; colour 0..{float(r.attentions.max()):.2f} (viridis)")
+        img = head_grid_image(r.attentions, title=title)
 
         def write(tmp):
             img.save(tmp, format="PNG")
@@ -93,28 +96,31 @@ def viridis_lut() -> np.ndarray:
     return np.stack([np.interp(t, x, _VIRIDIS[:, c]) for c in range(3)], axis=1).round().astype(np.uint8)
 
 
-def head_grid_image(att: np.ndarray, cell: int | None = None):
-    """PIL image of an (L, H, N, N) stack: one heatmap per head, layers down, heads across, labelled."""
+def head_grid_image(att: np.ndarray, cell: int | None = None, title: str = ""):
+    """PIL image of an (L, H, N, N) stack: one heatmap per head, layers down, heads across, labelled.
+    Colour runs from 0 to the largest weight (viridis); row i of each map is where token i looks."""
     from PIL import Image, ImageDraw
 
     L, H, N, _ = att.shape
     cell = cell or int(np.clip(1024 // max(H, 1), 48, 256))
-    gap, margin = 4, 28
+    gap, margin, top = 4, 28, 28 + (20 if title else 0)
     W = margin + H * (cell + gap)
-    Ht = margin + L * (cell + gap)
+    Ht = top + L * (cell + gap)
     canvas = Image.new("RGB", (W, Ht), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
+    if title:
+        draw.text((margin, 6), title, fill=(0, 0, 0))
     lut = viridis_lut()
     vmax = float(att.max()) or 1.0
     for li in range(L):
         for hi in range(H):
             idx = np.clip(att[li, hi] / vmax * 255, 0, 255).astype(np.uint8)
             tile = Image.fromarray(lut[idx]).resize((cell, cell), Image.Resampling.NEAREST)
-            canvas.paste(tile, (margin + hi * (cell + gap), margin + li * (cell + gap)))
+            canvas.paste(tile, (margin + hi * (cell + gap), top + li * (cell + gap)))
     for hi in range(H):
-        draw.text((margin + hi * (cell + gap) + cell // 2 - 8, 8), f"H{hi}", fill=(0, 0, 0))
+        draw.text((margin + hi * (cell + gap) + cell // 2 - 8, top - 20), f"H{hi}", fill=(0, 0, 0))
     for li in range(L):
-        draw.text((4, margin + li * (cell + gap) + cell // 2 - 5), f"L{li}", fill=(0, 0, 0))
+        draw.text((4, top + li * (cell + gap) + cell // 2 - 5), f"L{li}", fill=(0, 0, 0))
     return canvas
 
 
