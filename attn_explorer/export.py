@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output file: .npz, .json or .png")
     p.add_argument("--dk-scale", default="1.0", help="multiply 1/sqrt(d_k) by this positive number (default 1)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    p.add_argument("--dtype", default="float32", help="float32 (default); bfloat16 or float16 on a GPU")
     p.add_argument("--max-tokens", default=None, help="keep only the first N tokens")
     p.add_argument("--image-size", default=None, help="square input side in pixels for image models")
 
@@ -148,12 +149,12 @@ def run(args: argparse.Namespace) -> int:
     if args.image is not None:
         if not Path(args.image).exists():
             raise UserError(f"image file not found: {args.image}")
-        model = load_model(args.model or default_image_model(), device=args.device)
+        model = load_model(args.model or default_image_model(), device=args.device, dtype=args.dtype)
         if model.info.modality != "image":
             raise UserError(f"{model.info.name} is a text model; use --text or --text-file")
         r = model.run(args.image, dk_scale=dk, image_size=image_size)
     else:
-        model = load_model(args.model or "minilm", device=args.device)
+        model = load_model(args.model or "minilm", device=args.device, dtype=args.dtype)
         if model.info.modality != "text":
             raise UserError(f"{model.info.name} is an image model; use --image")
         r = model.run(text, dk_scale=dk, max_tokens=max_tokens)
