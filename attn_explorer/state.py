@@ -8,9 +8,15 @@ can appear before torch is loaded.
 
 Newest input wins: every request gets a generation number; while a run is in flight, later requests
 collapse into one pending run, and a result older than the one on screen is dropped.
+
+The n sweep times the current model at several sequence lengths, one forward pass per job on the same
+one-job pool. A user's run always goes before the next sweep step, so typing during a sweep is served
+after at most one sweep forward pass. Sweep runs only report (n, forward ms): they never change the
+attention on screen.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +64,30 @@ def _run_job(model: Any, x: Any, kwargs: dict, gen: int, epoch: int) -> tuple[in
     return gen, epoch, r
 
 
+def _sweep_job(model: Any, x: Any, kw: dict, want: int, reps: int, sweep_id: int) -> tuple[int, int, float, bool]:
+    """One timed forward pass at sequence length `want`. Text shorter than `want` tokens is repeated
+    `reps` times (more if that was too few) and cut with max_tokens. Returns (id, n, forward ms, repeated)."""
+    if "max_tokens" not in kw:  # image: the size is already in kw
+        r = model.run(x, **kw)
+        return sweep_id, r.num_tokens, float(r.forward_ms), False
+    while True:
+        text = " ".join([x] * reps)
+        r = model.run(text, **kw)
+        if r.num_tokens >= want or r.total_tokens > r.num_tokens or reps >= 1 << 14:
+            return sweep_id, r.num_tokens, float(r.forward_ms), reps > 1
+        reps *= 2
+
+
+def sweep_lengths(info: ModelInfo, points: int = 9) -> list[int]:
+    """Text: log-spaced token counts from 8 to the model's max positions.
+    Image: log-spaced patch-grid sides from 4 to twice the default grid (square images)."""
+    if info.modality == "image" and info.patch_size:
+        default = max(4, (info.image_size or 224) // info.patch_size)
+        return sorted({int(round(g)) for g in np.geomspace(4, 2 * default, points - 1)})
+    top = max(9, int(info.max_positions))
+    return sorted({int(round(n)) for n in np.geomspace(8, top, points)})
+
+
 def _load_job(loader: Loader, src, device, want_image, epoch, progress=None):
     return epoch, loader(src, device=device, progress=progress, want_image=want_image)
 
@@ -75,6 +105,10 @@ class SessionState(QObject):
     options_changed = Signal()  # colormap, log scale, hide specials, overlay alpha
     error_raised = Signal(str)  # one line for the user
     busy_changed = Signal(bool)  # a job is running
+    sweep_started = Signal(int)  # number of sequence lengths to measure
+    sweep_progressed = Signal(int, int)  # forward passes done, in all
+    sweep_point_measured = Signal(int, float)  # n, median forward ms at that n
+    sweep_finished = Signal(bool)  # True: every length measured; False: cancelled or failed
 
     def __init__(self, loader: Loader | None = None, device: str = "auto", parent: QObject | None = None):
         super().__init__(parent)
@@ -94,7 +128,6 @@ class SessionState(QObject):
         self.dk_layer_only: bool = False
         self.max_tokens: int | None = None  # text: keep the first n tokens
         self.image_size: int | None = None  # image: square side in pixels
-        self.full_tokens: int = 0  # token count of the whole input, from the last uncut run
         # selection and view options
         self.layer: int = 0
         self.head: int = 0
@@ -106,6 +139,16 @@ class SessionState(QObject):
         self.alpha: float = 0.55
         # measured (n, forward_ms) for the current model: the cost plot
         self.timings: list[tuple[int, float]] = []
+        # the n sweep: (n, median forward ms) per measured length, and what was measured
+        self.sweep_points: list[tuple[int, float]] = []
+        self.sweep_repeats = 3
+        self.sweep_repeated_input = False  # the text was repeated to reach the longer lengths
+        self._sweep_id = 0
+        self._sweep_queue: list[tuple[Any, dict, int, int, bool]] = []  # (x, kw, want, reps, warm-up)
+        self._sweep_worker: Worker | None = None
+        self._sweep_samples: dict[int, list[float]] = {}
+        self._sweep_done = 0
+        self._sweep_total = 0
         # scheduling
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(1)  # one model job at a time
@@ -126,13 +169,21 @@ class SessionState(QObject):
 
     @property
     def busy(self) -> bool:
+        """A load or a user's run is in flight (the n sweep does not count: see `sweeping`)."""
         return self._running or self._loading
+
+    @property
+    def sweeping(self) -> bool:
+        """An n sweep is under way (a cancelled step may still be finishing in the pool)."""
+        w = self._sweep_worker
+        return bool(self._sweep_queue) or (w is not None and w.args[-1] == self._sweep_id)
 
     # ----------------------------------------------------------------------------- model
     def load_model(self, src: str | None = None, want_image: bool | None = None) -> None:
         """Load a model in the background. On success the current input is run again."""
         if want_image is None:
             want_image = self.input_kind == "image"
+        self.cancel_sweep()  # its timings would belong to the old model
         self._load_epoch += 1
         self._loading = True
         self.busy_changed.emit(True)
@@ -160,9 +211,9 @@ class SessionState(QObject):
             self.builtins = loaded.builtins
             self.models_listed.emit(self.builtins)
         self.timings = []
+        self.sweep_points = []
         self.max_tokens = None
         self.image_size = None
-        self.full_tokens = 0
         # images: start on the last layer, where [CLS] attention outlines objects (as in DINO)
         self.layer = self.info.num_layers - 1 if self.info.modality == "image" else min(self.layer, self.info.num_layers - 1)
         self.head = min(self.head, self.info.num_heads - 1)
@@ -183,8 +234,7 @@ class SessionState(QObject):
         self._loading = False
         self.busy_changed.emit(self.busy)
         self.error_raised.emit(message)
-        if self._model is not None and self._pending:
-            self.request_run()
+        self._next_job()
 
     # ----------------------------------------------------------------------------- input
     def set_text(self, text: str) -> None:
@@ -222,7 +272,8 @@ class SessionState(QObject):
                 self.request_run()
 
     def set_max_tokens(self, n: int | None) -> None:
-        if n is not None and self.full_tokens and n >= self.full_tokens:
+        total = self.result.total_tokens if self.result is not None and self.result.grid is None else 0
+        if n is not None and total and n >= total:
             n = None
         if n != self.max_tokens:
             self.max_tokens = n
@@ -295,16 +346,23 @@ class SessionState(QObject):
     def request_run(self) -> None:
         """Run the current input. Requests made while a run is in flight collapse into one."""
         self._gen += 1
-        if self._model is None or self._loading or self._running:
-            self._pending = True
-            return
-        self._start_run()
+        self._pending = True
+        self._next_job()
 
-    def _start_run(self) -> None:
+    def _next_job(self) -> None:
+        """Start the next job if the pool is free: a pending user run first, then a sweep step."""
+        if self._model is None or self._loading or self._running or self._sweep_worker is not None:
+            return
+        if self._pending and self._start_run():
+            return
+        if self._sweep_queue:
+            self._start_sweep_step()
+
+    def _start_run(self) -> bool:
         self._pending = False
         x, kw = self.run_input()
         if x is None or (isinstance(x, str) and self.input_kind == "text" and not x.strip()):
-            return  # nothing to show; keep the last good view
+            return False  # nothing to show; keep the last good view
         self._running = True
         self.busy_changed.emit(True)
         w = Worker(_run_job, self._model, x, kw, self._gen, self._epoch)
@@ -312,6 +370,7 @@ class SessionState(QObject):
         w.signals.error.connect(self._on_run_error)
         w.signals.finished.connect(self._on_run_finished)
         self._start(w)
+        return True
 
     @Slot(object)
     def _on_run_result(self, out) -> None:
@@ -323,8 +382,6 @@ class SessionState(QObject):
         self._shown_gen = gen
         self.timings.append((r.num_tokens, float(r.forward_ms)))
         del self.timings[:-400]
-        if self.max_tokens is None and r.grid is None:
-            self.full_tokens = r.num_tokens
         if not self._query_chosen:
             self.query = default_query(r)
         self.query = min(self.query, r.num_tokens - 1)
@@ -339,10 +396,110 @@ class SessionState(QObject):
     @Slot()
     def _on_run_finished(self) -> None:
         self._running = False
-        if self._pending and self._model is not None and not self._loading:
-            self._start_run()
+        self._next_job()
         if not self.busy:
             self.busy_changed.emit(False)
+
+    # ----------------------------------------------------------------------------- n sweep
+    def start_sweep(self, repeats: int = 3, lengths: list[int] | None = None) -> bool:
+        """Time the current model at log-spaced n (see `sweep_lengths`), `repeats` runs per n.
+
+        Points stream out through `sweep_point_measured` (median of the repeats). Returns False when
+        there is nothing to measure (no model or no input)."""
+        if self._model is None or self.info is None or self._loading:
+            return False
+        self.cancel_sweep()
+        x, kw = self.run_input()
+        kw.pop("max_tokens", None)
+        kw.pop("image_size", None)
+        info = self.info
+        lengths = sorted(set(lengths or sweep_lengths(info)))
+        steps: list[tuple[Any, dict, int, int, bool]] = []
+        if info.modality == "image":
+            if x is None or not info.patch_size:
+                return False
+            for g in lengths:
+                steps.append((x, {**kw, "image_size": g * info.patch_size}, g, 1, False))
+            self.sweep_repeated_input = False
+        else:
+            x = self.text
+            if not x.strip():
+                return False
+            lengths = [n for n in lengths if 1 <= n <= info.max_positions]
+            r = self.result if self.result is not None and self.result.grid is None else None
+            total = r.total_tokens if r is not None and r.total_tokens else 0
+            extra = int(np.count_nonzero(r.special)) if r is not None else 0
+            per_copy = max(1, total - extra)
+            for n in lengths:
+                reps = max(1, math.ceil((n - extra) / per_copy)) if total else 1
+                steps.append((x, {**kw, "max_tokens": n}, n, reps, False))
+            self.sweep_repeated_input = bool(total) and max(lengths, default=0) > total
+        if not steps:
+            return False
+        steps = [steps[0][:4] + (True,)] + [s for s in steps for _ in range(max(1, repeats))]
+        self._sweep_id += 1
+        self.sweep_repeats = max(1, repeats)
+        self.sweep_points = []
+        self._sweep_samples = {}
+        self._sweep_queue = steps
+        self._sweep_done = 0
+        self._sweep_total = len(steps) - 1
+        self.sweep_started.emit(len(lengths))
+        self._next_job()
+        return True
+
+    def cancel_sweep(self) -> None:
+        """Stop the sweep: no more steps start, and the one in flight reports nothing."""
+        if not self.sweeping:
+            return
+        self._sweep_queue = []
+        self._sweep_id += 1
+        if self._sweep_worker is not None:
+            self._sweep_worker.cancel()
+        self.sweep_finished.emit(False)
+
+    def _start_sweep_step(self) -> None:
+        x, kw, want, reps, warm = self._sweep_queue.pop(0)
+        w = Worker(_sweep_job, self._model, x, kw, want, reps, self._sweep_id)
+        w.warm_up = warm
+        w.signals.result.connect(self._on_sweep_result)
+        w.signals.error.connect(self._on_sweep_error)
+        w.signals.finished.connect(self._on_sweep_step_finished)
+        self._sweep_worker = w
+        self._start(w)
+
+    @Slot(object)
+    def _on_sweep_result(self, out) -> None:
+        sweep_id, n, ms, repeated = out
+        w = self._sweep_worker
+        if sweep_id != self._sweep_id or w is None or w.warm_up:
+            return
+        self.sweep_repeated_input = self.sweep_repeated_input or repeated
+        samples = self._sweep_samples.setdefault(n, [])
+        samples.append(ms)
+        self._sweep_done += 1
+        self.sweep_progressed.emit(self._sweep_done, self._sweep_total)
+        nxt = self._sweep_queue[0] if self._sweep_queue else None
+        if len(samples) >= self.sweep_repeats or nxt is None or nxt[2] != w.args[3]:
+            point = (n, float(np.median(samples)))
+            self.sweep_points = [p for p in self.sweep_points if p[0] != n] + [point]
+            self.sweep_point_measured.emit(*point)
+
+    @Slot(str)
+    def _on_sweep_error(self, message: str) -> None:
+        if self._sweep_worker is not None and self._sweep_worker.args[-1] == self._sweep_id:
+            self._sweep_queue = []
+            self._sweep_id += 1
+            self.error_raised.emit(f"n sweep stopped: {message}")
+            self.sweep_finished.emit(False)
+
+    @Slot()
+    def _on_sweep_step_finished(self) -> None:
+        w, self._sweep_worker = self._sweep_worker, None
+        finished_now = w is not None and w.args[-1] == self._sweep_id and not self._sweep_queue
+        self._next_job()
+        if finished_now:
+            self.sweep_finished.emit(True)
 
     def _start(self, w: Worker) -> None:
         self._jobs.add(w)
@@ -358,6 +515,7 @@ class SessionState(QObject):
         return self._pool.waitForDone(msecs)
 
     def shutdown(self) -> None:
+        self._sweep_queue = []
         for w in list(self._jobs):
             w.cancel()
         self._pool.waitForDone(10000)

@@ -11,9 +11,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
-                               QPushButton, QSlider, QVBoxLayout, QWidget)
+                               QProgressBar, QPushButton, QSlider, QVBoxLayout, QWidget)
 
-from attn_explorer.gui.stats import fit_quadratic, head_entropy_and_peak, human_bytes, human_count
+from attn_explorer.gui.stats import (doubling_factor, fit_quadratic, head_entropy_and_peak, human_bytes, human_count,
+                                     quadratic_share)
 from attn_explorer.state import DK_MAX, DK_MIN, SessionState, sample_images
 
 DEBOUNCE_MS = 100
@@ -170,7 +171,12 @@ class DkPanel(QGroupBox):
 
 
 class SeqLenPanel(QGroupBox):
-    """Choose n (first tokens, or image resolution); read the n² cost and the measured time."""
+    """Choose n (first tokens, or image resolution); read the n² cost; measure time against n.
+
+    Every run the user makes adds a small grey dot (n, forward ms). "Measure n sweep" times the model
+    at log-spaced n in the background (median of a few runs each) and fits a·n² + b·n + c through
+    those points, so the quadratic part of the cost shows as a curve.
+    """
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__("Sequence length n", parent)
@@ -182,16 +188,30 @@ class SeqLenPanel(QGroupBox):
         self.readout = QLabel("")
         self.readout.setWordWrap(True)
         self.readout.setTextFormat(Qt.RichText)
+        self.sweep_button = QPushButton("Measure n sweep")
+        self.sweep_button.setToolTip("Time the model at n from 8 up to its maximum, in the background")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("")
+        self.sweep_readout = QLabel("")
+        self.sweep_readout.setWordWrap(True)
+        self.sweep_readout.setTextFormat(Qt.RichText)
         self.plot = pg.PlotWidget()
-        self.plot.setFixedHeight(150)
+        self.plot.setFixedHeight(170)
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
+        self.plot.setMouseEnabled(x=False, y=False)
         self.plot.setLabel("left", "forward ms")
-        self.plot.setLabel("bottom", "n")
-        self.points = pg.ScatterPlotItem(size=6, brush="#4c78a8", pen=None)
+        self.plot.setLabel("bottom", "n (tokens)")
+        self.live_points = pg.ScatterPlotItem(size=5, brush="#bbbbbb", pen=None)  # the user's own runs
+        self.sweep_scatter = pg.ScatterPlotItem(size=7, brush="#4c78a8", pen=None)  # sweep medians
         self.curve = pg.PlotCurveItem(pen=pg.mkPen("#e45756", width=2))
-        self.plot.addItem(self.points)
-        self.plot.addItem(self.curve)
+        for it in (self.curve, self.live_points, self.sweep_scatter):
+            self.plot.addItem(it)
         self.debounce = QTimer(self)
         self.debounce.setSingleShot(True)
         self.debounce.setInterval(30)
@@ -201,20 +221,29 @@ class SeqLenPanel(QGroupBox):
         row = QHBoxLayout()
         row.addWidget(self.slider, 1)
         row.addWidget(self.value)
+        sweep_row = QHBoxLayout()
+        sweep_row.addWidget(self.sweep_button)
+        sweep_row.addWidget(self.progress, 1)
+        sweep_row.addWidget(self.cancel_button)
         lay = QVBoxLayout(self)
         lay.addLayout(row)
         lay.addWidget(self.readout)
+        lay.addLayout(sweep_row)
         lay.addWidget(self.plot)
+        lay.addWidget(self.sweep_readout)
 
         self.slider.valueChanged.connect(self._moved)
         self.debounce.timeout.connect(self._send)
+        self.sweep_button.clicked.connect(self.start_sweep)
+        self.cancel_button.clicked.connect(state.cancel_sweep)
         state.attention_ready.connect(self.refresh)
-        state.model_loaded.connect(lambda *_: self.plot.clear() or self._readd())
+        state.model_loaded.connect(self._model_loaded)
+        state.sweep_started.connect(self._sweep_started)
+        state.sweep_progressed.connect(self._sweep_progressed)
+        state.sweep_point_measured.connect(lambda *_: self.redraw_plot())
+        state.sweep_finished.connect(self._sweep_finished)
 
-    def _readd(self):
-        self.plot.addItem(self.points)
-        self.plot.addItem(self.curve)
-
+    # ------------------------------------------------------------------------------ slider
     def _moved(self, v: int) -> None:
         self._show_value(v)
         self.debounce.start()
@@ -234,6 +263,14 @@ class SeqLenPanel(QGroupBox):
         else:
             self.state.set_max_tokens(v if v < self.slider.maximum() else None)
 
+    def _model_loaded(self, info) -> None:
+        self.fit = None
+        self.sweep_readout.setText("")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("")
+        self.redraw_plot()
+
     def refresh(self, r) -> None:
         st = self.state
         info = st.info
@@ -249,7 +286,8 @@ class SeqLenPanel(QGroupBox):
             self.slider.setValue(side // info.patch_size)
         else:
             self.setTitle("Sequence length n (first tokens)")
-            top = max(st.full_tokens, r.num_tokens, 2)
+            # the whole input's length, as far as the model can read
+            top = max(min(r.total_tokens or r.num_tokens, info.max_positions), r.num_tokens, 2)
             self.slider.setRange(1, top)
             self.slider.setValue(r.num_tokens)
         self.slider.blockSignals(False)
@@ -258,19 +296,85 @@ class SeqLenPanel(QGroupBox):
         L, H, d = info.num_layers, info.num_heads, info.hidden_size
         flops = 4 * n * n * d
         nbytes = L * H * n * n * 4
-        ns, ms = zip(*st.timings) if st.timings else ((), ())
-        self.fit = fit_quadratic(ns, ms)
-        fit_txt = ""
-        if self.fit is not None:
-            a, b, c = self.fit
-            fit_txt = f"<br>fit: {a:.2e}·n² + {b:.2e}·n + {c:.2f} ms"
         self.readout.setText(
             f"<b>{n}×{n}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
             f" · L·H·n²·4 B = <b>{human_bytes(nbytes)}</b> of attention maps"
-            f" · forward <b>{r.forward_ms:.1f} ms</b>{fit_txt}")
-        self.points.setData(np.asarray(ns, float), np.asarray(ms, float))
+            f" · forward <b>{r.forward_ms:.1f} ms</b>")
+        self.redraw_plot()
+
+    # ------------------------------------------------------------------------------ sweep
+    def start_sweep(self) -> bool:
+        return self.state.start_sweep()
+
+    def _sweep_started(self, lengths: int) -> None:
+        self.sweep_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.progress.setRange(0, 1000)
+        self.progress.setValue(0)
+        self.progress.setFormat(f"measuring {lengths} lengths… %p%")
+        self.sweep_readout.setText("Measuring: each blue dot is the median of "
+                                   f"{self.state.sweep_repeats} forward passes.")
+        self.redraw_plot()
+
+    def _sweep_progressed(self, done: int, total: int) -> None:
+        self.progress.setValue(int(1000 * done / max(1, total)))
+
+    def _sweep_finished(self, complete: bool) -> None:
+        self.sweep_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self.progress.setFormat("sweep done" if complete else "sweep stopped")
+        if complete:
+            self.progress.setValue(self.progress.maximum())
+        self.redraw_plot()
+
+    # ------------------------------------------------------------------------------ plot
+    def redraw_plot(self) -> None:
+        st = self.state
+        live = np.asarray(st.timings, float).reshape(-1, 2)
+        sweep = np.asarray(sorted(st.sweep_points), float).reshape(-1, 2)
+        self.live_points.setData(live[:, 0], live[:, 1])
+        self.sweep_scatter.setData(sweep[:, 0], sweep[:, 1])
+        used = sweep if len(sweep) >= 3 else live
+        self.fit = fit_quadratic(used[:, 0], used[:, 1])
+        both = np.concatenate([live, sweep])
+        top_n = float(both[:, 0].max()) if len(both) else 16.0
+        top_ms = float(both[:, 1].max()) if len(both) else 1.0
         if self.fit is not None:
-            xs = np.linspace(0, max(ns) * 1.05, 80)
-            self.curve.setData(xs, np.polyval(self.fit, xs))
+            xs = np.linspace(0, top_n, 100)
+            ys = np.polyval(self.fit, xs)
+            self.curve.setData(xs, ys)
+            top_ms = max(top_ms, float(ys.max()))
         else:
             self.curve.setData([], [])
+        # from 0, so the curve's shape reads right; padded, so one point is not a degenerate range
+        self.plot.setXRange(0, max(top_n * 1.06, top_n + 2), padding=0)
+        self.plot.setYRange(0, max(top_ms * 1.12, 1e-3), padding=0)
+        self._describe_sweep(sweep)
+
+    def _describe_sweep(self, sweep: np.ndarray) -> None:
+        st = self.state
+        if len(sweep) == 0:
+            if not st.sweeping:
+                self.sweep_readout.setText("Grey dots: your runs. Press <i>Measure n sweep</i> to time n from "
+                                           "8 to the model's maximum and fit a·n² + b·n + c.")
+            return
+        ns = sweep[:, 0].astype(int)
+        where = (f"image sizes {ns.min()}–{ns.max()} tokens (square grids of patches + [CLS])"
+                 if self._image_mode else f"n = {ns.min()}…{ns.max()}")
+        parts = [f"<b>n sweep</b>: {len(ns)} lengths, {where}, median of {st.sweep_repeats} runs each"]
+        if st.sweep_repeated_input and not self._image_mode:
+            parts[0] += "; <i>input repeated to reach n</i>"
+        if self.fit is not None and len(sweep) >= 3:
+            a, b, c = self.fit
+            parts.append(f"fit: <b>{a:.2e}·n² + {b:.2e}·n + {c:.2f} ms</b>")
+            hi = int(ns.max())
+            factor = doubling_factor(self.fit, hi)
+            if factor is not None:
+                parts.append(f"doubling n from {hi // 2} to {hi} multiplies time by <b>×{factor:.2f}</b> "
+                             "(pure n² would be ×4, pure n ×2)")
+            share = quadratic_share(self.fit, hi)
+            if share is not None and share >= 0:
+                parts.append(f"at n = {hi} the n² term is {share:.0%} of the fitted time")
+        elif st.sweeping:
+            parts.append("the fit appears after three lengths")
+        self.sweep_readout.setText("; ".join(parts) + ".")

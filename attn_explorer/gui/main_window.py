@@ -211,7 +211,8 @@ class MainWindow(QMainWindow):
         file.addSeparator()
         self.act_export = self._action(file, "&Export…", self.export_dialog, QKeySequence.Save)
         file.addSeparator()
-        self._action(file, "&Quit", self.close, QKeySequence.Quit)
+        # QKeySequence.Quit is empty on some platforms (offscreen, plain X11): name Ctrl+Q as well
+        self._action(file, "&Quit", self.close, [QKeySequence.Quit, "Ctrl+Q"])
         view = mb.addMenu("&View")
         for i, name in enumerate(self.pages):
             title = PAGES[name][0]
@@ -224,7 +225,13 @@ class MainWindow(QMainWindow):
 
     def _action(self, menu, text, slot, shortcut=None) -> QAction:
         act = QAction(text, self)
-        if shortcut is not None:
+        if isinstance(shortcut, list):
+            keys: list[QKeySequence] = []
+            for k in shortcut:
+                more = QKeySequence.keyBindings(k) if isinstance(k, QKeySequence.StandardKey) else [QKeySequence(k)]
+                keys += [q for q in more if not q.isEmpty() and q not in keys]
+            act.setShortcuts(keys)
+        elif shortcut is not None:
             act.setShortcut(QKeySequence(shortcut))
         act.triggered.connect(lambda *_: slot())
         menu.addAction(act)

@@ -20,16 +20,11 @@ THUMB = 112  # side of a small overlay, in pixels
 CLIP_PERCENTILE = 98  # colour runs from 0 to this percentile of the map; stronger patches saturate
 
 
-def patch_offset(num_tokens: int, grid: tuple[int, int]) -> int:
-    """Index of the first patch token: special tokens ([CLS], registers) come first."""
-    return num_tokens - grid[0] * grid[1]
-
-
-def patch_heat(att_row: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
-    """A query's attention over the patches, as a (rows, cols) map."""
+def patch_heat(att_row: np.ndarray, grid: tuple[int, int], offset: int) -> np.ndarray:
+    """A query's attention over the patches, as a (rows, cols) map; patch tokens start at `offset`
+    (RunResult.patch_offset: [CLS], [DIST] or registers come first)."""
     rows, cols = grid
-    off = patch_offset(att_row.shape[-1], grid)
-    return att_row[off: off + rows * cols].reshape(rows, cols)
+    return att_row[offset: offset + rows * cols].reshape(rows, cols)
 
 
 def blend(image: np.ndarray, heat: np.ndarray, alpha: float, cmap: str) -> np.ndarray:
@@ -134,13 +129,13 @@ class PatchOverlayView(LazyPage, QWidget):
         rows, cols = r.grid
         layer = r.attentions[st.layer]  # (H, N, N)
         # the large overlay: the selected head
-        self.big_rgb = blend(r.image, patch_heat(layer[st.head, q], r.grid), st.alpha, st.colormap)
+        off = r.patch_offset
+        self.big_rgb = blend(r.image, patch_heat(layer[st.head, q], r.grid, off), st.alpha, st.colormap)
         ih, iw = r.image.shape[:2]
         self.big_img.setImage(self.big_rgb, levels=(0, 255), autoLevels=False)
         self.big_img.setRect(QRectF(0, 0, iw, ih))
         self.big.setRange(xRange=(0, iw), yRange=(0, ih), padding=0.02)
         self.big.setTitle(f"layer {st.layer}, head {st.head}")
-        off = patch_offset(N, r.grid)
         if q >= off:
             pr, pc = divmod(q - off, cols)
             y0, y1 = pr * ih / rows, (pr + 1) * ih / rows
@@ -157,7 +152,7 @@ class PatchOverlayView(LazyPage, QWidget):
         mosaic = np.full((rows_m * side - gap, cols_m * side - gap, 3), 255, np.uint8)
         for h in range(H):
             y, x = divmod(h, cols_m)
-            tile = blend(thumb, patch_heat(layer[h, q], r.grid), st.alpha, st.colormap)
+            tile = blend(thumb, patch_heat(layer[h, q], r.grid, off), st.alpha, st.colormap)
             mosaic[y * side: y * side + THUMB, x * side: x * side + THUMB] = tile
         self.small_img.setImage(mosaic, levels=(0, 255), autoLevels=False)
         self.small.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.02)
@@ -207,7 +202,7 @@ class PatchOverlayView(LazyPage, QWidget):
             rows, cols = r.grid
             pr, pc = int(p.y() * rows // ih), int(p.x() * cols // iw)
             if 0 <= pr < rows and 0 <= pc < cols and p.x() >= 0 and p.y() >= 0:
-                self.state.set_query(patch_offset(r.num_tokens, r.grid) + pr * cols + pc)
+                self.state.set_query(r.patch_offset + pr * cols + pc)
         elif self.small.vb.sceneBoundingRect().contains(pos):
             p = self.small.vb.mapSceneToView(pos)
             side = THUMB + 4

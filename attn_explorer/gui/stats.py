@@ -38,6 +38,22 @@ def fit_quadratic(ns, ms) -> np.ndarray | None:
     return np.polyfit(n, t, 2)
 
 
+def doubling_factor(fit, n: float) -> float | None:
+    """How many times longer the fitted time is at n than at n/2 (4 for pure n², 2 for pure n)."""
+    if fit is None or n < 2:
+        return None
+    lo, hi = float(np.polyval(fit, n / 2)), float(np.polyval(fit, n))
+    return hi / lo if lo > 0 and hi > 0 else None
+
+
+def quadratic_share(fit, n: float) -> float | None:
+    """The n² term's part of the fitted time at n (0..1), or None when the fit is not positive there."""
+    if fit is None:
+        return None
+    total = float(np.polyval(fit, n))
+    return float(fit[0] * n * n / total) if total > 0 else None
+
+
 def human_count(x: float, unit: str = "") -> str:
     """1234567 -> '1.23 M' (SI prefixes), for FLOPs."""
     for div, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):

@@ -97,7 +97,8 @@ def test_clicking_patch_changes_overlay(make_window, qtbot, sample_path):
     before = ov.big_rgb.copy()
     rows, cols = st.result.grid
     _click_scene(qtbot, ov.canvas, ov.patch_center(rows // 2, cols // 3))
-    off = st.result.num_tokens - rows * cols
+    off = st.result.patch_offset
+    assert st.result.tokens[off] == "r0c0"
     assert st.query == off + (rows // 2) * cols + cols // 3
     assert not np.array_equal(before, ov.big_rgb)
     assert "patch row" in ov.caption.text() and "Untrained" in ov.caption.text()

@@ -1,0 +1,131 @@
+"""The sequence-length panel's n sweep: points stream in, a quadratic is fitted, the view is untouched."""
+from __future__ import annotations
+
+import numpy as np
+
+from attn_explorer.gui.stats import doubling_factor, quadratic_share
+from attn_explorer.state import sweep_lengths
+from tests.gui.conftest import cached_model, sample
+
+
+def _counter(signal):
+    got = []
+    signal.connect(lambda *a: got.append(a))
+    return got
+
+
+def test_sweep_draws_points_and_fit_without_touching_the_view(make_window, qtbot):
+    w = make_window(model="textbook", view="grid")
+    st, panel = w.state, w.seq_panel
+    shown, image = st.result, w.grid.last_image.copy()
+    ready = _counter(st.attention_ready)
+    points = _counter(st.sweep_point_measured)
+    with qtbot.waitSignal(st.sweep_finished, timeout=60000) as done:
+        panel.sweep_button.click()
+        assert st.sweeping and not panel.sweep_button.isEnabled() and panel.cancel_button.isEnabled()
+    assert done.args == [True]
+    # one point per length, streamed as they came, from 8 up to the model's 512 positions
+    ns = [p[0] for p in points]
+    assert ns == sweep_lengths(st.info) and ns[0] == 8 and ns[-1] == 512
+    xs, ys = panel.sweep_scatter.getData()
+    assert len(xs) >= 4 and ys[-1] > ys[0]  # n = 512 takes longer than n = 8
+    cx, cy = panel.curve.getData()
+    assert cx is not None and len(cx) > 10 and panel.fit is not None
+    text = panel.sweep_readout.text()
+    assert "input repeated to reach n" in text and "doubling n from 256 to 512" in text and "·n²" in text
+    assert panel.progress.value() == panel.progress.maximum() and panel.sweep_button.isEnabled()
+    # timing only: the attention on screen is the one from before
+    assert ready == [] and st.result is shown
+    np.testing.assert_array_equal(w.grid.last_image, image)
+    assert st.result.num_tokens == 12 and panel.slider.value() == 12
+
+
+def test_cancel_stops_the_sweep(make_window, qtbot):
+    w = make_window(model="minilm")
+    st, panel = w.state, w.seq_panel
+    points = _counter(st.sweep_point_measured)
+    with qtbot.waitSignal(st.sweep_point_measured, timeout=60000):
+        panel.sweep_button.click()
+    with qtbot.waitSignal(st.sweep_finished, timeout=5000) as done:
+        panel.cancel_button.click()
+    assert done.args == [False] and not st.sweeping
+    n_before = len(points)
+    qtbot.wait(600)
+    assert len(points) == n_before < len(sweep_lengths(st.info))
+    assert panel.sweep_button.isEnabled() and not panel.cancel_button.isEnabled()
+    assert "stopped" in panel.progress.format()
+
+
+def test_typing_during_a_sweep_is_served_and_the_sweep_completes(make_window, qtbot):
+    w = make_window(model="textbook")
+    st = w.state
+    finished = _counter(st.sweep_finished)
+    with qtbot.waitSignal(st.sweep_point_measured, timeout=60000):
+        assert st.start_sweep()
+    w.input_panel.text.setPlainText("brand new words arrive")
+    qtbot.waitUntil(lambda: st.result.tokens == ["brand", "new", "words", "arrive"], timeout=20000)
+    assert st.sweeping  # the edit went between two sweep steps
+    qtbot.waitUntil(lambda: bool(finished), timeout=60000)
+    assert finished == [(True,)] and len(st.sweep_points) == len(sweep_lengths(st.info))
+    assert st.result.tokens == ["brand", "new", "words", "arrive"]
+
+
+def test_loading_another_model_cancels_the_sweep(make_window, qtbot):
+    w = make_window(model="textbook")
+    st = w.state
+    with qtbot.waitSignal(st.sweep_point_measured, timeout=60000):
+        st.start_sweep()
+    with qtbot.waitSignal(st.sweep_finished, timeout=5000) as done:
+        st.load_model("minilm")
+    assert done.args == [False]
+    qtbot.waitUntil(lambda: st.info.name == "minilm" and not st.busy, timeout=60000)
+    assert st.sweep_points == [] and w.seq_panel.sweep_scatter.getData()[0].size == 0
+
+
+def test_image_sweep_grows_the_patch_grid(make_window, qtbot):
+    w = make_window(model="textbook-vit", image=sample("coffee"), view="overlay")
+    st, panel = w.state, w.seq_panel
+    grids = sweep_lengths(st.info)  # patch 16, default 224 px: 4×4 .. 28×28 patches
+    assert grids[0] == 4 and grids[-1] == 28
+    with qtbot.waitSignal(st.sweep_finished, timeout=120000):
+        st.start_sweep(repeats=1)
+    assert [n for n, _ in st.sweep_points] == [g * g + 1 for g in grids]  # patches + [CLS]
+    assert st.result.grid == (14, 14)  # the overlay still shows the default size
+    assert "input repeated" not in panel.sweep_readout.text()
+
+
+def test_one_point_gets_a_padded_axis(make_window, qtbot):
+    w = make_window(model="textbook")
+    panel, st = w.seq_panel, w.state
+    assert len(st.timings) == 1
+    (x0, x1), (y0, y1) = panel.plot.getViewBox().viewRange()
+    n, ms = st.timings[0]
+    assert x0 == 0 and x1 > n + 1 and y0 == 0 and y1 > ms
+    assert panel.fit is None and panel.curve.getData()[0] is None or len(panel.curve.getData()[0]) == 0
+
+
+def test_slider_range_is_the_whole_input(make_window, qtbot):
+    w = make_window(model="textbook", text=" ".join(["word"] * 40))
+    st, panel = w.state, w.seq_panel
+    st.set_max_tokens(10)
+    qtbot.waitUntil(lambda: st.result.num_tokens == 10 and not st.busy, timeout=20000)
+    assert st.result.total_tokens == 40 and panel.slider.maximum() == 40 and panel.slider.value() == 10
+    long_text = " ".join(["word"] * 700)  # longer than the model's 512 positions
+    st.set_text(long_text)
+    qtbot.waitUntil(lambda: st.result.total_tokens == 700 and not st.busy, timeout=20000)
+    assert panel.slider.maximum() == 512
+
+
+def test_fit_summaries():
+    quad = np.array([1.0, 0.0, 0.0])
+    lin = np.array([0.0, 1.0, 0.0])
+    assert doubling_factor(quad, 512) == 4.0 and doubling_factor(lin, 512) == 2.0
+    assert quadratic_share(quad, 10) == 1.0 and quadratic_share(lin, 10) == 0.0
+    assert doubling_factor(None, 512) is None
+
+
+def test_sweep_lengths_are_log_spaced_to_the_model_limit():
+    ns = sweep_lengths(cached_model("minilm").info)
+    assert ns[0] == 8 and ns[-1] == 512 and len(ns) >= 6
+    ratios = np.diff(np.log(ns))
+    assert ratios.max() < 2 * ratios.min()

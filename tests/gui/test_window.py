@@ -1,0 +1,118 @@
+"""Window chrome a user relies on: keyboard shortcuts, the status bar, the non-modal error banner,
+and the overlay placing patches where the result says they start."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from attn_explorer.gui import main_window
+from attn_explorer.gui.overlay_view import patch_heat
+from attn_explorer.hub.result import RunResult
+from tests.gui.conftest import sample
+
+
+def _key(qtbot, w, key, mod=Qt.NoModifier):
+    w.grid.canvas.setFocus()
+    qtbot.keyClick(w.grid.canvas, key, mod)
+
+
+def test_ctrl_o_opens_an_image(make_window, qtbot, monkeypatch):
+    w = make_window(model="textbook")
+    asked = []
+
+    def fake_open(parent, title, folder, filters):
+        asked.append(title)
+        return sample("coffee"), ""
+
+    monkeypatch.setattr(main_window.QFileDialog, "getOpenFileName", fake_open)
+    _key(qtbot, w, Qt.Key_O, Qt.ControlModifier)
+    assert asked == ["Open image"]
+    qtbot.waitUntil(lambda: w.state.result.grid is not None and not w.state.busy, timeout=60000)
+    assert w.state.image.endswith("coffee.jpg") and w.current_page_name == "grid"
+
+
+def test_ctrl_s_exports_the_current_page(make_window, qtbot, monkeypatch, tmp_path):
+    w = make_window(model="textbook")
+    out = tmp_path / "shot"
+    monkeypatch.setattr(main_window.QFileDialog, "getSaveFileName",
+                        lambda *a: (str(out), main_window.FORMATS[".png"]))
+    _key(qtbot, w, Qt.Key_S, Qt.ControlModifier)
+    png = tmp_path / "shot.png"  # the chosen filter's extension is added
+    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    assert "saved" in w.statusBar().currentMessage()
+
+
+def test_ctrl_q_closes_the_window(make_window, qtbot, settings):
+    w = make_window(model="textbook")
+    _key(qtbot, w, Qt.Key_Q, Qt.ControlModifier)
+    qtbot.waitUntil(lambda: not w.isVisible())
+    assert settings.value("window/geometry") is not None  # closing saved the layout
+
+
+def test_ctrl_number_switches_pages(make_window, qtbot):
+    w = make_window(model="textbook")
+    _key(qtbot, w, Qt.Key_2, Qt.ControlModifier)
+    assert w.current_page_name == "head"
+    w.head_view.canvas.setFocus()
+    qtbot.keyClick(w.head_view.canvas, Qt.Key_3, Qt.ControlModifier)
+    assert w.current_page_name == "tokens"
+
+
+def test_arrow_keys_stop_at_the_edges(make_window, qtbot):
+    w = make_window(model="textbook")  # 2 layers × 4 heads
+    for k in (Qt.Key_Up, Qt.Key_Left):
+        _key(qtbot, w, k)
+    assert (w.state.layer, w.state.head) == (0, 0)
+    for k in (Qt.Key_Down, Qt.Key_Down, Qt.Key_Down) + (Qt.Key_Right,) * 6:
+        _key(qtbot, w, k)
+    assert (w.state.layer, w.state.head) == (1, 3)
+    assert (w.layer_spin.value(), w.head_spin.value()) == (1, 3)
+    _key(qtbot, w, Qt.Key_Up)
+    _key(qtbot, w, Qt.Key_Left)
+    assert (w.state.layer, w.state.head) == (0, 2)
+
+
+def test_status_bar_names_model_device_length_and_times(make_window, qtbot):
+    w = make_window(model="textbook")
+    qtbot.waitUntil(lambda: w.status_labels["render"].text().startswith("render"), timeout=10000)
+    s = {k: lab.text() for k, lab in w.status_labels.items()}
+    assert s["model"] == "textbook (untrained)" and s["device"] == "cpu · float32"
+    assert s["tokens"] == f"n = {w.state.result.num_tokens}" and s["forward"].endswith(" ms")
+    assert "untrained" in w.windowTitle()
+
+
+def test_errors_go_to_a_banner_not_a_dialog(make_window, qtbot):
+    w = make_window(model="textbook")
+    w.state.set_text("   ")  # nothing to run: the last view stays, no error
+    w.state.error_raised.emit("something went wrong")
+    assert w.banner.isVisible() and "something went wrong" in w.banner.text
+    assert QApplication.activeModalWidget() is None
+    assert "something went wrong" in w.statusBar().currentMessage()
+    w.state.set_text("typing still works")
+    qtbot.waitUntil(lambda: w.state.result.tokens == ["typing", "still", "works"], timeout=20000)
+
+
+def test_overlay_uses_the_results_patch_offset(make_window, qtbot):
+    # [CLS], four patches, then a trailing extra token: the patches are not the last rows·cols tokens
+    w = make_window(model="textbook-vit", image=sample("coffee"), view="overlay")
+    st, ov = w.state, w.overlay
+    real = st.result
+    N = 6
+    att = np.full((1, 1, N, N), 0.0, np.float32)
+    att[..., 1] = 1.0  # every query looks at patch r0c0 only
+    r = RunResult(attentions=att, tokens=["[CLS]", "r0c0", "r0c1", "r1c0", "r1c1", "[END]"],
+                  special=np.array([1, 0, 0, 0, 0, 1], bool), model=real.model, dk_scale=1.0, forward_ms=1.0,
+                  grid=(2, 2), image=real.image, total_tokens=N, patch_offset=1)
+    np.testing.assert_array_equal(patch_heat(att[0, 0, 0], (2, 2), 1), [[1, 0], [0, 0]])
+    st.layer = st.head = st.query = 0
+    st.result = r
+    st.attention_ready.emit(r)
+    heat = ov.big_rgb.astype(float) - r.image.astype(float)
+    h, wd = r.image.shape[:2]
+    assert np.abs(heat[: h // 2, : wd // 2]).mean() > 10 * np.abs(heat[h // 2:, wd // 2:]).mean() + 1
+    _click = ov.patch_center(1, 1)
+    from tests.gui.test_explorer import _click_scene
+
+    _click_scene(qtbot, ov.canvas, _click)
+    assert st.query == 4  # r1c1 is token 1 + 1·2 + 1
