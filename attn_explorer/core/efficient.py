@@ -84,7 +84,7 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: 
     for i0 in range(0, N, q_block):
         i1 = min(i0 + q_block, N)
         qi = q3[:, i0:i1]  # (BH, qb, d_k), a view
-        acc = out[:, i0:i1].zero_()  # unnormalised output rows, kept in place in the output
+        acc = q.new_zeros(B * H, i1 - i0, dv)  # unnormalised output rows
         m = q.new_full((B * H, i1 - i0, 1), float("-inf"))  # running max
         l = q.new_zeros(B * H, i1 - i0, 1)  # running sum of exp(s - m)
         j_stop = max(0, min(M, i1 + off)) if causal else M  # later keys are masked for every row here
@@ -103,13 +103,13 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: 
             s.sub_(m_new).exp_()  # p = exp(s - m_new), in place
             alpha = (m - m_new).exp_()  # how much the old max overstated: rescale the past
             l.mul_(alpha).add_(s.sum(dim=-1, keepdim=True))
-            acc.mul_(alpha).baddbmm_(s, v3[:, j0:j1])
+            acc.mul_(alpha).baddbmm_(s, v3[:, j0:j1])  # acc must be contiguous: on a view this is a per-head loop
             m = m_new
             del s  # free this tile before the next one is made: one tile alive, not two
         if may_die:
             l.masked_fill_(l == 0, 1.0)  # a row that saw no key keeps its zero output
-        acc.div_(l)
-        del m, l
+        torch.div(acc, l, out=out[:, i0:i1])
+        del acc, m, l
     return out.view(B, H, N, dv)
 
 

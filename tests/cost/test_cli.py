@@ -11,7 +11,7 @@ from attn_explorer.cli import main
 from attn_explorer.cost import cli as cost_cli
 from attn_explorer.errors import UserError
 
-SMALL = ["--heads", "2", "--dk", "64", "--repeats", "1", "--block", "32", "--window", "16"]
+SMALL = ["--heads", "2", "--dk", "64", "--repeats", "1", "--block", "16", "--window", "16"]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from attn_explorer.cost.memory import default_budget, human_bytes, predict_bytes
 
 CPU = torch.device("cpu")
 # Small enough to be quick, big enough that the n² term and the O(n) terms separate cleanly.
-SMALL = dict(heads=2, d_k=64, repeats=1, q_block=32, k_block=32, window=16)
+SMALL = dict(heads=2, d_k=64, repeats=1, q_block=16, k_block=16, window=16)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,14 @@ def test_naive_holds_the_score_matrix_and_chunked_does_not(small_sweep):
     assert at[n, "naive"]["peak_bytes"] >= scores
     assert at[n, "chunked"]["peak_bytes"] < scores / 4
     assert at[n, "window"]["peak_bytes"] < scores / 2
+
+
+def test_chunked_scratch_beyond_its_output_does_not_grow_with_n(small_sweep):
+    # chunked keeps the (B, H, n, d) output plus one tile and one block of rows: a constant
+    out_bytes = {r["n"]: 2 * r["n"] * 64 * 4 for r in small_sweep}
+    scratch = {r["n"]: r["peak_bytes"] - out_bytes[r["n"]] for r in small_sweep if r["impl"] == "chunked"}
+    assert len(set(scratch.values())) == 1, scratch
+    assert 0 < scratch[512] < out_bytes[128]
 
 
 def test_memory_slopes(small_sweep):
