@@ -59,9 +59,10 @@ def default_loader(src: str | None, device: str = "auto", progress=None, want_im
     return Loaded(model=model, info=model.info, builtins=builtins)
 
 
-def _run_job(model: Any, x: Any, kwargs: dict, gen: int, epoch: int) -> tuple[int, int, RunResult]:
+def _run_job(model: Any, x: Any, kwargs: dict, gen: int, epoch: int) -> tuple[int, int, RunResult, float, float]:
+    t0 = time.perf_counter()
     r = model.run(x, **kwargs)
-    return gen, epoch, r
+    return gen, epoch, r, t0, time.perf_counter()
 
 
 def _sweep_job(model: Any, x: Any, kw: dict, want: int, reps: int, sweep_id: int) -> tuple[int, int, float, bool]:
@@ -161,6 +162,8 @@ class SessionState(QObject):
         self._loading = False
         self._jobs: set[Worker] = set()
         self.ready_at = 0.0
+        self._requested_at = 0.0
+        self.run_timing: dict[str, float] = {}
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -364,6 +367,7 @@ class SessionState(QObject):
         if x is None or (isinstance(x, str) and self.input_kind == "text" and not x.strip()):
             return False  # nothing to show; keep the last good view
         self._running = True
+        self._requested_at = time.perf_counter()
         self.busy_changed.emit(True)
         w = Worker(_run_job, self._model, x, kw, self._gen, self._epoch)
         w.signals.result.connect(self._on_run_result)
@@ -374,7 +378,8 @@ class SessionState(QObject):
 
     @Slot(object)
     def _on_run_result(self, out) -> None:
-        gen, epoch, r = out
+        gen, epoch, r, t_start, t_end = out
+        arrived = time.perf_counter()
         if epoch != self._epoch or gen <= self._shown_gen:
             return  # stale: another model, or older than what is on screen
         if self.info is not None and self.result is not None and r.model != self.info.name:
@@ -386,7 +391,11 @@ class SessionState(QObject):
             self.query = default_query(r)
         self.query = min(self.query, r.num_tokens - 1)
         self.result = r
-        self.ready_at = time.perf_counter()  # render timing starts here
+        self.ready_at = arrived  # render timing starts here
+        # where the time of this run went, in ms (benchmarks and the status bar read it)
+        self.run_timing = {"queued": (t_start - self._requested_at) * 1000, "forward": float(r.forward_ms),
+                           "run_other": (t_end - t_start) * 1000 - float(r.forward_ms),
+                           "hand_back": (arrived - t_end) * 1000}
         self.attention_ready.emit(r)
 
     @Slot(str)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
                                QProgressBar, QPushButton, QSlider, QVBoxLayout, QWidget)
 
@@ -28,6 +29,16 @@ def dk_from_slider(v: int) -> float:
 
 def slider_from_dk(scale: float) -> int:
     return int(round(DK_STEPS * math.log(scale / DK_MIN) / math.log(DK_MAX / DK_MIN)))
+
+
+def deferred(owner: QObject, slot: Callable[[], None]) -> Callable[..., None]:
+    """A coalescing, zero-delay call of `slot()`. Qt paints pending updates before it runs zero-time
+    timers, so the page the user watches paints a new result first and the side panels follow."""
+    timer = QTimer(owner)
+    timer.setSingleShot(True)
+    timer.setInterval(0)
+    timer.timeout.connect(slot)
+    return lambda *_: timer.start()
 
 
 class InputPanel(QGroupBox):
@@ -67,7 +78,7 @@ class InputPanel(QGroupBox):
         self.debounce.timeout.connect(self._send_text)
         self.open_image.clicked.connect(self.open_image_requested)
         self.samples.activated.connect(self._sample_chosen)
-        state.attention_ready.connect(self._describe)
+        state.attention_ready.connect(deferred(self, self._describe))
 
     def _send_text(self) -> None:
         self.state.set_text(self.text.toPlainText())
@@ -77,7 +88,10 @@ class InputPanel(QGroupBox):
         if path:
             self.state.set_image(path)
 
-    def _describe(self, r) -> None:
+    def _describe(self) -> None:
+        r = self.state.result
+        if r is None:
+            return
         if r.grid is not None:
             src = self.state.image
             name = Path(src).name if isinstance(src, str) else "image"
@@ -135,7 +149,7 @@ class DkPanel(QGroupBox):
         self.slider.valueChanged.connect(self._moved)
         self.reset.clicked.connect(lambda: self.slider.setValue(slider_from_dk(1.0)))
         self.layer_only.toggled.connect(state.set_dk_layer_only)
-        state.attention_ready.connect(self.refresh)
+        state.attention_ready.connect(deferred(self, self.refresh))
         state.selection_changed.connect(lambda *_: self.refresh())
         state.model_loaded.connect(lambda *_: self._show_value())
 
@@ -236,7 +250,7 @@ class SeqLenPanel(QGroupBox):
         self.debounce.timeout.connect(self._send)
         self.sweep_button.clicked.connect(self.start_sweep)
         self.cancel_button.clicked.connect(state.cancel_sweep)
-        state.attention_ready.connect(self.refresh)
+        state.attention_ready.connect(deferred(self, self.refresh))
         state.model_loaded.connect(self._model_loaded)
         state.sweep_started.connect(self._sweep_started)
         state.sweep_progressed.connect(self._sweep_progressed)
@@ -271,10 +285,10 @@ class SeqLenPanel(QGroupBox):
         self.progress.setFormat("")
         self.redraw_plot()
 
-    def refresh(self, r) -> None:
+    def refresh(self) -> None:
         st = self.state
-        info = st.info
-        if info is None:
+        info, r = st.info, st.result
+        if info is None or r is None:
             return
         self._image_mode = r.grid is not None
         self.slider.blockSignals(True)

@@ -3,6 +3,10 @@
 One ImageItem for all heads (72 separate items cost ~18 ms a repaint; one mosaic ~4 ms). Heads wider
 than CELL_MAX pixels are max-pooled for this overview, so a sharp peak stays visible; the head page
 shows every pixel. Clicking a cell selects that head and emits `head_opened`.
+
+The plot's coordinates are cells, not pixels: head h of layer l is the unit square at (h, l) whatever
+n is. So axes, separators and range depend only on (L, H) and are not laid out again while typing
+changes n (that relayout cost more than the new image itself).
 """
 from __future__ import annotations
 
@@ -119,17 +123,16 @@ class HeadGridView(LazyPage, QWidget):
         values, levels = display_values(mosaic(cells), self.state.log_scale)
         self.last_image = values
         self.image.setImage(values, levels=levels, autoLevels=False)
-        self.image.setRect(QRectF(0, 0, H * self._cell, L * self._cell))
-        if (L, H, self._cell) != (*self._shape, getattr(self, "_drawn_cell", None)):
+        self.image.setRect(QRectF(0, 0, H, L))
+        if (L, H) != self._shape:
             self._shape = (L, H)
-            self._drawn_cell = self._cell
             self._layout_axes(L, H)
         self._move_highlight(self.state.layer, self.state.head)
         self._set_title(r)
         self.rendered.emit((time.perf_counter() - t0) * 1000.0)
 
     def _layout_axes(self, L: int, H: int) -> None:
-        c = self._cell
+        c = 1  # one unit per cell
         self.plot.getAxis("left").setTicks([[((l + 0.5) * c, f"L{l}") for l in range(L)], []])
         self.plot.getAxis("top").setTicks([[((h + 0.5) * c, f"H{h}") for h in range(H)], []])
         xs, ys = [], []
@@ -145,8 +148,7 @@ class HeadGridView(LazyPage, QWidget):
     def _move_highlight(self, layer: int, head: int) -> None:
         if self._shape == (0, 0):
             return
-        c = self._cell
-        self.highlight.setRect(QRectF(head * c, layer * c, c, c))
+        self.highlight.setRect(QRectF(head, layer, 1, 1))
         self.highlight.show()
 
     def _options(self) -> None:
@@ -175,15 +177,14 @@ class HeadGridView(LazyPage, QWidget):
             return None
         p = self.plot.vb.mapSceneToView(scene_pos)
         L, H = self._shape
-        col, row = int(p.x() // self._cell), int(p.y() // self._cell)
+        col, row = int(p.x() // 1), int(p.y() // 1)
         if 0 <= row < L and 0 <= col < H and p.x() >= 0 and p.y() >= 0:
             return row, col
         return None
 
     def cell_center(self, layer: int, head: int):
         """Scene position of a cell's centre (used by tests and the benchmark to click)."""
-        c = self._cell
-        return self.plot.vb.mapViewToScene(pg.Point((head + 0.5) * c, (layer + 0.5) * c))
+        return self.plot.vb.mapViewToScene(pg.Point(head + 0.5, layer + 0.5))
 
     def _clicked(self, ev) -> None:
         hit = self.cell_at(ev.scenePos())

@@ -57,6 +57,8 @@ def test_dk_slider_flattens_and_sharpens(make_window, qtbot):
         panel.slider.setValue(slider_from_dk(scale))
         qtbot.waitUntil(lambda: not st.busy and abs(st.result.dk_scale - scale) / scale < 0.02, timeout=30000)
         ent, _ = head_entropy_and_peak(st.result.attentions[st.layer])
+        # side panels redraw right after the page has painted
+        qtbot.waitUntil(lambda: panel.entropy is not None and np.allclose(panel.entropy, ent))
         return st.result.attentions.copy(), float(ent.mean()), panel.readout.text()
 
     a1, e1, _ = settle_at(1.0)
@@ -123,11 +125,12 @@ def test_sequence_length_slider_cuts_tokens(make_window, qtbot):
     full = st.result.num_tokens
     st.set_max_tokens(5)
     qtbot.waitUntil(lambda: st.result.num_tokens == 5 and not st.busy, timeout=20000)
-    assert "5×5" in panel.readout.text() and "FLOP" in panel.readout.text()
+    qtbot.waitUntil(lambda: "5×5" in panel.readout.text())
+    assert "FLOP" in panel.readout.text()
     assert panel.slider.maximum() == full
     st.set_max_tokens(8)
     qtbot.waitUntil(lambda: st.result.num_tokens == 8 and not st.busy, timeout=20000)
-    assert panel.fit is not None  # three distinct n measured: the quadratic fit is drawn
+    qtbot.waitUntil(lambda: panel.fit is not None)  # three distinct n measured: the quadratic fit is drawn
 
 
 def test_bad_image_shows_banner_and_keeps_last_view(make_window, qtbot, tmp_path):
