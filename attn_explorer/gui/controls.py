@@ -361,7 +361,7 @@ class SeqLenPanel(QGroupBox):
         else:
             self.curve.setData([], [])
         # from 0, so the curve's shape reads right; padded, so one point is not a degenerate range
-        self.plot.setXRange(0, max(top_n * 1.06, top_n + 2), padding=0)
+        self.plot.setXRange(0, max(top_n * 1.08, top_n + 3), padding=0)
         self.plot.setYRange(0, max(top_ms * 1.12, 1e-3), padding=0)
         self._describe_sweep(sweep)
 
@@ -389,6 +389,9 @@ class SeqLenPanel(QGroupBox):
             share = quadratic_share(self.fit, hi)
             if share is not None and share >= 0:
                 parts.append(f"at n = {hi} the n² term is {share:.0%} of the fitted time")
+            if a <= 0 or not np.all(np.diff(sweep[:, 1]) > -0.25 * sweep[:-1, 1]):
+                parts.append("<b>these timings are noisy</b> (time fell as n grew): is another program "
+                             "using the processor? Measure again when it is idle")
         elif st.sweeping:
             parts.append("the fit appears after three lengths")
         self.sweep_readout.setText("; ".join(parts) + ".")

@@ -130,3 +130,14 @@ def test_sweep_lengths_are_log_spaced_to_the_model_limit():
     assert ns[0] == 8 and ns[-1] == 512 and len(ns) >= 6
     ratios = np.diff(np.log(ns))
     assert ratios.max() < 2 * ratios.min()
+
+
+def test_noisy_sweep_is_called_noisy(make_window, qtbot):
+    w = make_window(model="textbook")
+    st, panel = w.state, w.seq_panel
+    st.sweep_points = [(8, 1.0), (64, 2.0), (128, 4.0), (512, 30.0)]
+    panel.redraw_plot()
+    assert "noisy" not in panel.sweep_readout.text() and "×" in panel.sweep_readout.text()
+    st.sweep_points = [(8, 40.0), (64, 2.0), (128, 30.0), (512, 3.0)]  # another program stole the CPU
+    panel.redraw_plot()
+    assert "noisy" in panel.sweep_readout.text()
