@@ -141,3 +141,27 @@ def test_noisy_sweep_is_called_noisy(make_window, qtbot):
     st.sweep_points = [(8, 40.0), (64, 2.0), (128, 30.0), (512, 3.0)]  # another program stole the CPU
     panel.redraw_plot()
     assert "noisy" in panel.sweep_readout.text()
+
+
+def test_a_failing_sweep_step_stops_with_a_banner(make_window, qtbot):
+    from attn_explorer.errors import UserError
+
+    w = make_window(model="textbook")
+    st = w.state
+    real = st._model
+
+    class Fussy:
+        info = real.info
+
+        def run(self, x, **kw):
+            if kw.get("max_tokens", 0) > 100:
+                raise UserError("too long for this test")
+            return real.run(x, **kw)
+
+    st._model = Fussy()
+    with qtbot.waitSignal(st.sweep_finished, timeout=60000) as done:
+        st.start_sweep(repeats=1)
+    assert done.args == [False] and not st.sweeping
+    assert w.banner.isVisible() and "n sweep stopped: too long for this test" in w.banner.text
+    assert all(n <= 100 for n, _ in st.sweep_points) and len(st.sweep_points) >= 3
+    assert w.seq_panel.sweep_button.isEnabled()
