@@ -55,8 +55,18 @@ def naive(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: fl
 # --- chunked: FlashAttention's tiling and online softmax -----------------------------------
 
 
+def auto_q_block(n: int) -> int:
+    """chunked's query tile when none is given: 128 rows, taller as n grows, at most 1024.
+
+    Every query block streams all of K and V once, so at large n taller blocks cut that traffic
+    (twice as fast at n = 32768 on a 2-core CPU), while the score tile stays a small share of the
+    O(n·d) output. cost.memory mirrors this rule to predict memory without importing torch.
+    """
+    return min(1024, max(128, n // 32))
+
+
 def chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
-            causal: bool = False, q_block: int = 128, k_block: int = 256) -> Tensor:
+            causal: bool = False, q_block: int | None = None, k_block: int = 256) -> Tensor:
     """Exact attention without the n×n matrix (FlashAttention-2's loop order, Dao 2023).
 
     For each block of queries, walk the key blocks keeping per row the running max m, the
@@ -66,6 +76,7 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: 
     """
     B, H, N, dk = q.shape
     M, dv = k.shape[-2], v.shape[-1]
+    q_block = auto_q_block(N) if q_block is None else q_block
     if q_block < 1 or k_block < 1:
         raise ValueError(f"block sizes must be positive, got q_block={q_block}, k_block={k_block}")
     sc = _default_scale(q, scale)

@@ -36,8 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", help="float32 (default); bfloat16 or float16 on a GPU")
     p.add_argument("--causal", action="store_true", help="decoder-style causal masking")
     p.add_argument("--window", default="128", metavar="W", help="window attention's window in tokens (default 128)")
-    p.add_argument("--block", default="128,256", metavar="QB[,KB]",
-                   help="chunked attention's query and key tile sizes (default 128,256)")
+    p.add_argument("--block", default="auto,256", metavar="QB[,KB]",
+                   help="chunked attention's query and key tile sizes; QB 'auto' grows with n from 128 to 1024 "
+                        "(default auto,256)")
     p.add_argument("--repeats", default="3", metavar="R", help="timed runs per point, median reported (default 3)")
     p.add_argument("--budget-gb", default=None, metavar="G",
                    help="memory guard: skip runs predicted to need more (default: half of available memory "
@@ -102,12 +103,15 @@ def parse_budget_gb(text: str | None) -> int | None:
     return int(gb * 1e9)
 
 
-def parse_blocks(text: str) -> tuple[int, int]:
-    parts = [s for s in str(text).split(",") if s.strip()]
+def parse_blocks(text: str) -> tuple[int | None, int]:
+    """'QB' (both tiles) or 'QB,KB'; QB may be 'auto' (None), and then KB defaults to 256."""
+    parts = [s.strip() for s in str(text).split(",") if s.strip()]
     if len(parts) not in (1, 2):
         raise UserError(f"--block takes QB or QB,KB, got {text!r}")
-    qb = _positive_int(parts[0], "--block")
-    return qb, _positive_int(parts[-1], "--block")
+    qb = None if parts[0].lower() == "auto" else _positive_int(parts[0], "--block")
+    if len(parts) == 1:
+        return qb, 256 if qb is None else qb
+    return qb, _positive_int(parts[1], "--block")
 
 
 def config_from_args(args: argparse.Namespace):

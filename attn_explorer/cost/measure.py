@@ -48,7 +48,7 @@ class SweepConfig:
     repeats: int = 3  # timed runs per point; the median is reported
     time_budget_s: float | None = None  # stop timing a point after this many seconds (>= 1 run)
     window: int = 128  # window attention's window (tokens)
-    q_block: int = 128  # chunked attention's query tile
+    q_block: int | None = None  # chunked attention's query tile; None = core.efficient.auto_q_block(n)
     k_block: int = 256  # chunked attention's key tile
     budget_bytes: int | None = None  # memory guard; None = memory.default_budget(device)
     seed: int = 0  # q, k, v are drawn from N(0, 1) with this seed, per n
@@ -67,6 +67,8 @@ class SweepConfig:
                 raise ValueError(f"unknown variant {impl!r}: choose from {', '.join(VARIANTS)}")
         for name in ("heads", "d_k", "batch", "repeats", "window", "q_block", "k_block"):
             value = getattr(self, name)
+            if name == "q_block" and value is None:
+                continue
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.dtype not in DTYPES:

@@ -106,8 +106,13 @@ def run_measuring_memory(fn: Callable[[], Any], device: Any) -> tuple[Any, int |
 # --- predicting -----------------------------------------------------------------------------
 
 
+def chunked_q_block(n: int) -> int:
+    """core.efficient.auto_q_block, repeated here so predicting needs no torch (a test keeps them equal)."""
+    return min(1024, max(128, n // 32))
+
+
 def predict_bytes(impl: str, n: int, heads: int, d_k: int, batch: int = 1, elem: int = 4,
-                  window: int = 128, q_block: int = 128, k_block: int = 256,
+                  window: int = 128, q_block: int | None = None, k_block: int = 256,
                   causal: bool = False) -> int:
     """Bytes of tensors `impl` builds on one call at length n, counted generously (an upper bound).
 
@@ -118,7 +123,8 @@ def predict_bytes(impl: str, n: int, heads: int, d_k: int, batch: int = 1, elem:
     if impl == "naive":  # scaled q, scores, probabilities, output (+ the causal bool grid)
         return 2 * T * n * n * elem + 2 * x + (n * n if causal else 0)
     if impl == "chunked":  # output + one q block, its accumulator and 2 score tiles, + stats
-        qb, kb = min(q_block, n), min(k_block, n)
+        qb = min(chunked_q_block(n) if q_block is None else q_block, n)
+        kb = min(k_block, n)
         return x + T * (2 * qb * d_k + 2 * qb * kb + 8 * qb) * elem + (qb * kb if causal else 0)
     if impl == "window":  # padded q/k/v copies, scores and probabilities per window, output
         w = max(1, min(window, n))

@@ -111,6 +111,15 @@ def test_n_lists_with_an_ellipsis():
         cost_cli.parse_ns("...,64")
 
 
+def test_block_sizes():
+    assert cost_cli.parse_blocks("auto,256") == (None, 256)
+    assert cost_cli.parse_blocks("auto") == (None, 256)
+    assert cost_cli.parse_blocks("64") == (64, 64)
+    assert cost_cli.parse_blocks("64,128") == (64, 128)
+    with pytest.raises(UserError):
+        cost_cli.parse_blocks("0,64")
+
+
 def test_json_write_is_atomic(tmp_path, monkeypatch):
     dest = tmp_path / "out.json"
     dest.write_text('{"old": true}')

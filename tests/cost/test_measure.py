@@ -133,8 +133,8 @@ def test_guard_makes_no_inputs_when_nothing_fits(monkeypatch):
 
 
 def test_predictions_grow_as_the_variant_should():
-    def ratio(impl):
-        return predict_bytes(impl, 1 << 16, 12, 64) / predict_bytes(impl, 1 << 15, 12, 64)
+    def ratio(impl):  # doubling n at a large n, where fixed scratch no longer counts
+        return predict_bytes(impl, 1 << 20, 12, 64) / predict_bytes(impl, 1 << 19, 12, 64)
 
     assert ratio("naive") == pytest.approx(4, rel=0.01)
     for impl in ("chunked", "window", "linear"):
@@ -142,6 +142,14 @@ def test_predictions_grow_as_the_variant_should():
     # one layer of 12 heads at n = 16384 in float32: about 12.9 GB of scores for naive
     assert predict_bytes("naive", 16384, 12, 64) > 12.8e9
     assert predict_bytes("chunked", 16384, 12, 64) < 300e6
+
+
+def test_the_guard_predicts_chunkeds_automatic_tile_with_the_same_rule():
+    from attn_explorer.cost.memory import chunked_q_block
+
+    for n in (1, 64, 4095, 4096, 8192, 20000, 32768, 1 << 20):
+        assert chunked_q_block(n) == efficient.auto_q_block(n), n
+    assert efficient.auto_q_block(4096) == 128 and efficient.auto_q_block(1 << 16) == 1024
 
 
 def test_default_budget_is_a_share_of_free_memory():
