@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from attn_explorer.core.device import DTYPES
+from attn_explorer.core.device import DTYPES, pick_device
 from attn_explorer.core.efficient import EXACT, VARIANTS
 from attn_explorer.cost.memory import default_budget, elem_bytes, human_bytes, matrix_bytes, predict_bytes, \
     run_measuring_memory
@@ -99,6 +99,11 @@ class Measurement:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def resolve_device(name: str) -> str:
+    """'auto', 'cpu', 'cuda', 'cuda:1', 'mps' -> a device string torch accepts; ValueError if absent."""
+    return str(pick_device(name))
 
 
 def _sync(device: torch.device) -> None:

@@ -50,20 +50,21 @@ class _PointRelay(QObject):
 
 def _sweep_job(config: dict, relay: _PointRelay, worker: Worker) -> int:
     """Runs in the pool thread: stream every Measurement of the sweep as a plain dict."""
-    from attn_explorer.core.device import pick_device
-    from attn_explorer.cost.measure import SweepConfig, sweep
+    from attn_explorer.cost.measure import SweepConfig, resolve_device, sweep
     from attn_explorer.errors import UserError
 
+    cfg = SweepConfig(**config)
     try:
-        config["device"] = str(pick_device(config["device"]))
-    except ValueError as exc:
+        cfg.device = resolve_device(cfg.device)
+        cfg.validate()
+    except ValueError as exc:  # no such device, or a setting out of range: one line for the status bar
         raise UserError(str(exc)) from None
     count = 0
 
     def progress(done: int, total: int, message: str) -> None:
         worker.report_progress(done / max(total, 1), message)
 
-    for rec in sweep(SweepConfig(**config), cancelled=lambda: worker.is_cancelled, progress=progress):
+    for rec in sweep(cfg, cancelled=lambda: worker.is_cancelled, progress=progress):
         try:
             relay.point.emit(rec.to_dict())
         except RuntimeError:  # the page is gone: stop measuring for nobody
@@ -107,7 +108,7 @@ def _log_n_values(n_max: int) -> list[int]:
 class CostPage(QWidget):
     """The cost lab tab. Tests drive it through the public widgets, `n_values`, and the signals."""
 
-    point_measured = Signal(dict)  # one Measurement dict, as it arrives
+    point_measured = Signal(object)  # one Measurement dict, as it arrives
     sweep_started = Signal()
     sweep_finished = Signal(str)  # "done", "cancelled" or "failed: <one line>"
 

@@ -137,3 +137,16 @@ def test_building_the_page_does_not_load_torch():
             "from attn_explorer.gui.cost_page import CostPage; p = CostPage()\n"
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def test_a_missing_device_is_one_line_in_the_status(qtbot, page):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    page.device_box.setCurrentText("cuda")
+    page.n_values = [64]
+    outcome = run(qtbot, page)
+    assert outcome.startswith("failed: device 'cuda' was asked for but no CUDA GPU is available")
+    assert page.status_label.text() == outcome
+    assert page.points == [] and page.run_button.isEnabled()
