@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, Qt, QThreadPool, Signal
+from PySide6.QtCore import QObject, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView, QApplication, QCheckBox, QComboBox, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel,
@@ -125,6 +125,11 @@ class CostPage(QWidget):
         self._relay.point.connect(self._add_point)
         self._budget_cache: dict[str, int] = {}
         self.budget_override: int | None = None  # bytes; None = memory.default_budget(device)
+        # Redraws are batched: drawing competes for the same cores the worker is timing on.
+        self._redraw_timer = QTimer(self)
+        self._redraw_timer.setSingleShot(True)
+        self._redraw_timer.setInterval(150)
+        self._redraw_timer.timeout.connect(self._redraw)
 
         # controls --------------------------------------------------------------------------
         self.n_slider = QSlider(Qt.Horizontal)
@@ -259,6 +264,7 @@ class CostPage(QWidget):
         self._update_slider_range()
         self.n_slider.setValue(self.n_slider.maximum() if self.n_slider.maximum() < 6 else 6)  # n = 4096
         self._n_moved(self.n_slider.value())
+        self._redraw()  # an empty legend and an n axis from 64 to the slider until points arrive
 
     # --- small parts ---------------------------------------------------------------------
 
@@ -335,7 +341,10 @@ class CostPage(QWidget):
         self.n_label.setText(f"n = {n:,}")
         for line in self.n_markers:
             line.setPos(math.log10(n))  # the plots are log-log: items sit at log10 coordinates
-        self._set_n_ticks()
+        if self.points:
+            self._set_n_ticks()
+        else:
+            self._redraw()
         h = self.heads_spin.value()
         m = matrix_bytes(n, h)
         self.readout.setText(
@@ -412,6 +421,8 @@ class CostPage(QWidget):
     def _finished(self) -> None:
         self._workers.discard(self._worker)
         self._worker = None
+        self._redraw_timer.stop()
+        self._redraw()
         self.run_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
         if self._outcome == "done":
@@ -437,7 +448,8 @@ class CostPage(QWidget):
             del self.points[i]
         self.points.append(rec)
         self._table_row(rec, replaced=bool(replaced))
-        self._redraw()
+        if not self._redraw_timer.isActive():
+            self._redraw_timer.start()
         self.point_measured.emit(rec)
 
     def _table_row(self, rec: dict, replaced: bool) -> None:
@@ -507,15 +519,20 @@ class CostPage(QWidget):
         if missed:
             self.memory_plot.plotItem.legend.addItem(self.not_run, "not run (at its predicted need)")
         self._set_n_ticks()
+        for plot in (self.time_plot, self.memory_plot):
+            if self.points:
+                plot.enableAutoRange()
+            else:
+                plot.setXRange(math.log10(N_MIN), math.log10(max(self.current_n, 2 * N_MIN)))
+                plot.setYRange(-1, 3)  # 0.1 to 1000 (ms or MB)
         ok = [p for p in self.points if p["status"] == "ok"]
         for plot, ys in ((self.time_plot, [p["ms"] for p in ok]),
                          (self.memory_plot, [p["peak_bytes"] / 1e6 for p in ok if p.get("peak_bytes")]
                           + [p["predicted_bytes"] / 1e6 for p in missed])):
-            ys = [y for y in ys if y and y > 0]
-            if ys:
-                plot.getAxis("left").setTicks(_value_ticks(min(ys), max(ys)))
+            ys = [y for y in ys if y and y > 0] or [0.1, 1000.0]
+            plot.getAxis("left").setTicks(_value_ticks(min(ys), max(ys)))
 
     def _set_n_ticks(self) -> None:
-        ns = [p["n"] for p in self.points] + [self.current_n]
+        ns = [p["n"] for p in self.points] + [self.current_n] + ([] if self.points else [N_MIN])
         for plot in (self.time_plot, self.memory_plot):
             plot.getAxis("bottom").setTicks(_n_ticks(min(ns), max(ns)))

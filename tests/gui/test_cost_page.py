@@ -71,6 +71,9 @@ def test_cancel_stops_the_sweep(qtbot, page):
     with qtbot.waitSignal(page.point_measured, timeout=SWEEP_TIMEOUT_MS):
         qtbot.mouseClick(page.run_button, Qt.LeftButton)
     assert page.cancel_button.isEnabled() and not page.run_button.isEnabled()
+    # the point is on the plot while the sweep is still running
+    qtbot.waitUntil(lambda: page.curves["chunked"][0].xData is not None and len(page.curves["chunked"][0].xData) >= 1)
+    assert page.is_running
     with qtbot.waitSignal(page.sweep_finished, timeout=SWEEP_TIMEOUT_MS) as blocker:
         qtbot.mouseClick(page.cancel_button, Qt.LeftButton)
     assert blocker.args == ["cancelled"]
