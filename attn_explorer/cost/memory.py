@@ -26,9 +26,6 @@ import math
 import os
 from typing import Any, Callable
 
-MB = 1e6
-GB = 1e9
-
 # Kineto prints two lines to stderr each time a profiler starts and stops; one measurement per
 # point would bury the CLI's table in them. Level 9 silences it (only if the user set nothing).
 os.environ.setdefault("KINETO_LOG_LEVEL", "9")
