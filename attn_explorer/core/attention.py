@@ -52,9 +52,10 @@ def scaled_dot_product_attention(
             logits = logits.masked_fill_(~mask, float("-inf"))
         else:
             logits = logits.add_(mask)
-    # exp(-inf - (-inf)) is NaN: a row with nothing to look at must attend to nothing. (A causal
-    # mask alone always leaves the diagonal, so only an explicit mask can empty a row.)
-    dead = torch.isneginf(logits).all(dim=-1, keepdim=True) if mask is not None else None
+    # exp(-inf - (-inf)) is NaN: a row with nothing to look at must attend to nothing. A causal
+    # mask alone empties rows only when there are fewer keys than queries.
+    may_empty = mask is not None or (causal and k.shape[-2] < q.shape[-2])
+    dead = torch.isneginf(logits).all(dim=-1, keepdim=True) if may_empty else None
     probs = torch.softmax(logits, dim=-1, out=logits)  # in place: logits are not needed afterwards
     if dead is not None and dead.any():
         probs = probs.masked_fill_(dead, 0.0)

@@ -46,6 +46,10 @@ def test_fully_masked_row_gives_zeros_not_nan():
     out, p = scaled_dot_product_attention(q, k, v, mask=mask)
     assert not torch.isnan(out).any() and not torch.isnan(p).any()
     assert p[0, 1].abs().sum() == 0 and out[0, 1].abs().sum() == 0
+    # causal with fewer keys than queries: the first queries have no key at all
+    out, p = scaled_dot_product_attention(torch.randn(5, 4), torch.randn(3, 4), torch.randn(3, 4), causal=True)
+    assert not torch.isnan(out).any() and p[:2].abs().sum() == 0 and out[:2].abs().sum() == 0
+    torch.testing.assert_close(p[2:].sum(-1), torch.ones(3))
 
 
 def test_dk_scale_limits():
