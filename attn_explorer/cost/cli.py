@@ -13,7 +13,6 @@ import math
 import os
 import platform
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -172,21 +171,17 @@ def slope_table(records: list[dict]) -> tuple[list[str], dict[str, Any]]:
 
 def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
     """Write JSON next to its destination, then rename over it: a reader never sees half a file."""
-    dest = Path(path)
-    if dest.parent and not dest.parent.is_dir():
-        raise UserError(f"--json: folder {str(dest.parent)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+    from attn_explorer.files import atomic_write
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
             json.dump(payload, f, indent=2, allow_nan=False, default=_json_default)
             f.write("\n")
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+
+    try:
+        atomic_write(path, write)
+    except UserError as e:
+        raise UserError(f"--json: {e}") from None
 
 
 def _json_default(obj: Any) -> Any:
