@@ -25,6 +25,9 @@ from attn_explorer.gui.overlay_view import PatchOverlayView
 from attn_explorer.gui.token_view import TokenFocusView
 from attn_explorer.state import SessionState
 
+TEXT_FILTER = "Text (*.txt *.md *.csv *.json *.py);;All files (*)"
+TEXT_SUFFIXES = {".txt", ".md", ".csv", ".json", ".py", ".rst", ".tex"}
+MAX_TEXT_BYTES = 1_000_000  # the models read at most a few thousand characters; more only slows the text box
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff);;All files (*)"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 OPEN_FOLDER = "Open model folder…"
@@ -206,6 +209,7 @@ class MainWindow(QMainWindow):
         mb = self.menuBar()
         file = mb.addMenu("&File")
         self.act_open = self._action(file, "&Open image…", self.open_image_dialog, QKeySequence.Open)
+        self.act_open_text = self._action(file, "Open &text file…", self.open_text_dialog, "Ctrl+Shift+O")
         self._action(file, OPEN_FOLDER, self.open_model_folder_dialog)
         self._action(file, HF_ID, self.hf_id_dialog)
         file.addSeparator()
@@ -378,6 +382,31 @@ class MainWindow(QMainWindow):
         self.settings.setValue("paths/last_folder", str(Path(path).parent))
         self.state.set_image(path)
 
+    def open_text_file(self, path: str) -> bool:
+        """Put a UTF-8 text file into the text box (which runs it). Bad files go to the banner."""
+        p = Path(path)
+        try:
+            if p.stat().st_size > MAX_TEXT_BYTES:
+                raise ValueError(f"{p.name} is larger than {MAX_TEXT_BYTES // 1_000_000} MB; open a shorter text")
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            self.show_error(f"{p.name} is not UTF-8 text")
+            return False
+        except (OSError, ValueError) as e:
+            self.show_error(str(e) if isinstance(e, ValueError) else f"cannot read {p.name}: {e.strerror or e}")
+            return False
+        if not text.strip():
+            self.show_error(f"{p.name} is empty")
+            return False
+        self.settings.setValue("paths/last_folder", str(p.parent))
+        self.input_panel.text.setPlainText(text)  # textChanged -> the debounced run
+        return True
+
+    def open_text_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open text file", self._last_folder(), TEXT_FILTER)
+        if path:
+            self.open_text_file(path)
+
     def open_model_folder(self, path: str) -> None:
         self.settings.setValue("paths/last_folder", str(Path(path).parent))
         self.state.load_model(path, want_image=None)
@@ -440,6 +469,8 @@ class MainWindow(QMainWindow):
         path = urls[0].toLocalFile()
         if Path(path).is_dir():
             self.open_model_folder(path)
+        elif Path(path).suffix.lower() in TEXT_SUFFIXES:
+            self.open_text_file(path)
         else:
             self.open_image(path)
         ev.acceptProposedAction()

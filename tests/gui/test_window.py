@@ -116,3 +116,27 @@ def test_overlay_uses_the_results_patch_offset(make_window, qtbot):
 
     _click_scene(qtbot, ov.canvas, _click)
     assert st.query == 4  # r1c1 is token 1 + 1·2 + 1
+
+
+def test_ctrl_shift_o_reads_a_text_file_and_runs_it(make_window, qtbot, monkeypatch, tmp_path):
+    w = make_window(model="textbook")
+    qtbot.waitUntil(lambda: w.state.result is not None and not w.state.busy, timeout=60000)
+    f = tmp_path / "story.txt"
+    f.write_text("the quick brown fox jumps", encoding="utf-8")
+    monkeypatch.setattr(main_window.QFileDialog, "getOpenFileName", lambda *a: (str(f), ""))
+    _key(qtbot, w, Qt.Key_O, Qt.ControlModifier | Qt.ShiftModifier)
+    qtbot.waitUntil(lambda: w.state.result.tokens == ["the", "quick", "brown", "fox", "jumps"], timeout=60000)
+    assert w.input_panel.text.toPlainText() == "the quick brown fox jumps"
+
+
+def test_bad_text_files_show_a_banner_and_keep_the_view(make_window, qtbot, tmp_path):
+    w = make_window(model="textbook")
+    qtbot.waitUntil(lambda: w.state.result is not None and not w.state.busy, timeout=60000)
+    before = w.state.result
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (tmp_path / "empty.txt").write_text("  \n")
+    for name, message in (("latin1.txt", "not UTF-8"), ("empty.txt", "empty"), ("missing.txt", "cannot read")):
+        assert not w.open_text_file(str(tmp_path / name))
+        assert message in w.banner.label.text() and w.banner.isVisible()
+        assert message in w.statusBar().currentMessage()
+    assert w.state.result is before and w.isVisible()
