@@ -127,6 +127,7 @@ class DkPanel(QGroupBox):
         self.plot.setLabel("bottom", "head")
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush="#4c78a8")
         self.sel_bar = pg.BarGraphItem(x=[], height=[], width=0.7, brush="#ff3b30")
+        self._ticked_heads = 0  # head count the x ticks were made for
         self.max_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#888", style=Qt.DashLine))
         for it in (self.bars, self.sel_bar, self.max_line):
             self.plot.addItem(it)
@@ -182,6 +183,10 @@ class DkPanel(QGroupBox):
         self.max_line.setPos(top)
         self.plot.setXRange(-0.6, H - 0.4, padding=0)
         self.plot.setYRange(0, max(top, 0.1) * 1.05, padding=0)
+        if self._ticked_heads != H:  # heads are whole numbers: no 0.5 ticks
+            step = max(1, math.ceil(H / 12))
+            self.plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(0, H, step)], []])
+            self._ticked_heads = H
 
 
 class SeqLenPanel(QGroupBox):

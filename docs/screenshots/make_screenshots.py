@@ -89,13 +89,46 @@ def sweep_shot(out: Path) -> int:
     return 0 if done == [True] else 2
 
 
+def cost_shot(out: Path) -> int:
+    """The Cost page after a measured sweep of every variant, n = 64 ... 4096."""
+    from attn_explorer.gui.app import build_window, get_qapp, make_settings
+    from attn_explorer.gui.export import export_png
+
+    app = get_qapp()
+    args = argparse.Namespace(model="textbook", text=None, image=None, device="cpu", view="cost", screenshot=None)
+    with tempfile.TemporaryDirectory() as d:
+        window, state = build_window(args, settings=make_settings(Path(d) / "settings.ini"))
+        window.resize(1480, 1000)
+        window.show()
+        page = window.pages["cost"]
+        done = []
+        page.sweep_finished.connect(done.append)
+        page.run_sweep([64, 128, 256, 512, 1024, 2048, 4096])
+        deadline = time.monotonic() + 900
+        while not done and time.monotonic() < deadline:
+            app.processEvents()
+            time.sleep(0.01)
+        settle = time.monotonic() + 0.5
+        while time.monotonic() < settle:
+            app.processEvents()
+            time.sleep(0.01)
+        export_png(window, out)
+        print(f"saved {out}: {done}")
+        window.close()
+    shrink(out)
+    return 0 if done == ["done"] else 2
+
+
 def main() -> int:
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    code = 0
     if only in (None, "views"):
         view_shots()
     if only in (None, "sweep"):
-        return sweep_shot(OUT / "sweep.png")
-    return 0
+        code |= sweep_shot(OUT / "sweep.png")
+    if only in (None, "cost"):
+        code |= cost_shot(OUT / "cost.png")
+    return code
 
 
 if __name__ == "__main__":
