@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy as np
 
 from attn_explorer.errors import UserError
 from attn_explorer.files import atomic_write, result_arrays, save_npz
+from attn_explorer.validate import positive_float, positive_int
 
 FORMATS = (".npz", ".json", ".png")
 
@@ -33,28 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", help="float32 (default); bfloat16 or float16 on a GPU")
     p.add_argument("--max-tokens", default=None, help="keep only the first N tokens")
     p.add_argument("--image-size", default=None, help="square input side in pixels for image models")
-
-
-def _positive_int(value, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        n = int(str(value))
-    except ValueError:
-        raise UserError(f"{name} must be a whole number, got {value!r}") from None
-    if n < 1:
-        raise UserError(f"{name} must be at least 1, got {n}")
-    return n
-
-
-def _dk_scale(value) -> float:
-    try:
-        s = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"--dk-scale must be a positive number, got {value!r}") from None
-    if not math.isfinite(s) or s <= 0:
-        raise UserError(f"--dk-scale must be a positive finite number, got {value!r}")
-    return s
 
 
 def save_result(r, out: str | os.PathLike) -> Path:
@@ -126,9 +104,9 @@ def head_grid_image(att: np.ndarray, cell: int | None = None, title: str = ""):
 
 
 def run(args: argparse.Namespace) -> int:
-    dk = _dk_scale(args.dk_scale)
-    max_tokens = _positive_int(args.max_tokens, "--max-tokens")
-    image_size = _positive_int(args.image_size, "--image-size")
+    dk = positive_float(args.dk_scale, "--dk-scale")
+    max_tokens = None if args.max_tokens is None else positive_int(args.max_tokens, "--max-tokens")
+    image_size = None if args.image_size is None else positive_int(args.image_size, "--image-size")
     out = Path(args.out)
     if out.suffix.lower() not in FORMATS:
         raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")

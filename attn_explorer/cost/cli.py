@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from attn_explorer.errors import UserError
+from attn_explorer.validate import positive_int
 
 IMPLS = ("naive", "chunked", "window", "linear", "sdpa")  # the names in core.efficient.VARIANTS
 DEFAULT_NS = "256,512,...,4096"
@@ -48,27 +49,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # --- parsing ------------------------------------------------------------------------------
 
 
-def _positive_int(text: str, what: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise UserError(f"{what} must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise UserError(f"{what} must be a positive integer, got {text!r}")
-    return value
-
-
 def parse_ns(text: str) -> list[int]:
     """'256,512,1024' as given; '256,512,...,16384' continues the first two's ratio up to the last."""
     items = [s.strip() for s in str(text).split(",") if s.strip()]
     if not items:
         raise UserError("--n needs at least one sequence length")
     if "..." not in items:
-        return [_positive_int(s, "sequence length") for s in items]
+        return [positive_int(s, "sequence length") for s in items]
     if items.count("...") > 1 or items.index("...") != len(items) - 2 or len(items) < 3:
         raise UserError("--n with '...' needs the form FIRST[,SECOND],...,LAST, e.g. 256,512,...,16384")
-    head = [_positive_int(s, "sequence length") for s in items[:-2]]
-    last = _positive_int(items[-1], "sequence length")
+    head = [positive_int(s, "sequence length") for s in items[:-2]]
+    last = positive_int(items[-1], "sequence length")
     ratio = head[-1] / head[-2] if len(head) >= 2 else 2.0
     if len(head) >= 2 and (ratio <= 1 or head[-1] % head[-2]):
         raise UserError(f"--n: '...' needs a whole growth ratio above 1, got {head[-2]} then {head[-1]}")
@@ -107,10 +98,10 @@ def parse_blocks(text: str) -> tuple[int | None, int]:
     parts = [s.strip() for s in str(text).split(",") if s.strip()]
     if len(parts) not in (1, 2):
         raise UserError(f"--block takes QB or QB,KB, got {text!r}")
-    qb = None if parts[0].lower() == "auto" else _positive_int(parts[0], "--block")
+    qb = None if parts[0].lower() == "auto" else positive_int(parts[0], "--block")
     if len(parts) == 1:
         return qb, 256 if qb is None else qb
-    return qb, _positive_int(parts[1], "--block")
+    return qb, positive_int(parts[1], "--block")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -127,10 +118,10 @@ def config_from_args(args: argparse.Namespace):
     except ValueError as exc:
         raise UserError(str(exc)) from None
     return SweepConfig(
-        ns=ns, impls=impls, heads=_positive_int(args.heads, "--heads"), d_k=_positive_int(args.dk, "--dk"),
-        batch=_positive_int(args.batch, "--batch"), dtype=args.dtype.lower(), device=str(device),
-        causal=bool(args.causal), repeats=_positive_int(args.repeats, "--repeats"),
-        window=_positive_int(args.window, "--window"), q_block=q_block, k_block=k_block,
+        ns=ns, impls=impls, heads=positive_int(args.heads, "--heads"), d_k=positive_int(args.dk, "--dk"),
+        batch=positive_int(args.batch, "--batch"), dtype=args.dtype.lower(), device=str(device),
+        causal=bool(args.causal), repeats=positive_int(args.repeats, "--repeats"),
+        window=positive_int(args.window, "--window"), q_block=q_block, k_block=k_block,
         budget_bytes=parse_budget_gb(args.budget_gb),
     )
 

@@ -1,7 +1,6 @@
 """`Model`: one of our modules plus what turns text or a picture into its input, and `run`."""
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable
 
@@ -12,16 +11,7 @@ from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
 from attn_explorer.hub.result import ModelInfo, RunResult
 from attn_explorer.hub.text import TextTokenizer
-
-
-def check_dk_scale(dk_scale) -> float:
-    try:
-        s = float(dk_scale)
-    except (TypeError, ValueError):
-        raise UserError(f"dk_scale must be a positive number, got {dk_scale!r}") from None
-    if not math.isfinite(s) or s <= 0:
-        raise UserError(f"dk_scale must be a positive finite number, got {dk_scale!r}")
-    return s
+from attn_explorer.validate import positive_float, positive_int
 
 
 class Model:
@@ -60,7 +50,7 @@ class Model:
         """Attention of every head in every layer for x (text for text models; a PIL image or a
         file path for image models). max_tokens keeps the first n tokens; image_size sets the
         square input side in pixels (rounded down to whole patches)."""
-        dk_scale = check_dk_scale(dk_scale)
+        dk_scale = positive_float(dk_scale, "dk_scale")
         if dk_layers is not None:
             dk_layers = [int(i) for i in dk_layers]
             bad = [i for i in dk_layers if not 0 <= i < self.info.num_layers]
@@ -94,9 +84,7 @@ class Model:
             raise UserError("the text is empty; type or paste some words")
         limit = self.info.max_positions
         if max_tokens is not None:
-            if int(max_tokens) < 1:
-                raise UserError(f"max_tokens must be at least 1, got {max_tokens}")
-            limit = min(limit, int(max_tokens))
+            limit = min(limit, positive_int(max_tokens, "max_tokens"))
         notes = []
         if self._encode is not None:
             inputs, tokens, special, truncated, total = self._encode(text, limit)
