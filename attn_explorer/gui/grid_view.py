@@ -19,7 +19,8 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QPen, QColor
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, colormap, display_values, scale_label
+from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, add_heat_image, colormap, display_values,
+                                       scale_label)
 from attn_explorer.state import SessionState
 
 CELL_MAX = 128  # largest side of one head's cell, in image pixels
@@ -81,11 +82,7 @@ class HeadGridView(LazyPage, QWidget):
         self.plot.getAxis("bottom").setTicks([[], []])
         self.plot.setLabel("left", "layer")
         self.plot.setLabel("top", "head")
-        self.image = pg.ImageItem(axisOrder="row-major")
-        self.plot.addItem(self.image)
-        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(state.colormap), label="weight",
-                                        interactive=False, width=14)
-        self.colorbar.setImageItem(self.image, insert_in=self.plot)
+        self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
         # thin lines between cells, drawn once per shape instead of into the image
         self.separators = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen("w", width=2))
         self.plot.addItem(self.separators)

@@ -10,7 +10,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, TokenAxis, colormap, display_values, scale_label
+from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image, colormap,
+                                       display_values, scale_label)
 from attn_explorer.state import SessionState
 
 
@@ -33,11 +34,7 @@ class HeadView(LazyPage, QWidget):
         self.plot.setLabel("left", "query (row)")
         self.plot.setLabel("bottom", "key (column)")
         self.plot.getViewBox().setAspectLocked(False)
-        self.image = pg.ImageItem(axisOrder="row-major")
-        self.plot.addItem(self.image)
-        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(state.colormap), label="weight",
-                                        interactive=False, width=14)
-        self.colorbar.setImageItem(self.image, insert_in=self.plot)
+        self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
         self.matrix: np.ndarray | None = None
         self.tokens: list[str] = []
 

@@ -38,6 +38,15 @@ def lut_rgb(name: str) -> np.ndarray:
     return colormap(name).getLookupTable(0.0, 1.0, 256, alpha=False, mode="byte")[:, :3].astype(np.uint8)
 
 
+def add_heat_image(plot: pg.PlotItem, cmap_name: str) -> tuple[pg.ImageItem, pg.ColorBarItem]:
+    """A row-major ImageItem in plot with its colour bar beside it (weights 0..1 to start)."""
+    image = pg.ImageItem(axisOrder="row-major")
+    plot.addItem(image)
+    bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(cmap_name), label="weight", interactive=False, width=14)
+    bar.setImageItem(image, insert_in=plot)
+    return image, bar
+
+
 def display_values(a: np.ndarray, log: bool) -> tuple[np.ndarray, tuple[float, float]]:
     """Values to draw and their colour levels: weights in [0, 1], or log10 weights in [LOG_FLOOR, 0]."""
     if not log:

@@ -14,7 +14,8 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListWidget, QListWidgetItem,
                                QVBoxLayout, QWidget)
 
-from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, TokenAxis, colormap, display_values, lut_rgb,
+from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image, colormap,
+                                       display_values, lut_rgb,
                                        scale_label)
 from attn_explorer.gui.stats import renormalise_without
 from attn_explorer.state import SessionState
@@ -78,11 +79,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.plot.hideButtons()
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.setLabel("left", "layer (one row per head)")
-        self.image = pg.ImageItem(axisOrder="row-major")
-        self.plot.addItem(self.image)
-        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(state.colormap), label="weight",
-                                        interactive=False, width=14)
-        self.colorbar.setImageItem(self.image, insert_in=self.plot)
+        self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
         self.separators = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen("w", width=2))
         self.plot.addItem(self.separators)
         self.marker = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
