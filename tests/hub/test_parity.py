@@ -82,6 +82,15 @@ def test_gpt2_parity(tmp_path, heads, hidden):
     _compare(ref, ours, 2)
     upper = torch.triu(torch.ones(13, 13, dtype=torch.bool), diagonal=1)
     assert ours.attentions[..., upper].abs().max() == 0  # nothing looks ahead
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0  # right padding on the second sequence
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, output_attentions=True)
+    ours = _run_ours(m, input_ids=ids, attention_mask=mask)
+    for i, a in enumerate(ref.attentions):  # real query rows must agree; padded rows are never read
+        torch.testing.assert_close(ours.attentions[:, i][1, :, :9], a[1, :, :9], atol=TOL, rtol=0)
+        torch.testing.assert_close(ours.attentions[:, i][0], a[0], atol=TOL, rtol=0)
+    torch.testing.assert_close(ours.hidden[1, :9], ref.last_hidden_state[1, :9], atol=TOL, rtol=0)
 
 
 def test_gpt2_lm_head_checkpoint_loads(tmp_path):
