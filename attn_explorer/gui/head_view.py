@@ -49,9 +49,6 @@ class HeadView(LazyPage, QWidget):
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self._options)
 
-    def redraw(self) -> None:
-        self.refresh()
-
     def refresh(self, *_):
         if not self.needs_draw():
             return

@@ -138,6 +138,10 @@ class LazyPage:
 
     _stale = False
 
+    def redraw(self) -> None:
+        """Draw the current result again; pages whose refresh() does that need not override it."""
+        self.refresh()
+
     def needs_draw(self) -> bool:
         if self.isVisible():
             return True

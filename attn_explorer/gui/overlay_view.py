@@ -111,9 +111,6 @@ class PatchOverlayView(LazyPage, QWidget):
         state.options_changed.connect(self.refresh)
 
     # ----------------------------------------------------------------------------------- drawing
-    def redraw(self) -> None:
-        self.refresh()
-
     def refresh(self, *_):
         if not self.needs_draw():
             return

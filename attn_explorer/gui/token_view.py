@@ -130,9 +130,6 @@ class TokenFocusView(LazyPage, QWidget):
         self.colorbar.axis.setLabel(scale_label(self.state.log_scale))
         self.refresh()
 
-    def redraw(self) -> None:
-        self.refresh()
-
     def refresh(self, *_):
         if not self.needs_draw():
             return

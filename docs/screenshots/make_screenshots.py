@@ -11,6 +11,7 @@ grabbed once the last point is in. Settings are throwaway. PNGs over 300 KB are 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -52,69 +53,68 @@ def view_shots() -> None:
         shrink(OUT / name)
 
 
-def sweep_shot(out: Path) -> int:
+@contextlib.contextmanager
+def live_window(model: str, view: str):
+    """A real window (throwaway settings) and a wait(cond) that runs the event loop until cond()."""
     from attn_explorer.gui.app import build_window, get_qapp, make_settings
-    from attn_explorer.gui.export import export_png
 
     app = get_qapp()
-    args = argparse.Namespace(model="minilm", text=None, image=None, device="cpu", view="grid", screenshot=None)
+    args = argparse.Namespace(model=model, text=None, image=None, device="cpu", view=view, screenshot=None)
+
+    def wait(cond, timeout=900.0):
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            app.processEvents()
+            time.sleep(0.01)
+
+    def settle(seconds=0.5):
+        end = time.monotonic() + seconds
+        wait(lambda: time.monotonic() > end)
+
     with tempfile.TemporaryDirectory() as d:
         window, state = build_window(args, settings=make_settings(Path(d) / "settings.ini"))
         window.resize(1480, 1000)
         window.show()
+        try:
+            yield window, state, wait, settle
+        finally:
+            window.close()
 
-        def wait(cond, timeout=600.0):
-            deadline = time.monotonic() + timeout
-            while not cond():
-                if time.monotonic() > deadline:
-                    raise TimeoutError
-                app.processEvents()
-                time.sleep(0.01)
 
+def sweep_shot(out: Path) -> int:
+    """The side panel after the "Measure n sweep" button's background sweep."""
+    from attn_explorer.gui.export import export_png
+
+    with live_window("minilm", "grid") as (window, state, wait, settle):
         wait(lambda: state.result is not None and not state.busy)
         done = []
         state.sweep_finished.connect(done.append)
         window.seq_panel.sweep_button.click()
         wait(lambda: bool(done))
-        settle = time.monotonic() + 0.5
-        wait(lambda: time.monotonic() > settle)
-        # show the whole sequence-length panel in the dock
-        scroll = window.dock.widget()
-        scroll.ensureWidgetVisible(window.seq_panel.sweep_readout)
-        wait(lambda: time.monotonic() > settle + 0.2)
+        settle()
+        window.dock.widget().ensureWidgetVisible(window.seq_panel.sweep_readout)  # the whole panel in view
+        settle(0.2)
         export_png(window, out)
         print(f"saved {out}: {window.seq_panel.sweep_readout.text()}")
-        window.close()
     shrink(out)
     return 0 if done == [True] else 2
 
 
 def cost_shot(out: Path) -> int:
     """The Cost page after a measured sweep of every variant, n = 64 ... 4096."""
-    from attn_explorer.gui.app import build_window, get_qapp, make_settings
     from attn_explorer.gui.export import export_png
 
-    app = get_qapp()
-    args = argparse.Namespace(model="textbook", text=None, image=None, device="cpu", view="cost", screenshot=None)
-    with tempfile.TemporaryDirectory() as d:
-        window, state = build_window(args, settings=make_settings(Path(d) / "settings.ini"))
-        window.resize(1480, 1000)
-        window.show()
+    with live_window("textbook", "cost") as (window, state, wait, settle):
         page = window.pages["cost"]
         done = []
         page.sweep_finished.connect(done.append)
         page.run_sweep([64, 128, 256, 512, 1024, 2048, 4096])
-        deadline = time.monotonic() + 900
-        while not done and time.monotonic() < deadline:
-            app.processEvents()
-            time.sleep(0.01)
-        settle = time.monotonic() + 0.5
-        while time.monotonic() < settle:
-            app.processEvents()
-            time.sleep(0.01)
+        wait(lambda: bool(done))
+        settle()
         export_png(window, out)
         print(f"saved {out}: {done}")
-        window.close()
     shrink(out)
     return 0 if done == ["done"] else 2
 
