@@ -82,7 +82,6 @@ class VisionTransformer(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        interpolate: bool = True,
         **_,
     ) -> ModelOutput:
         """pixels (B, C, H, W), normalised. Returns hidden (B, E + rows*cols, D) after the final norm."""
@@ -92,8 +91,6 @@ class VisionTransformer(nn.Module):
         if self.dist_token is not None:
             extra.append(self.dist_token.expand(B, -1, -1))
         x = torch.cat(extra + [x], dim=1)
-        if not interpolate and grid[0] * grid[1] != self.pos_embed.shape[1] - self.cfg.num_extra_tokens:
-            raise ValueError(f"image {height}x{width} gives a {grid[0]}x{grid[1]} patch grid; the model was trained on {self.cfg.native_grid}x{self.cfg.native_grid}")
         x = x + self.positions(grid, height, width)
         x, attn = self.blocks(x, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions)
         x = self.norm(x)

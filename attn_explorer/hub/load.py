@@ -19,7 +19,7 @@ from attn_explorer.core.device import pick_device, pick_dtype
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
-from attn_explorer.hub.architectures import ARCHITECTURES, architecture_for, map_state_dict, supported
+from attn_explorer.hub.architectures import architecture_for, map_state_dict
 from attn_explorer.hub.images import ImagePreprocess
 from attn_explorer.hub.model import Model
 from attn_explorer.hub.result import ModelInfo
@@ -313,5 +313,4 @@ def load_model(src: str | os.PathLike = "minilm", device: str = "auto", dtype: s
                     f"a .safetensors file or a hub id")
 
 
-__all__ = ["load_model", "load_folder", "save_checkpoint", "builtin_models", "default_image_model", "supported",
-           "ARCHITECTURES"]
+__all__ = ["load_model", "load_folder", "save_checkpoint", "builtin_models", "default_image_model"]
