@@ -131,24 +131,5 @@ class Worker(QRunnable):
                 pass
 
 
-def start_worker(
-    fn: Callable[..., Any],
-    *args: Any,
-    on_result: Callable[[Any], None] | None = None,
-    on_error: Callable[[str], None] | None = None,
-    on_progress: Callable[[float, str], None] | None = None,
-    on_finished: Callable[[], None] | None = None,
-    pool: QThreadPool | None = None,
-    **kwargs: Any,
-) -> Worker:
-    """Create a Worker, connect the given callbacks, and start it."""
-    w = Worker(fn, *args, **kwargs)
-    for sig, cb in ((w.signals.result, on_result), (w.signals.error, on_error),
-                    (w.signals.progress, on_progress), (w.signals.finished, on_finished)):
-        if cb is not None:
-            sig.connect(cb)
-    return w.start(pool)
-
-
 def live_workers() -> int:
     return len(_LIVE)
