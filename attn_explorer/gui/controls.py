@@ -14,7 +14,8 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
                                QProgressBar, QPushButton, QSlider, QVBoxLayout, QWidget)
 
-from attn_explorer.gui.stats import (doubling_factor, fit_quadratic, head_entropy_and_peak, human_bytes, human_count,
+from attn_explorer.cost.memory import human_bytes
+from attn_explorer.gui.stats import (doubling_factor, fit_quadratic, head_entropy_and_peak, human_count,
                                      quadratic_share)
 from attn_explorer.state import DK_MAX, DK_MIN, SessionState, sample_images
 

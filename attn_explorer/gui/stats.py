@@ -60,10 +60,3 @@ def human_count(x: float, unit: str = "") -> str:
         if abs(x) >= div:
             return f"{x / div:.3g} {p}{unit}"
     return f"{x:.3g} {unit}".rstrip()
-
-
-def human_bytes(b: float) -> str:
-    for div, p in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if b >= div:
-            return f"{b / div:.3g} {p}"
-    return f"{int(b)} B"
