@@ -13,13 +13,13 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load_model": "attn_explorer.hub.load",
-    "save_checkpoint": "attn_explorer.hub.load",
-    "builtin_models": "attn_explorer.hub.load",
-    "default_image_model": "attn_explorer.hub.load",
-    "Model": "attn_explorer.hub.model",
-    "RunResult": "attn_explorer.hub.result",
-    "ModelInfo": "attn_explorer.hub.result",
+    "load_model": "attn_explorer.api.load",
+    "save_checkpoint": "attn_explorer.api.load",
+    "builtin_models": "attn_explorer.api.load",
+    "default_image_model": "attn_explorer.api.load",
+    "Model": "attn_explorer.api.model",
+    "RunResult": "attn_explorer.api.result",
+    "ModelInfo": "attn_explorer.api.result",
     "UserError": "attn_explorer.errors",
 }
 

@@ -1,5 +1,5 @@
 import sys
 
-from attn_explorer.cli import main
+from attn_explorer.cli.main import main
 
 sys.exit(main())

@@ -160,7 +160,7 @@ def grid_repaint(app, window, repeats: int) -> float:
     """Median ms from handing the grid a new (6, 12, 128, 128) result to its paint."""
     import numpy as np
 
-    from attn_explorer.hub.result import RunResult
+    from attn_explorer.api.result import RunResult
 
     rng = np.random.default_rng(0)
     results = []

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attn_explorer.cli import main
+from attn_explorer.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "The animal didn't cross the street because it was too tired."
@@ -90,7 +90,7 @@ def test_bad_output_path_and_debug_traceback(tmp_path, capsys):
 
 
 def test_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
-    from attn_explorer import export
+    from attn_explorer.cli import export
 
     def boom(*a, **k):
         raise OSError("disk full")

@@ -46,7 +46,7 @@ def make_settings(path: str | Path | None = None) -> QSettings:
 def build_window(args, settings: QSettings | None = None, loader=None):
     """Create the state and window for parsed CLI args, and start loading. Returns (window, state)."""
     from attn_explorer.gui.main_window import MainWindow
-    from attn_explorer.state import SessionState
+    from attn_explorer.session.state import SessionState
 
     settings = settings if settings is not None else make_settings()
     state = SessionState(loader=loader, device=getattr(args, "device", None) or "auto")

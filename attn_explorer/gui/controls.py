@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLa
 from attn_explorer.cost.memory import human_bytes
 from attn_explorer.gui.stats import (doubling_factor, fit_quadratic, head_entropy_and_peak, human_count,
                                      quadratic_share)
-from attn_explorer.state import DK_MAX, DK_MIN, SessionState, sample_images
+from attn_explorer.session.state import DK_MAX, DK_MIN, SessionState, sample_images
 
 DEBOUNCE_MS = 100
 DK_STEPS = 1000  # slider ticks; the middle one is exactly 1×

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from attn_explorer.cost.fit import slopes as fit_slopes
 from attn_explorer.cost.memory import default_budget, human_bytes, matrix_bytes, predict_bytes
-from attn_explorer.workers import Worker
+from attn_explorer.session.workers import Worker
 
 VARIANT_NAMES = ("naive", "chunked", "window", "linear", "sdpa")
 APPROXIMATE = ("window", "linear")

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, add_heat_image, colormap, display_values,
                                        scale_label)
-from attn_explorer.state import SessionState
+from attn_explorer.session.state import SessionState
 
 CELL_MAX = 128  # largest side of one head's cell, in image pixels
 

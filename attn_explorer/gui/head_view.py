@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image, colormap,
                                        display_values, scale_label)
-from attn_explorer.state import SessionState
+from attn_explorer.session.state import SessionState
 
 
 class HeadView(LazyPage, QWidget):

@@ -23,7 +23,7 @@ from attn_explorer.gui.head_view import HeadView
 from attn_explorer.gui.heatmap import COLORMAPS, PaintedGraphicsWidget
 from attn_explorer.gui.overlay_view import PatchOverlayView
 from attn_explorer.gui.token_view import TokenFocusView
-from attn_explorer.state import SessionState
+from attn_explorer.session.state import SessionState
 
 TEXT_FILTER = "Text (*.txt *.md *.csv *.json *.py);;All files (*)"
 TEXT_SUFFIXES = {".txt", ".md", ".csv", ".json", ".py", ".rst", ".tex"}
@@ -434,7 +434,7 @@ class MainWindow(QMainWindow):
         try:
             out = export_view(Path(path).suffix, path, self.tabs.currentWidget(), self.state.result)
         except Exception as exc:  # noqa: BLE001 - shown, then re-raised for callers that care
-            from attn_explorer.workers import error_message
+            from attn_explorer.session.workers import error_message
 
             self.show_error(error_message(exc))
             raise

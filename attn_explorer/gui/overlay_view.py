@@ -14,7 +14,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout, QWidget
 
 from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, lut_rgb
-from attn_explorer.state import SessionState
+from attn_explorer.session.state import SessionState
 
 THUMB = 112  # side of a small overlay, in pixels
 CLIP_PERCENTILE = 98  # colour runs from 0 to this percentile of the map; stronger patches saturate

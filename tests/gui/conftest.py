@@ -11,7 +11,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from attn_explorer.state import Loaded  # noqa: E402
+from attn_explorer.session.state import Loaded  # noqa: E402
 
 _MODELS: dict[str, object] = {}
 

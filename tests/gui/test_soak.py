@@ -5,7 +5,7 @@ import gc
 
 import numpy as np
 
-from attn_explorer.hub.result import RunResult
+from attn_explorer.api.result import RunResult
 
 
 def _rss_mib() -> float:

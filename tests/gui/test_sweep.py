@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from attn_explorer.gui.stats import doubling_factor, quadratic_share
-from attn_explorer.state import sweep_lengths
+from attn_explorer.session.state import sweep_lengths
 from tests.gui.conftest import cached_model, sample
 
 

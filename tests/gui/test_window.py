@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QApplication
 
 from attn_explorer.gui import main_window
 from attn_explorer.gui.overlay_view import patch_heat
-from attn_explorer.hub.result import RunResult
+from attn_explorer.api.result import RunResult
 from tests.gui.conftest import sample
 
 

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from attn_explorer.errors import UserError
-from attn_explorer.workers import Worker, error_message, live_workers
+from attn_explorer.session.workers import Worker, error_message, live_workers
 
 
 def test_error_message_is_one_line():

@@ -1,7 +1,7 @@
 """The session: which model is open, what input it sees, what the views have selected.
 
 `SessionState` is the one QObject that views read and write. It owns the torch model object but never
-runs it in the GUI thread: loading and running go through `attn_explorer.workers`, one job at a time,
+runs it in the GUI thread: loading and running go through `attn_explorer.session.workers`, one job at a time,
 and only `ModelInfo` / `RunResult` (NumPy arrays and plain data) come back. The model package itself
 (`attn_explorer.load_model`, and with it torch) is imported lazily inside the worker, so the window
 can appear before torch is loaded.
@@ -25,8 +25,8 @@ from typing import Any, Callable
 import numpy as np
 from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
 
-from attn_explorer.hub.result import ModelInfo, RunResult
-from attn_explorer.workers import Worker
+from attn_explorer.api.result import ModelInfo, RunResult
+from attn_explorer.session.workers import await_workers, launch
 
 SAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
 DEFAULT_TEXT_MODEL = "minilm"
@@ -146,13 +146,12 @@ class SessionState(QObject):
         self.sweep_repeated_input = False  # the text was repeated to reach the longer lengths
         self._sweep_id = 0
         self._sweep_queue: list[tuple[Any, dict, int, int, bool]] = []  # (x, kw, want, reps, warm-up)
-        self._sweep_worker: Worker | None = None
+        self._sweep_worker: Any = None  # the step in flight
+        self._sweep_step: tuple[int, int, bool] | None = None  # its (sweep id, wanted n, warm-up)
         self._sweep_samples: dict[int, list[float]] = {}
         self._sweep_done = 0
         self._sweep_total = 0
         # scheduling
-        self._pool = QThreadPool(self)
-        self._pool.setMaxThreadCount(1)  # one model job at a time
         self._gen = 0  # newest run request
         self._shown_gen = -1  # generation of the result on screen
         self._epoch = 0  # bumps on each successful model load
@@ -160,7 +159,6 @@ class SessionState(QObject):
         self._running = False
         self._pending = False
         self._loading = False
-        self._jobs: set[Worker] = set()
         self.ready_at = 0.0
         self._requested_at = 0.0
         self.run_timing: dict[str, float] = {}
@@ -179,7 +177,7 @@ class SessionState(QObject):
     def sweeping(self) -> bool:
         """An n sweep is under way (a cancelled step may still be finishing in the pool)."""
         w = self._sweep_worker
-        return bool(self._sweep_queue) or (w is not None and w.args[-1] == self._sweep_id)
+        return bool(self._sweep_queue) or (w is not None and self._sweep_step[0] == self._sweep_id)
 
     # ----------------------------------------------------------------------------- model
     def load_model(self, src: str | None = None, want_image: bool | None = None) -> None:
@@ -191,11 +189,8 @@ class SessionState(QObject):
         self._loading = True
         self.busy_changed.emit(True)
         self.model_loading.emit(src or "")
-        w = Worker(_load_job, self._loader, src, self.device, want_image, self._load_epoch)
-        w.signals.progress.connect(self._on_load_progress)
-        w.signals.result.connect(self._on_loaded)
-        w.signals.error.connect(self._on_load_error)
-        self._start(w)
+        launch(_load_job, self._loader, src, self.device, want_image, self._load_epoch,
+               on_progress=self._on_load_progress, on_result=self._on_loaded, on_error=self._on_load_error)
 
     @Slot(float, str)
     def _on_load_progress(self, fraction: float, message: str) -> None:
@@ -369,11 +364,8 @@ class SessionState(QObject):
         self._running = True
         self._requested_at = time.perf_counter()
         self.busy_changed.emit(True)
-        w = Worker(_run_job, self._model, x, kw, self._gen, self._epoch)
-        w.signals.result.connect(self._on_run_result)
-        w.signals.error.connect(self._on_run_error)
-        w.signals.finished.connect(self._on_run_finished)
-        self._start(w)
+        launch(_run_job, self._model, x, kw, self._gen, self._epoch, on_result=self._on_run_result,
+               on_error=self._on_run_error, on_finished=self._on_run_finished)
         return True
 
     @Slot(object)
@@ -464,24 +456,21 @@ class SessionState(QObject):
         self._sweep_queue = []
         self._sweep_id += 1
         if self._sweep_worker is not None:
-            self._sweep_worker.cancel()
+            self._sweep_worker.quit()
         self.sweep_finished.emit(False)
 
     def _start_sweep_step(self) -> None:
         x, kw, want, reps, warm = self._sweep_queue.pop(0)
-        w = Worker(_sweep_job, self._model, x, kw, want, reps, self._sweep_id)
-        w.warm_up = warm
-        w.signals.result.connect(self._on_sweep_result)
-        w.signals.error.connect(self._on_sweep_error)
-        w.signals.finished.connect(self._on_sweep_step_finished)
-        self._sweep_worker = w
-        self._start(w)
+        self._sweep_step = (self._sweep_id, want, warm)
+        self._sweep_worker = launch(_sweep_job, self._model, x, kw, want, reps, self._sweep_id,
+                                    on_result=self._on_sweep_result, on_error=self._on_sweep_error,
+                                    on_finished=self._on_sweep_step_finished)
 
     @Slot(object)
     def _on_sweep_result(self, out) -> None:
         sweep_id, n, ms, repeated = out
         w = self._sweep_worker
-        if sweep_id != self._sweep_id or w is None or w.warm_up:
+        if sweep_id != self._sweep_id or w is None or self._sweep_step[2]:
             return
         self.sweep_repeated_input = self.sweep_repeated_input or repeated
         samples = self._sweep_samples.setdefault(n, [])
@@ -489,14 +478,14 @@ class SessionState(QObject):
         self._sweep_done += 1
         self.sweep_progressed.emit(self._sweep_done, self._sweep_total)
         nxt = self._sweep_queue[0] if self._sweep_queue else None
-        if len(samples) >= self.sweep_repeats or nxt is None or nxt[2] != w.args[3]:
+        if len(samples) >= self.sweep_repeats or nxt is None or nxt[2] != self._sweep_step[1]:
             point = (n, float(np.median(samples)))
             self.sweep_points = [p for p in self.sweep_points if p[0] != n] + [point]
             self.sweep_point_measured.emit(*point)
 
     @Slot(str)
     def _on_sweep_error(self, message: str) -> None:
-        if self._sweep_worker is not None and self._sweep_worker.args[-1] == self._sweep_id:
+        if self._sweep_worker is not None and self._sweep_step[0] == self._sweep_id:
             self._sweep_queue = []
             self._sweep_id += 1
             self.error_raised.emit(f"n sweep stopped: {message}")
@@ -505,29 +494,18 @@ class SessionState(QObject):
     @Slot()
     def _on_sweep_step_finished(self) -> None:
         w, self._sweep_worker = self._sweep_worker, None
-        finished_now = w is not None and w.args[-1] == self._sweep_id and not self._sweep_queue
+        finished_now = w is not None and self._sweep_step[0] == self._sweep_id and not self._sweep_queue
         self._next_job()
         if finished_now:
             self.sweep_finished.emit(True)
 
-    def _start(self, w: Worker) -> None:
-        self._jobs.add(w)
-        w.signals.finished.connect(self._forget_jobs)
-        w.start(self._pool)
-
-    @Slot()
-    def _forget_jobs(self) -> None:
-        self._jobs = {j for j in self._jobs if j.signals is not self.sender()}
-
     def wait_idle(self, msecs: int = 30000) -> bool:
         """Block until queued jobs finish (tests, screenshots, shutdown)."""
-        return self._pool.waitForDone(msecs)
+        return QThreadPool.globalInstance().waitForDone(msecs)
 
     def shutdown(self) -> None:
         self._sweep_queue = []
-        for w in list(self._jobs):
-            w.cancel()
-        self._pool.waitForDone(10000)
+        await_workers(10000)
 
 
 def default_query(r: RunResult) -> int:

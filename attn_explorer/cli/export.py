@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{p.name} is not UTF-8 text") from None
     else:
         text = args.text
-    from attn_explorer.hub.load import default_image_model, load_model
+    from attn_explorer.api.load import default_image_model, load_model
 
     if args.image is not None:
         if not Path(args.image).exists():

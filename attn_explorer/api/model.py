@@ -9,7 +9,7 @@ import torch
 
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
-from attn_explorer.hub.result import ModelInfo, RunResult
+from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.hub.text import TextTokenizer
 from attn_explorer.validate import positive_float, positive_int
 

@@ -17,8 +17,8 @@ from attn_explorer.errors import UserError
 
 # name -> (module, help). The module provides add_arguments(parser) and run(args).
 SUBCOMMANDS = {
-    "export": ("attn_explorer.export", "run a model on text or an image and save its attention (.npz, .json, .png)"),
-    "cost": ("attn_explorer.cost.cli", "measure attention's time and memory against n for exact and efficient variants"),
+    "export": ("attn_explorer.cli.export", "run a model on text or an image and save its attention (.npz, .json, .png)"),
+    "cost": ("attn_explorer.cli.cost", "measure attention's time and memory against n for exact and efficient variants"),
 }
 
 

@@ -1,0 +1,1 @@
+"""The command line: `attn-explorer` (the window) and its subcommands, one module each."""

@@ -1,0 +1,125 @@
+"""The one way a long job runs: superqt's workers, started through `launch`, kept in one registry.
+
+- A plain function becomes a `Job` (superqt's `WorkerBase` plus a `progressed(fraction, message)`
+  signal, for loaders that report through a callback).
+- A generator function becomes superqt's `GeneratorWorker`: each `yield` arrives as `yielded`, which
+  is how streams (the n sweep, the cost sweep, training, generation) report partial results.
+
+Live workers sit in superqt's registry (`WorkerBase._worker_set`) until they finish, so Python never
+collects one mid-run. Cancellation is superqt's `quit()`: a `Job` then emits no result and its
+progress callback raises `Cancelled`; a generator stops at its next `yield`.
+
+Errors never escape: `on_error` gets one line, a `UserError`'s own message or "ExceptionName: message"
+(which covers `MemoryError` and torch's out-of-memory).
+"""
+from __future__ import annotations
+
+import inspect
+import traceback
+from typing import Any, Callable
+
+from PySide6.QtCore import QThreadPool, Qt, Signal
+from superqt.utils import GeneratorWorker, WorkerBase
+from superqt.utils._qthreading import WorkerBaseSignals
+
+from attn_explorer.errors import UserError, error_message
+
+__all__ = ["Cancelled", "Job", "launch", "live_workers", "await_workers", "error_message"]
+
+
+class Cancelled(Exception):
+    """Raised inside a job that noticed its cancel flag; it ends the job quietly."""
+
+
+class JobSignals(WorkerBaseSignals):
+    progressed = Signal(float, str)  # fraction in [0, 1], message
+
+
+class Job(WorkerBase):
+    """Runs `fn(*args, **kwargs)` in the pool. If `fn` takes `progress`, it gets a callback that emits
+    `progressed` (and raises `Cancelled` once `quit()` was called); if it takes `worker`, it gets the job."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(SignalsClass=JobSignals)
+        self._fn, self._args, self._kwargs = fn, args, kwargs
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}
+        if "progress" in params and "progress" not in kwargs:
+            self._kwargs["progress"] = self.report_progress
+        if "worker" in params:
+            self._kwargs["worker"] = self
+
+    def report_progress(self, fraction: float, message: str = "") -> None:
+        if self.abort_requested:
+            raise Cancelled()
+        self.progressed.emit(float(fraction), str(message))
+
+    def work(self) -> Any:
+        try:
+            return self._fn(*self._args, **self._kwargs)
+        except Cancelled:
+            self.quit()
+            return None
+
+
+QUEUED = Qt.ConnectionType.QueuedConnection
+
+
+def _connect_error(worker: WorkerBase, on_error: Callable[[str], None] | None) -> None:
+    def report(exc: BaseException) -> None:
+        if isinstance(exc, Cancelled) or worker.abort_requested:
+            return
+        if not isinstance(exc, UserError):
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+        if on_error is not None:
+            on_error(error_message(exc))
+
+    worker.errored.connect(report, QUEUED)
+
+
+def launch(
+    fn: Callable[..., Any],
+    *args: Any,
+    on_result: Callable[[Any], None] | None = None,
+    on_yield: Callable[[Any], None] | None = None,
+    on_error: Callable[[str], None] | None = None,
+    on_progress: Callable[[float, str], None] | None = None,
+    on_finished: Callable[[], None] | None = None,
+    **kwargs: Any,
+) -> WorkerBase:
+    """Start `fn` in the pool with its handlers wired in one call; returns the worker (for `quit()`).
+
+    Handlers are connected before the start, so no early signal is missed. `on_result` gets the return
+    value (not emitted after `quit()`), `on_yield` each yielded value of a generator function."""
+    worker: WorkerBase = GeneratorWorker(fn, *args, **kwargs) if inspect.isgeneratorfunction(fn) \
+        else Job(fn, *args, **kwargs)
+    # Every handler runs in the thread that launched the job (the GUI thread): queued, in emit order.
+    if on_result is not None:
+        worker.returned.connect(on_result, QUEUED)
+    if on_yield is not None:
+        worker.yielded.connect(on_yield, QUEUED)
+    if on_progress is not None and isinstance(worker, Job):
+        worker.progressed.connect(on_progress, QUEUED)
+    _connect_error(worker, on_error)
+    if on_finished is not None:
+        worker.finished.connect(on_finished, QUEUED)
+    # superqt's start() defers the pool start by a 1 ms timer when an event loop runs; the handlers
+    # are already connected, so start at once (same registry, no timer): `wait_idle` then sees the job.
+    WorkerBase._worker_set.add(worker)
+    worker._finished.connect(WorkerBase._set_discard)
+    QThreadPool.globalInstance().start(worker)
+    return worker
+
+
+def live_workers() -> int:
+    """Workers started and not yet finished."""
+    return len(WorkerBase._worker_set)
+
+
+def await_workers(msecs: int = 10000) -> None:
+    """Ask every live worker to stop, and wait up to `msecs` for them (shutdown, tests)."""
+    for w in list(WorkerBase._worker_set):
+        w.quit()
+    QThreadPool.globalInstance().waitForDone(msecs)
