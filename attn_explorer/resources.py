@@ -1,12 +1,28 @@
-"""Find files under resources/, from the source tree and from a frozen (PyInstaller) build."""
+"""Find files under resources/ (icon, sample photos) wherever the app runs from.
+
+- a frozen PyInstaller build: `sys._MEIPASS/resources`;
+- an installed wheel: the data package `attn_explorer/_resources` (setup.py maps resources/ there);
+- a source checkout or an editable install: `resources/` at the top of the repository.
+"""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def resources_root() -> Path:
+    """The folder that holds icon.png and samples/ in this installation."""
+    frozen = getattr(sys, "_MEIPASS", None)
+    candidates = [Path(frozen) / "resources"] if frozen else []
+    candidates += [_PACKAGE / "_resources", _PACKAGE.parent / "resources"]
+    for c in candidates:
+        if (c / "icon.png").is_file():
+            return c
+    return candidates[-1]
+
 
 def resource_path(*parts: str) -> Path:
-    """Path to resources/<parts...>; works when frozen (sys._MEIPASS) and from a checkout."""
-    base = getattr(sys, "_MEIPASS", None)
-    root = Path(base) if base else Path(__file__).resolve().parent.parent
-    return root.joinpath("resources", *parts)
+    """Path to resources/<parts...> (see `resources_root`)."""
+    return resources_root().joinpath(*parts)
