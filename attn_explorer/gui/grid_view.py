@@ -1,8 +1,9 @@
 """The grid page: every head of every layer as L×H small heatmaps, drawn as one mosaic image.
 
-One ImageItem for all heads (72 separate items cost ~18 ms a repaint; one mosaic ~4 ms). Heads wider
-than CELL_MAX pixels are max-pooled for this overview, so a sharp peak stays visible; the head page
-shows every pixel. Clicking a cell selects that head and emits `head_opened`.
+One ImageItem for all heads (72 separate items cost ~18 ms a repaint; one mosaic ~4 ms). The mosaic
+arrives ready to draw (`state.grid_image`): the worker that ran the model also max-pooled heads wider
+than 128 pixels, so a sharp peak stays visible, and tiled them; the GUI thread only sets the image.
+The head page shows every pixel. Clicking a cell selects that head and emits `head_opened`.
 
 The plot's coordinates are cells, not pixels: head h of layer l is the unit square at (h, l) whatever
 n is. So axes, separators and range depend only on (L, H) and are not laid out again while typing
@@ -10,7 +11,6 @@ changes n (that relayout cost more than the new image itself).
 """
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -22,39 +22,6 @@ from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, add_heat_image, colormap, display_values,
                                        scale_label)
 from attn_explorer.session.state import SessionState
-
-CELL_MAX = 128  # largest side of one head's cell, in image pixels
-
-
-def pooled_heads(att: np.ndarray, cell_max: int = CELL_MAX) -> np.ndarray:
-    """(L, H, N, N) -> (L, H, c, c) with c <= cell_max, by max over k×k blocks when N is larger.
-
-    Elementwise maxima of strided slices: much faster than reshape(...).max(axis=(3, 5)), which
-    reduces over tiny axes (30 ms -> 4 ms at N = 129).
-    """
-    L, H, N, _ = att.shape
-    k = math.ceil(N / cell_max)
-    if k <= 1:
-        return att
-    m = math.ceil(N / k)
-    if m * k != N:  # pad with zeros to a multiple of k
-        buf = np.zeros((L, H, m * k, m * k), att.dtype)
-        buf[:, :, :N, :N] = att
-        att = buf
-    cols = att[..., 0::k].copy()  # (L, H, m*k, m)
-    for i in range(1, k):
-        np.maximum(cols, att[..., i::k], out=cols)
-    out = cols[:, :, 0::k, :].copy()  # (L, H, m, m)
-    for i in range(1, k):
-        np.maximum(out, cols[:, :, i::k, :], out=out)
-    return out
-
-
-def mosaic(cells: np.ndarray) -> np.ndarray:
-    """(L, H, c, c) -> (L*c, H*c): row block l holds layer l, column block h holds head h."""
-    L, H, c, _ = cells.shape
-    return np.ascontiguousarray(cells.transpose(0, 2, 1, 3)).reshape(L * c, H * c)
-
 
 class HeadGridView(LazyPage, QWidget):
     """L×H attention maps with layer and head labels and one shared colour bar."""
@@ -109,15 +76,17 @@ class HeadGridView(LazyPage, QWidget):
     def redraw(self) -> None:
         self.show_result(self.state.result)
 
-    def show_result(self, r) -> None:
+    def show_result(self, r, grid=None) -> None:
+        """Draw `grid` (an api.display.GridImage; the session's `grid_image` of `r` when not given)."""
         if not self.needs_draw():
             return
+        grid = grid if grid is not None else self.state.grid_image
+        if r is None or grid is None:
+            return
         t0 = time.perf_counter()
-        att = r.attentions
-        L, H, N, _ = att.shape
-        cells = pooled_heads(att)
-        self._cell = cells.shape[-1]
-        values, levels = display_values(mosaic(cells), self.state.log_scale)
+        L, H = grid.layers, grid.heads
+        self._cell = grid.cell
+        values, levels = grid.values(self.state.log_scale)
         self.last_image = values
         self.image.setImage(values, levels=levels, autoLevels=False)
         self.image.setRect(QRectF(0, 0, H, L))

@@ -1,96 +1,31 @@
 """The session: which model is open, what input it sees, what the views have selected.
 
-`SessionState` is the one QObject that views read and write. It owns the torch model object but never
-runs it in the GUI thread: loading and running go through `attn_explorer.session.workers`, one job at a time,
-and only `ModelInfo` / `RunResult` (NumPy arrays and plain data) come back. The model package itself
-(`attn_explorer.load_model`, and with it torch) is imported lazily inside the worker, so the window
-can appear before torch is loaded.
-
-Newest input wins: every request gets a generation number; while a run is in flight, later requests
-collapse into one pending run, and a result older than the one on screen is dropped.
-
-The n sweep times the current model at several sequence lengths, one forward pass per job on the same
-one-job pool. A user's run always goes before the next sweep step, so typing during a sweep is served
-after at most one sweep forward pass. Sweep runs only report (n, forward ms): they never change the
-attention on screen.
+`SessionState` is the one QObject that views read and write, through its past-tense signals. It
+holds the model only as a handle for the next job: loading and running go through its `Runner` (one
+model job at a time, newest request first, stale results dropped), and the n sweep is an `NSweep`
+whose steps the runner fits in between runs. Only `ModelInfo`, `RunResult` and the grid's already
+pooled mosaic (`grid_image`) come back, as NumPy arrays and plain data. The model package itself
+(and with it torch) is imported inside the jobs, so the window can appear before torch is loaded.
 """
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QObject, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import ModelInfo, RunResult
-from attn_explorer.session.workers import await_workers, launch
+from attn_explorer.session.jobs import DEFAULT_TEXT_MODEL, Loaded, Loader, Ran, default_loader, load_job, run_job
+from attn_explorer.session.runner import Runner, Task
+from attn_explorer.session.sweep import NSweep
+
+__all__ = ["SessionState", "Loaded", "default_loader", "default_query", "sample_images", "first_sample",
+           "SAMPLE_TEXT", "DK_MIN", "DK_MAX"]
 
 SAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
-DEFAULT_TEXT_MODEL = "minilm"
 DK_MIN, DK_MAX = 0.05, 20.0
-
-# loader(src, device, progress, want_image) -> Loaded. src None means "the default model".
-Loader = Callable[..., "Loaded"]
-
-
-@dataclass
-class Loaded:
-    """What a load job hands back to the GUI thread."""
-
-    model: Any  # the model object (holds torch tensors); only ever used from worker threads
-    info: ModelInfo
-    builtins: list[tuple[str, str]] = field(default_factory=list)  # (name, description)
-
-
-def default_loader(src: str | None, device: str = "auto", progress=None, want_image: bool = False) -> Loaded:
-    """Load through the public model API. Runs in a worker thread: torch is imported here."""
-    import attn_explorer as ax
-
-    if not src:
-        src = ax.default_image_model() if want_image else DEFAULT_TEXT_MODEL
-    model = ax.load_model(src, device=device, progress=progress)
-    try:
-        builtins = [(str(n), str(d)) for n, d in ax.builtin_models()]
-    except Exception:  # noqa: BLE001 - a missing list must not fail the load
-        builtins = []
-    return Loaded(model=model, info=model.info, builtins=builtins)
-
-
-def _run_job(model: Any, x: Any, kwargs: dict, gen: int, epoch: int) -> tuple[int, int, RunResult, float, float]:
-    t0 = time.perf_counter()
-    r = model.run(x, **kwargs)
-    return gen, epoch, r, t0, time.perf_counter()
-
-
-def _sweep_job(model: Any, x: Any, kw: dict, want: int, reps: int, sweep_id: int) -> tuple[int, int, float, bool]:
-    """One timed forward pass at sequence length `want`. Text shorter than `want` tokens is repeated
-    `reps` times (more if that was too few) and cut with max_tokens. Returns (id, n, forward ms, repeated)."""
-    if "max_tokens" not in kw:  # image: the size is already in kw
-        r = model.run(x, **kw)
-        return sweep_id, r.num_tokens, float(r.forward_ms), False
-    while True:
-        text = " ".join([x] * reps)
-        r = model.run(text, **kw)
-        if r.num_tokens >= want or r.total_tokens > r.num_tokens or reps >= 1 << 14:
-            return sweep_id, r.num_tokens, float(r.forward_ms), reps > 1
-        reps *= 2
-
-
-def sweep_lengths(info: ModelInfo, points: int = 9) -> list[int]:
-    """Text: log-spaced token counts from 8 to the model's max positions.
-    Image: log-spaced patch-grid sides from 4 to twice the default grid (square images)."""
-    if info.modality == "image" and info.patch_size:
-        default = max(4, (info.image_size or 224) // info.patch_size)
-        return sorted({int(round(g)) for g in np.geomspace(4, 2 * default, points - 1)})
-    top = max(9, int(info.max_positions))
-    return sorted({int(round(n)) for n in np.geomspace(8, top, points)})
-
-
-def _load_job(loader: Loader, src, device, want_image, epoch, progress=None):
-    return epoch, loader(src, device=device, progress=progress, want_image=want_image)
 
 
 class SessionState(QObject):
@@ -100,12 +35,12 @@ class SessionState(QObject):
     load_progressed = Signal(float, str)  # fraction, message
     model_loaded = Signal(object)  # ModelInfo
     models_listed = Signal(list)  # [(name, description)] of the built-in models
-    attention_ready = Signal(object)  # RunResult, the newest one
+    attention_ready = Signal(object)  # RunResult, the newest one (its mosaic is `grid_image`)
     selection_changed = Signal(int, int)  # layer, head
     query_changed = Signal(int)  # token index of the query
     options_changed = Signal()  # colormap, log scale, hide specials, overlay alpha
     error_raised = Signal(str)  # one line for the user
-    busy_changed = Signal(bool)  # a job is running
+    busy_changed = Signal(bool)  # a load or a run is in flight or waiting
     sweep_started = Signal(int)  # number of sequence lengths to measure
     sweep_progressed = Signal(int, int)  # forward passes done, in all
     sweep_point_measured = Signal(int, float)  # n, median forward ms at that n
@@ -115,9 +50,18 @@ class SessionState(QObject):
         super().__init__(parent)
         self._loader = loader or default_loader
         self.device = device
-        self._model: Any = None
+        self.runner = Runner(self)
+        self.runner.busy_changed.connect(self.busy_changed)
+        self.sweep = NSweep(self.runner, self)
+        self.sweep.started.connect(self.sweep_started)
+        self.sweep.progressed.connect(self.sweep_progressed)
+        self.sweep.point_measured.connect(self.sweep_point_measured)
+        self.sweep.finished.connect(self.sweep_finished)
+        self.sweep.failed.connect(self.error_raised)
+        self._model: Any = None  # handle for the next job; only worker threads use it
         self.info: ModelInfo | None = None
         self.result: RunResult | None = None
+        self._grid: tuple[Any, Any] = (None, None)  # (result, its api.display.GridImage): see `grid_image`
         self.builtins: list[tuple[str, str]] = []
         # input
         self.text: str = SAMPLE_TEXT
@@ -138,30 +82,12 @@ class SessionState(QObject):
         self.log_scale: bool = False
         self.hide_special: bool = False
         self.alpha: float = 0.55
-        # measured (n, forward_ms) for the current model: the cost plot
+        # measured (n, forward_ms) of the runs shown: the cost plot
         self.timings: list[tuple[int, float]] = []
-        # the n sweep: (n, median forward ms) per measured length, and what was measured
-        self.sweep_points: list[tuple[int, float]] = []
-        self.sweep_repeats = 3
-        self.sweep_repeated_input = False  # the text was repeated to reach the longer lengths
-        self._sweep_id = 0
-        self._sweep_queue: list[tuple[Any, dict, int, int, bool]] = []  # (x, kw, want, reps, warm-up)
-        self._sweep_worker: Any = None  # the step in flight
-        self._sweep_step: tuple[int, int, bool] | None = None  # its (sweep id, wanted n, warm-up)
-        self._sweep_samples: dict[int, list[float]] = {}
-        self._sweep_done = 0
-        self._sweep_total = 0
-        # scheduling
-        self._gen = 0  # newest run request
-        self._shown_gen = -1  # generation of the result on screen
-        self._epoch = 0  # bumps on each successful model load
-        self._load_epoch = 0  # bumps on each load request
-        self._running = False
-        self._pending = False
-        self._loading = False
-        self.ready_at = 0.0
-        self._requested_at = 0.0
+        # where the time of the newest run went, in ms (benchmarks and the status bar read it)
+        self.ready_at = 0.0  # perf_counter when the newest result reached the GUI thread
         self.run_timing: dict[str, float] = {}
+        self._asked_at = 0.0  # perf_counter of the newest run request
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -169,47 +95,62 @@ class SessionState(QObject):
         return self._model is not None
 
     @property
+    def grid_image(self) -> Any:
+        """The grid page's mosaic of `result` (api.display.GridImage), pooled in the worker that ran it;
+        None when `result` has none (it was set without one)."""
+        shown, grid = self._grid
+        return grid if shown is self.result and shown is not None else None
+
+    @grid_image.setter
+    def grid_image(self, grid: Any) -> None:
+        """Pair `grid` with the current `result`."""
+        self._grid = (self.result, grid)
+
+    @property
     def busy(self) -> bool:
-        """A load or a user's run is in flight (the n sweep does not count: see `sweeping`)."""
-        return self._running or self._loading
+        """A load or a user's run is in flight or waiting (the n sweep does not count: see `sweeping`)."""
+        return self.runner.busy
 
     @property
     def sweeping(self) -> bool:
-        """An n sweep is under way (a cancelled step may still be finishing in the pool)."""
-        w = self._sweep_worker
-        return bool(self._sweep_queue) or (w is not None and self._sweep_step[0] == self._sweep_id)
+        return self.sweep.running
+
+    @property
+    def sweep_points(self) -> list[tuple[int, float]]:
+        """(n, median forward ms) per length the sweep measured."""
+        return self.sweep.points
+
+    @sweep_points.setter
+    def sweep_points(self, points: list[tuple[int, float]]) -> None:
+        self.sweep.points = list(points)
+
+    @property
+    def sweep_repeats(self) -> int:
+        return self.sweep.repeats
+
+    @property
+    def sweep_repeated_input(self) -> bool:
+        """The text was repeated to reach the longer lengths."""
+        return self.sweep.repeated_input
 
     # ----------------------------------------------------------------------------- model
     def load_model(self, src: str | None = None, want_image: bool | None = None) -> None:
         """Load a model in the background. On success the current input is run again."""
         if want_image is None:
             want_image = self.input_kind == "image"
-        self.cancel_sweep()  # its timings would belong to the old model
-        self._load_epoch += 1
-        self._loading = True
-        self.busy_changed.emit(True)
+        self.sweep.cancel()  # its timings would belong to the old model
+        self.runner.load(Task(load_job, (self._loader, src, self.device, want_image), on_result=self._on_loaded,
+                              on_error=self._on_load_error, on_progress=self.load_progressed.emit))
         self.model_loading.emit(src or "")
-        launch(_load_job, self._loader, src, self.device, want_image, self._load_epoch,
-               on_progress=self._on_load_progress, on_result=self._on_loaded, on_error=self._on_load_error)
 
-    @Slot(float, str)
-    def _on_load_progress(self, fraction: float, message: str) -> None:
-        self.load_progressed.emit(fraction, message)
-
-    @Slot(object)
-    def _on_loaded(self, out) -> None:
-        epoch, loaded = out
-        if epoch != self._load_epoch:  # a newer load was asked for
-            return
-        self._loading = False
+    def _on_loaded(self, loaded: Loaded) -> None:
         self._model = loaded.model
         self.info = loaded.info
-        self._epoch += 1
         if loaded.builtins:
             self.builtins = loaded.builtins
             self.models_listed.emit(self.builtins)
         self.timings = []
-        self.sweep_points = []
+        self.sweep.clear()
         self.max_tokens = None
         self.image_size = None
         # images: start on the last layer, where [CLS] attention outlines objects (as in DINO)
@@ -224,21 +165,16 @@ class SessionState(QObject):
             if self.image is None:
                 self.image = first_sample()
         self.model_loaded.emit(self.info)
-        self.busy_changed.emit(self.busy)
         self.request_run()
 
-    @Slot(str)
     def _on_load_error(self, message: str) -> None:
-        self._loading = False
-        self.busy_changed.emit(self.busy)
-        self.error_raised.emit(message)
-        self._next_job()
+        self.error_raised.emit(message)  # the old model stays, and so does its view
 
     # ----------------------------------------------------------------------------- input
     def set_text(self, text: str) -> None:
         self.text = text
         self.input_kind = "text"
-        if self.info is not None and self.info.modality != "text" and not self._loading:
+        if self.info is not None and self.info.modality != "text" and not self.runner.loading:
             self.load_model(self.last_text_model, want_image=False)
             return
         self.request_run()
@@ -249,7 +185,7 @@ class SessionState(QObject):
         self.input_kind = "image"
         self._query_chosen = False
         self.query = 0
-        if self.info is not None and self.info.modality != "image" and not self._loading:
+        if self.info is not None and self.info.modality != "image" and not self.runner.loading:
             self.load_model(None, want_image=True)
             return
         self.request_run()
@@ -342,170 +278,58 @@ class SessionState(QObject):
         return self.text, kw
 
     def request_run(self) -> None:
-        """Run the current input. Requests made while a run is in flight collapse into one."""
-        self._gen += 1
-        self._pending = True
-        self._next_job()
+        """Run the current input. Requests made while a job is in flight collapse into one."""
+        self._asked_at = time.perf_counter()
+        self.runner.request(self._run_task)
 
-    def _next_job(self) -> None:
-        """Start the next job if the pool is free: a pending user run first, then a sweep step."""
-        if self._model is None or self._loading or self._running or self._sweep_worker is not None:
-            return
-        if self._pending and self._start_run():
-            return
-        if self._sweep_queue:
-            self._start_sweep_step()
-
-    def _start_run(self) -> bool:
-        self._pending = False
+    def _run_task(self) -> Task | None:
+        """The run, as the runner starts it: the input and model of this moment."""
         x, kw = self.run_input()
-        if x is None or (isinstance(x, str) and self.input_kind == "text" and not x.strip()):
-            return False  # nothing to show; keep the last good view
-        self._running = True
-        self._requested_at = time.perf_counter()
-        self.busy_changed.emit(True)
-        launch(_run_job, self._model, x, kw, self._gen, self._epoch, on_result=self._on_run_result,
-               on_error=self._on_run_error, on_finished=self._on_run_finished)
-        return True
+        if self._model is None or x is None or (self.input_kind == "text" and not str(x).strip()):
+            return None  # nothing to show; keep the last good view
+        asked, launched = self._asked_at, time.perf_counter()
+        return Task(run_job, (self._model, x, kw), on_result=lambda ran: self._on_ran(ran, asked, launched),
+                    on_error=self.error_raised.emit)
 
-    @Slot(object)
-    def _on_run_result(self, out) -> None:
-        gen, epoch, r, t_start, t_end = out
+    def _on_ran(self, ran: Ran, asked: float, launched: float) -> None:
         arrived = time.perf_counter()
-        if epoch != self._epoch or gen <= self._shown_gen:
-            return  # stale: another model, or older than what is on screen
-        if self.info is not None and self.result is not None and r.model != self.info.name:
-            return
-        self._shown_gen = gen
+        r = ran.result
         self.timings.append((r.num_tokens, float(r.forward_ms)))
         del self.timings[:-400]
         if not self._query_chosen:
             self.query = default_query(r)
         self.query = min(self.query, r.num_tokens - 1)
         self.result = r
-        self.ready_at = arrived  # render timing starts here
-        # where the time of this run went, in ms (benchmarks and the status bar read it)
-        self.run_timing = {"queued": (t_start - self._requested_at) * 1000, "forward": float(r.forward_ms),
-                           "run_other": (t_end - t_start) * 1000 - float(r.forward_ms),
-                           "hand_back": (arrived - t_end) * 1000}
+        self.grid_image = ran.grid
+        self.ready_at = arrived  # the GUI's share starts here
+        forward = float(r.forward_ms)
+        self.run_timing = {"waited": (launched - asked) * 1000,  # behind another job
+                           "to_worker": (ran.started - launched) * 1000,
+                           "forward": forward,
+                           "run_other": (ran.forward_done - ran.started) * 1000 - forward,  # tokenise, copy out
+                           "pool": (ran.ended - ran.forward_done) * 1000,  # grid mosaic, in the worker
+                           "hand_back": (arrived - ran.ended) * 1000}
         self.attention_ready.emit(r)
-
-    @Slot(str)
-    def _on_run_error(self, message: str) -> None:
-        self.error_raised.emit(message)
-
-    @Slot()
-    def _on_run_finished(self) -> None:
-        self._running = False
-        self._next_job()
-        if not self.busy:
-            self.busy_changed.emit(False)
 
     # ----------------------------------------------------------------------------- n sweep
     def start_sweep(self, repeats: int = 3, lengths: list[int] | None = None) -> bool:
-        """Time the current model at log-spaced n (see `sweep_lengths`), `repeats` runs per n.
+        """Time the current model at log-spaced n (see `sweep.sweep_lengths`), `repeats` runs per n.
 
         Points stream out through `sweep_point_measured` (median of the repeats). Returns False when
         there is nothing to measure (no model or no input)."""
-        if self._model is None or self.info is None or self._loading:
+        if self._model is None or self.info is None or self.runner.loading:
             return False
-        self.cancel_sweep()
         x, kw = self.run_input()
-        kw.pop("max_tokens", None)
-        kw.pop("image_size", None)
-        info = self.info
-        lengths = sorted(set(lengths or sweep_lengths(info)))
-        steps: list[tuple[Any, dict, int, int, bool]] = []
-        if info.modality == "image":
-            if x is None or not info.patch_size:
-                return False
-            for g in lengths:
-                steps.append((x, {**kw, "image_size": g * info.patch_size}, g, 1, False))
-            self.sweep_repeated_input = False
-        else:
-            x = self.text
-            if not x.strip():
-                return False
-            lengths = [n for n in lengths if 1 <= n <= info.max_positions]
-            r = self.result if self.result is not None and self.result.grid is None else None
-            total = r.total_tokens if r is not None and r.total_tokens else 0
-            extra = int(np.count_nonzero(r.special)) if r is not None else 0
-            per_copy = max(1, total - extra)
-            for n in lengths:
-                reps = max(1, math.ceil((n - extra) / per_copy)) if total else 1
-                steps.append((x, {**kw, "max_tokens": n}, n, reps, False))
-            self.sweep_repeated_input = bool(total) and max(lengths, default=0) > total
-        if not steps:
-            return False
-        steps = [steps[0][:4] + (True,)] + [s for s in steps for _ in range(max(1, repeats))]
-        self._sweep_id += 1
-        self.sweep_repeats = max(1, repeats)
-        self.sweep_points = []
-        self._sweep_samples = {}
-        self._sweep_queue = steps
-        self._sweep_done = 0
-        self._sweep_total = len(steps) - 1
-        self.sweep_started.emit(len(lengths))
-        self._next_job()
-        return True
+        return self.sweep.start(self._model, self.info, x, kw, self.result, repeats, lengths)
 
     def cancel_sweep(self) -> None:
         """Stop the sweep: no more steps start, and the one in flight reports nothing."""
-        if not self.sweeping:
-            return
-        self._sweep_queue = []
-        self._sweep_id += 1
-        if self._sweep_worker is not None:
-            self._sweep_worker.quit()
-        self.sweep_finished.emit(False)
-
-    def _start_sweep_step(self) -> None:
-        x, kw, want, reps, warm = self._sweep_queue.pop(0)
-        self._sweep_step = (self._sweep_id, want, warm)
-        self._sweep_worker = launch(_sweep_job, self._model, x, kw, want, reps, self._sweep_id,
-                                    on_result=self._on_sweep_result, on_error=self._on_sweep_error,
-                                    on_finished=self._on_sweep_step_finished)
-
-    @Slot(object)
-    def _on_sweep_result(self, out) -> None:
-        sweep_id, n, ms, repeated = out
-        w = self._sweep_worker
-        if sweep_id != self._sweep_id or w is None or self._sweep_step[2]:
-            return
-        self.sweep_repeated_input = self.sweep_repeated_input or repeated
-        samples = self._sweep_samples.setdefault(n, [])
-        samples.append(ms)
-        self._sweep_done += 1
-        self.sweep_progressed.emit(self._sweep_done, self._sweep_total)
-        nxt = self._sweep_queue[0] if self._sweep_queue else None
-        if len(samples) >= self.sweep_repeats or nxt is None or nxt[2] != self._sweep_step[1]:
-            point = (n, float(np.median(samples)))
-            self.sweep_points = [p for p in self.sweep_points if p[0] != n] + [point]
-            self.sweep_point_measured.emit(*point)
-
-    @Slot(str)
-    def _on_sweep_error(self, message: str) -> None:
-        if self._sweep_worker is not None and self._sweep_step[0] == self._sweep_id:
-            self._sweep_queue = []
-            self._sweep_id += 1
-            self.error_raised.emit(f"n sweep stopped: {message}")
-            self.sweep_finished.emit(False)
-
-    @Slot()
-    def _on_sweep_step_finished(self) -> None:
-        w, self._sweep_worker = self._sweep_worker, None
-        finished_now = w is not None and self._sweep_step[0] == self._sweep_id and not self._sweep_queue
-        self._next_job()
-        if finished_now:
-            self.sweep_finished.emit(True)
-
-    def wait_idle(self, msecs: int = 30000) -> bool:
-        """Block until queued jobs finish (tests, screenshots, shutdown)."""
-        return QThreadPool.globalInstance().waitForDone(msecs)
+        self.sweep.cancel()
 
     def shutdown(self) -> None:
-        self._sweep_queue = []
-        await_workers(10000)
+        """Stop every job and wait for the pool (closing the window, tests)."""
+        self.sweep.cancel()
+        self.runner.shutdown()
 
 
 def default_query(r: RunResult) -> int:
@@ -531,7 +355,3 @@ def sample_images() -> list[Path]:
     if not d.is_dir():
         return []
     return sorted(p for p in d.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
-
-
-def now_ms() -> float:
-    return time.perf_counter() * 1000.0

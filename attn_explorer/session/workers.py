@@ -79,6 +79,14 @@ def _connect_error(worker: WorkerBase, on_error: Callable[[str], None] | None) -
     worker.errored.connect(report, QUEUED)
 
 
+def _unless_quit(worker: WorkerBase, handler: Callable[[Any], None]) -> Callable[[Any], None]:
+    def deliver(value: Any) -> None:
+        if not worker.abort_requested:
+            handler(value)
+
+    return deliver
+
+
 def launch(
     fn: Callable[..., Any],
     *args: Any,
@@ -92,21 +100,22 @@ def launch(
     """Start `fn` in the pool with its handlers wired in one call; returns the worker (for `quit()`).
 
     Handlers are connected before the start, so no early signal is missed. `on_result` gets the return
-    value (not emitted after `quit()`), `on_yield` each yielded value of a generator function."""
+    value (never delivered after `quit()`), `on_yield` each yielded value of a generator function."""
     worker: WorkerBase = GeneratorWorker(fn, *args, **kwargs) if inspect.isgeneratorfunction(fn) \
         else Job(fn, *args, **kwargs)
     # Every handler runs in the thread that launched the job (the GUI thread): queued, in emit order.
+    # A value already on its way when quit() was called is dropped on arrival: no result after quit.
     if on_result is not None:
-        worker.returned.connect(on_result, QUEUED)
-    if on_yield is not None:
-        worker.yielded.connect(on_yield, QUEUED)
+        worker.returned.connect(_unless_quit(worker, on_result), QUEUED)
+    if on_yield is not None and isinstance(worker, GeneratorWorker):
+        worker.yielded.connect(_unless_quit(worker, on_yield), QUEUED)
     if on_progress is not None and isinstance(worker, Job):
         worker.progressed.connect(on_progress, QUEUED)
     _connect_error(worker, on_error)
     if on_finished is not None:
         worker.finished.connect(on_finished, QUEUED)
     # superqt's start() defers the pool start by a 1 ms timer when an event loop runs; the handlers
-    # are already connected, so start at once (same registry, no timer): `wait_idle` then sees the job.
+    # are already connected, so start at once (same registry, no timer).
     WorkerBase._worker_set.add(worker)
     worker._finished.connect(WorkerBase._set_discard)
     QThreadPool.globalInstance().start(worker)

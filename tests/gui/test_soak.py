@@ -5,6 +5,7 @@ import gc
 
 import numpy as np
 
+from attn_explorer.api.display import grid_image
 from attn_explorer.api.result import RunResult
 
 
@@ -31,12 +32,14 @@ def test_grid_survives_2000_live_updates_with_bounded_memory(make_window, qtbot)
     st = w.state
     rng = np.random.default_rng(0)
     pool = [_synthetic(rng, n) for n in (8, 16, 24, 32)]
+    grids = [grid_image(r.attentions) for r in pool]  # the session's worker pools these with the run
     painted = []
     w.frame_painted.connect(painted.append)
 
     def push(k):
         r = pool[k % len(pool)]
         st.result = r
+        st.grid_image = grids[k % len(pool)]
         st.ready_at = 0.0
         st.attention_ready.emit(r)
         if k % 10 == 0:

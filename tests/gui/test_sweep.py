@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from attn_explorer.gui.stats import doubling_factor, quadratic_share
-from attn_explorer.session.state import sweep_lengths
+from attn_explorer.session.sweep import sweep_lengths
 from tests.gui.conftest import cached_model, sample
 
 
@@ -102,7 +102,8 @@ def test_one_point_gets_a_padded_axis(make_window, qtbot):
     (x0, x1), (y0, y1) = panel.plot.getViewBox().viewRange()
     n, ms = st.timings[0]
     assert x0 == 0 and x1 > n + 1 and y0 == 0 and y1 > ms
-    assert panel.fit is None and panel.curve.getData()[0] is None or len(panel.curve.getData()[0]) == 0
+    cx, _ = panel.curve.getData()
+    assert panel.fit is None and (cx is None or len(cx) == 0)  # one point: no fit, no curve
 
 
 def test_slider_range_is_the_whole_input(make_window, qtbot):
@@ -135,10 +136,10 @@ def test_sweep_lengths_are_log_spaced_to_the_model_limit():
 def test_noisy_sweep_is_called_noisy(make_window, qtbot):
     w = make_window(model="textbook")
     st, panel = w.state, w.seq_panel
-    st.sweep_points = [(8, 1.0), (64, 2.0), (128, 4.0), (512, 30.0)]
+    st.sweep_points = [(8, 1.0), (32, 1.5), (64, 2.0), (128, 4.0), (256, 10.0), (512, 30.0)]  # enough for a fit
     panel.redraw_plot()
     assert "noisy" not in panel.sweep_readout.text() and "×" in panel.sweep_readout.text()
-    st.sweep_points = [(8, 40.0), (64, 2.0), (128, 30.0), (512, 3.0)]  # another program stole the CPU
+    st.sweep_points = [(8, 40.0), (32, 1.5), (64, 2.0), (128, 30.0), (256, 10.0), (512, 3.0)]  # another program stole the CPU
     panel.redraw_plot()
     assert "noisy" in panel.sweep_readout.text()
 

@@ -1,0 +1,96 @@
+"""The functions the session's model jobs run in a worker thread: load, run (and prepare the grid), sweep step.
+
+They import the model package (and with it torch) lazily, so the window can appear before torch is
+loaded. What they return is plain data and NumPy arrays; the model object itself only ever travels
+back to the GUI thread as an opaque handle for the next job.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from attn_explorer.api.result import ModelInfo, RunResult
+
+DEFAULT_TEXT_MODEL = "minilm"
+# torch's intra-op threads for every model job: measured in benchmarks/bench_gui.py (docs/bench_gui.md).
+TORCH_THREADS = 2
+
+# loader(src, device, progress, want_image) -> Loaded. src None means "the default model".
+Loader = Callable[..., "Loaded"]
+
+
+@dataclass
+class Loaded:
+    """What a load job hands back to the GUI thread."""
+
+    model: Any  # the model object (holds torch tensors); only ever used from worker threads
+    info: ModelInfo
+    builtins: list[tuple[str, str]] = field(default_factory=list)  # (name, description)
+
+
+@dataclass
+class Ran:
+    """One run of the model, with the grid page's mosaic already pooled and where its time went."""
+
+    result: RunResult
+    grid: Any  # api.display.GridImage
+    started: float  # perf_counter when the job began
+    forward_done: float  # perf_counter when Model.run returned (forward pass, tokenising, copy-out)
+    ended: float  # perf_counter when the mosaic was ready
+
+
+def configure_torch(threads: int = TORCH_THREADS) -> None:
+    """Set torch's intra-op threads. Every model job calls it first: the jobs run on whichever pool
+    thread is free, and OpenMP keeps its thread count per calling thread. Here, not at start-up,
+    because importing torch in the GUI thread would delay the window."""
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def default_loader(src: str | None, device: str = "auto", progress=None, want_image: bool = False) -> Loaded:
+    """Load through the public model API."""
+    import attn_explorer as ax
+
+    if not src:
+        src = ax.default_image_model() if want_image else DEFAULT_TEXT_MODEL
+    model = ax.load_model(src, device=device, progress=progress)
+    try:
+        builtins = [(str(n), str(d)) for n, d in ax.builtin_models()]
+    except Exception:  # noqa: BLE001 - a missing list must not fail the load
+        builtins = []
+    return Loaded(model=model, info=model.info, builtins=builtins)
+
+
+def load_job(loader: Loader, src: str | None, device: str, want_image: bool, progress=None) -> Loaded:
+    configure_torch()
+    return loader(src, device=device, progress=progress, want_image=want_image)
+
+
+def run_job(model: Any, x: Any, kwargs: dict) -> Ran:
+    """Run the model and pool its attention for the grid, in the same worker job."""
+    from attn_explorer.api.display import grid_image
+
+    configure_torch()
+    t0 = time.perf_counter()
+    r = model.run(x, **kwargs)
+    t1 = time.perf_counter()
+    grid = grid_image(r.attentions)
+    return Ran(result=r, grid=grid, started=t0, forward_done=t1, ended=time.perf_counter())
+
+
+def sweep_job(model: Any, x: Any, kw: dict, want: int, reps: int) -> tuple[int, float, bool]:
+    """One timed forward pass at sequence length `want`. Text shorter than `want` tokens is repeated
+    `reps` times (more if that was too few) and cut with max_tokens. Returns (n, forward ms, repeated)."""
+    configure_torch()
+    if "max_tokens" not in kw:  # image: the size is already in kw
+        r = model.run(x, **kw)
+        return r.num_tokens, float(r.forward_ms), False
+    while True:
+        text = " ".join([x] * reps)
+        r = model.run(text, **kw)
+        if r.num_tokens >= want or r.total_tokens > r.num_tokens or reps >= 1 << 14:
+            return r.num_tokens, float(r.forward_ms), reps > 1
+        reps *= 2

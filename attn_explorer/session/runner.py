@@ -1,0 +1,197 @@
+"""The runner: the session's model jobs (load, run, sweep step), one at a time, newest request first.
+
+Jobs start through `workers.launch` in the shared pool; the runner itself keeps them one at a time,
+because two forward passes at once would only fight over the same cores and the same model. The next
+job starts when the previous one has finished (its `finished` handler, in the GUI thread):
+
+1. a waiting load (a newer load replaces a waiting one and stops the one in flight);
+2. the newest run request: requests made while a job is in flight collapse into one, and a request is
+   made into a job only when it starts (`prepare()`), so it sees the input and model of that moment;
+3. a background step (the n sweep), asked of `background()` only when nothing else waits.
+
+What comes back is dropped when it is stale: the result of a cancelled job, of any job started before
+the newest load request (it belongs to the old model), and of a run older than the one delivered last.
+A run that a load stopped is served again (on the old model) if that load fails.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, Signal
+
+from attn_explorer.session.workers import await_workers, launch
+
+
+@dataclass
+class Task:
+    """One job: `fn(*args)` in a worker thread, its handlers called in the GUI thread."""
+
+    fn: Callable[..., Any]
+    args: tuple = ()
+    on_result: Callable[[Any], None] | None = None
+    on_error: Callable[[str], None] | None = None  # one line
+    on_progress: Callable[[float, str], None] | None = None  # loads: fraction, message
+
+
+@dataclass
+class _InFlight:
+    kind: str  # "load", "run" or "background"
+    gen: int  # run: its request number
+    epoch: int  # load requests made before it started
+    prepare: Callable[[], Task | None] | None = None  # run: what made it (to serve it again after a failed load)
+    worker: Any = None
+    cancelled: bool = False
+
+
+class Runner(QObject):
+    """Runs Tasks one at a time. `busy` counts loads and runs, in flight or waiting (not background steps)."""
+
+    busy_changed = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.background: Callable[[], Task | None] | None = None  # next background step, or None
+        self._load: Task | None = None  # the load waiting to start
+        self._run: tuple[int, Callable[[], Task | None]] | None = None  # newest waiting run request
+        self._gen = 0  # number of the newest run request
+        self._delivered_gen = 0  # number of the newest run whose result was delivered
+        self._epoch = 0  # bumps on every load request
+        self._current: _InFlight | None = None
+        self._stopped_run: tuple[int, Callable[[], Task | None]] | None = None  # a run a load stopped
+        self._busy = False
+        self.jobs_started = {"load": 0, "run": 0, "background": 0}  # by kind (tests, benchmarks)
+
+    # --------------------------------------------------------------------------- what is going on
+    def _in_flight(self, kind: str) -> bool:
+        job = self._current
+        return job is not None and job.kind == kind and not job.cancelled  # a stopped job is nobody's wait
+
+    @property
+    def loading(self) -> bool:
+        return self._load is not None or self._in_flight("load")
+
+    @property
+    def running(self) -> bool:
+        return self._run is not None or self._in_flight("run")
+
+    @property
+    def busy(self) -> bool:
+        return self.loading or self.running
+
+    @property
+    def idle(self) -> bool:
+        """No job in flight and none waiting (a background source may still have steps to give)."""
+        return self._current is None and self._load is None and self._run is None
+
+    # --------------------------------------------------------------------------- requests
+    def load(self, task: Task) -> None:
+        """Load a model next. Whatever is in flight is stopped, and its result dropped."""
+        self._epoch += 1
+        self._load = task
+        job = self._current
+        if job is not None:
+            if job.kind == "run" and not job.cancelled:
+                self._stopped_run = (job.gen, job.prepare)
+            self._stop(job)
+        self._next()
+
+    def request(self, prepare: Callable[[], Task | None]) -> int:
+        """Ask for a run; `prepare()` makes its Task when it starts (None: nothing to run). Returns its number."""
+        self._gen += 1
+        self._run = (self._gen, prepare)
+        self._next()
+        return self._gen
+
+    def cancel(self) -> None:
+        """Forget the waiting run and stop the one in flight: no result of either arrives."""
+        self._run = None
+        if self._current is not None and self._current.kind == "run":
+            self._stop(self._current)
+        self._update_busy()
+
+    def cancel_background(self) -> None:
+        """Stop the background step in flight; its result does not arrive."""
+        if self._current is not None and self._current.kind == "background":
+            self._stop(self._current)
+
+    def wake(self) -> None:
+        """Start the next job if none is in flight (after the background source got work)."""
+        self._next()
+
+    def shutdown(self, msecs: int = 10000) -> None:
+        """Drop every waiting job, stop the one in flight and wait for the pool."""
+        self.background = None
+        self._load = self._run = self._stopped_run = None
+        if self._current is not None:
+            self._stop(self._current)
+        await_workers(msecs)
+        self._update_busy()
+
+    # --------------------------------------------------------------------------- scheduling
+    def _next(self) -> None:
+        while self._current is None:
+            if self._load is not None:
+                task, self._load = self._load, None
+                self._start("load", task, 0)
+            elif self._run is not None:
+                (gen, prepare), self._run = self._run, None
+                task = prepare()
+                if task is not None:
+                    self._start("run", task, gen, prepare)
+            else:
+                task = self.background() if self.background is not None else None
+                if task is None:
+                    break
+                self._start("background", task, 0)
+        self._update_busy()
+
+    def _start(self, kind: str, task: Task, gen: int, prepare: Callable[[], Task | None] | None = None) -> None:
+        job = _InFlight(kind, gen, self._epoch, prepare)
+        self._current = job
+        self.jobs_started[kind] += 1
+
+        def fresh() -> bool:
+            return not job.cancelled and job.epoch == self._epoch
+
+        def result(value: Any) -> None:
+            if not fresh() or (kind == "run" and gen <= self._delivered_gen):
+                return
+            if kind == "run":
+                self._delivered_gen = gen
+            if kind == "load":
+                self._stopped_run = None
+            if task.on_result is not None:
+                task.on_result(value)
+
+        def error(message: str) -> None:
+            if not fresh():
+                return
+            if kind == "load" and self._stopped_run is not None:
+                # the old model stays: serve the run the load stopped, unless a newer one waits
+                if self._run is None and self._stopped_run[0] > self._delivered_gen:
+                    self._run = self._stopped_run
+                self._stopped_run = None
+            if task.on_error is not None:
+                task.on_error(message)
+
+        def progress(fraction: float, message: str) -> None:
+            if fresh() and task.on_progress is not None:
+                task.on_progress(fraction, message)
+
+        def finished() -> None:
+            if self._current is job:
+                self._current = None
+            self._next()
+
+        job.worker = launch(task.fn, *task.args, on_result=result, on_error=error,
+                            on_progress=progress if task.on_progress is not None else None, on_finished=finished)
+
+    def _stop(self, job: _InFlight) -> None:
+        job.cancelled = True
+        job.worker.quit()
+
+    def _update_busy(self) -> None:
+        if self.busy != self._busy:
+            self._busy = self.busy
+            self.busy_changed.emit(self._busy)

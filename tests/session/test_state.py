@@ -1,0 +1,121 @@
+"""SessionState without a window: loads, runs and the grid's mosaic, with a small fake model whose timing
+the test controls (qtbot only runs the event loop)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from attn_explorer.api import display
+from attn_explorer.api.result import ModelInfo, RunResult
+from attn_explorer.session.jobs import Loaded
+from attn_explorer.session.state import SessionState
+from attn_explorer.session.workers import live_workers
+
+
+class Words:
+    """A 'model' that attends uniformly over the words it is given; `gate` holds its runs back."""
+
+    def __init__(self, name: str, gate: threading.Event):
+        self.info = ModelInfo(name=name, family="textbook", modality="text", num_layers=2, num_heads=3,
+                              hidden_size=8, max_positions=512, device="cpu", dtype="float32", trained=False)
+        self.gate = gate
+        self.runs: list[str] = []
+
+    def run(self, text, dk_scale=1.0, dk_layers=None, max_tokens=None):
+        self.runs.append(text)
+        assert self.gate.wait(10)
+        words = text.split()[:max_tokens]
+        n = len(words)
+        att = np.tril(np.ones((2, 3, n, n), np.float32))
+        att /= att.sum(-1, keepdims=True)
+        return RunResult(attentions=att, tokens=words, special=np.zeros(n, bool), model=self.info.name,
+                         dk_scale=dk_scale, forward_ms=1.0, total_tokens=len(text.split()))
+
+
+@pytest.fixture
+def world(qtbot):
+    gate = threading.Event()
+    gate.set()
+    models = {name: Words(name, gate) for name in ("alpha", "beta")}
+
+    def loader(src, device="cpu", progress=None, want_image=False):
+        return Loaded(model=models[src or "alpha"], info=models[src or "alpha"].info)
+
+    st = SessionState(loader=loader, device="cpu")
+    shown = []
+    st.attention_ready.connect(lambda r: shown.append((r.model, " ".join(r.tokens))))
+    yield st, models, gate, shown
+    gate.set()
+    st.shutdown()
+    qtbot.waitUntil(lambda: live_workers() == 0, timeout=10000)
+
+
+def test_a_load_runs_the_current_input_and_brings_its_mosaic(qtbot, world):
+    st, models, gate, shown = world
+    st.text = "one two three"
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    assert shown == [("alpha", "one two three")]
+    g = st.grid_image
+    assert g is not None and (g.layers, g.heads, g.cell) == (2, 3, 3)
+    np.testing.assert_array_equal(g.weights[3:6, 6:9], st.result.attentions[1, 2])  # layer 1, head 2
+    assert set(st.run_timing) == {"waited", "to_worker", "forward", "run_other", "pool", "hand_back"}
+
+
+def test_the_mosaic_is_pooled_outside_the_gui_thread(qtbot, world, monkeypatch):
+    st, models, gate, shown = world
+    threads = []
+    real = display.grid_image
+    monkeypatch.setattr(display, "grid_image", lambda a: threads.append(threading.get_ident()) or real(a))
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    assert threads and threading.get_ident() not in threads
+
+
+def test_the_mosaic_belongs_to_the_result_it_came_with(qtbot, world):
+    st, models, gate, shown = world
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    st.result = models["alpha"].run("set by hand")  # no mosaic came with this one
+    assert st.grid_image is None
+
+
+def test_typing_during_a_load_is_run_on_the_new_model(qtbot, world):
+    st, models, gate, shown = world
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    gate.clear()
+    st.set_text("first words")
+    qtbot.waitUntil(lambda: len(models["alpha"].runs) == 2, timeout=10000)  # in flight, held at the gate
+    st.load_model("beta")
+    st.set_text("typed while loading")
+    gate.set()
+    qtbot.waitUntil(lambda: st.info.name == "beta" and not st.busy, timeout=10000)
+    assert ("alpha", "first words") not in shown  # the old model's run finished after the load request
+    assert shown[-1] == ("beta", "typed while loading") and st.result.model == "beta"
+    assert all(r != "typed while loading" for r in models["alpha"].runs)
+
+
+def test_a_bad_load_keeps_the_model_and_its_view(qtbot, world):
+    st, models, gate, shown = world
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    good = st.result
+    errors = []
+    st.error_raised.connect(errors.append)
+    st.load_model("gamma")  # the loader has no such model: KeyError
+    qtbot.waitUntil(lambda: bool(errors) and not st.busy, timeout=10000)
+    assert errors == ["KeyError: 'gamma'"] and st.info.name == "alpha" and st.result is good
+
+
+def test_the_grid_colour_bar_and_the_mosaic_share_the_log_floor():
+    from attn_explorer.gui.heatmap import LOG_FLOOR, display_values
+
+    assert display.LOG_FLOOR == LOG_FLOOR
+    a = np.array([[[[0.5, 1e-6], [0.0, 1.0]]]], np.float32)
+    values, levels = display.grid_image(a).values(log=True)
+    expect, expect_levels = display_values(a[0, 0], True)
+    np.testing.assert_allclose(values, expect, rtol=1e-6)
+    assert levels == expect_levels
