@@ -1,7 +1,9 @@
-"""Writing result files safely: atomic writes and the .npz layout shared by the CLI and the GUI."""
+"""The user's files: the one atomic writer, the one reader of text files, and the .npz layout shared by
+the CLI and the GUI. Every failure is one UserError line naming the path and the reason."""
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -9,6 +11,9 @@ from typing import Callable
 import numpy as np
 
 from attn_explorer.errors import UserError
+from attn_explorer.validate import finite_attention, has_visible_text
+
+MAX_TEXT_BYTES = 1_000_000  # the models read at most a few thousand characters; more only slows the text box
 
 
 def _umask() -> int:
@@ -17,31 +22,107 @@ def _umask() -> int:
     return mask
 
 
+def _reason(e: OSError) -> str:
+    return e.strerror or str(e) or type(e).__name__
+
+
+def _existing_target(path: Path) -> tuple[Path, os.stat_result | None]:
+    """The regular file that path names (through a symlink), with its stat; None when there is none yet.
+    A folder, a device (/dev/null), a pipe or a socket is refused: renaming over it would replace the node."""
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return target, None
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {_reason(e)}") from e
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"cannot write {path}: it is a folder; give a file name")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"cannot write {path}: it is not a regular file (a device, pipe or socket); "
+                        "give a file name")
+    return target, st
+
+
+def check_output(path: str | os.PathLike) -> Path:
+    """Refuse, before any work, an output path that atomic_write would refuse: its folder missing, or a
+    folder or device in its place. Returns path."""
+    path = Path(path)
+    target, _ = _existing_target(path)
+    if not target.parent.is_dir():
+        raise UserError(f"output folder does not exist: {path.parent}")
+    return path
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     """write(tmp_path) into a temporary file beside path, then rename it over path.
 
-    A failure at any point removes the temporary file: no half-written output is ever left.
+    A failure at any point removes the temporary file and leaves an existing file as it was; an OSError
+    (read-only folder, full disk) becomes one UserError line. Only a regular file is ever replaced, with
+    its permissions kept; a symlink stays a link and its target gets the new content.
     """
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UserError(f"output folder does not exist: {path.parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp" + path.suffix, dir=path.parent)
-    os.close(fd)
+    path = check_output(path)
+    target, st = _existing_target(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".tmp" + target.suffix, dir=target.parent)
+        os.close(fd)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {_reason(e)}") from e
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+        # mkstemp makes 0600: keep the replaced file's mode, or give a new file the usual one
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st else 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException as e:
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise UserError(f"cannot write {path}: {_reason(e)}") from e
         raise
     return path
 
 
+def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The text of a UTF-8 file (a leading byte-order mark dropped), for the CLI's --text-file and the GUI's
+    File → Open text. Refused with one line: missing, a folder or device, over max_bytes, not UTF-8, or
+    nothing visible in it."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise UserError(f"text file not found: {p}") from None
+    except OSError as e:
+        raise UserError(f"cannot read {p}: {_reason(e)}") from e
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{p} is a folder, not a text file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{p} is not a regular file (a device, pipe or socket)")
+    too_big = f"{p.name} is larger than {max_bytes / 1e6:g} MB; give a shorter text"
+    if st.st_size > max_bytes:
+        raise UserError(too_big)
+    try:
+        with open(p, "rb") as f:
+            data = f.read(max_bytes + 1)  # the file may have grown since stat
+    except OSError as e:
+        raise UserError(f"cannot read {p}: {_reason(e)}") from e
+    if len(data) > max_bytes:
+        raise UserError(too_big)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{p.name} is not UTF-8 text (byte {e.start} is {data[e.start]:#04x})") from None
+    if not has_visible_text(text):
+        raise UserError(f"{p.name} is empty (no visible characters)")
+    return text
+
+
 def result_arrays(r) -> dict[str, np.ndarray]:
-    """The arrays of a RunResult as saved to .npz: strings as NumPy unicode, so np.load needs no pickles."""
+    """The arrays of a RunResult as saved to .npz: strings as NumPy unicode, so np.load needs no pickles.
+    Attention with NaN or infinity is refused: a wrong file is worse than none."""
     d = {
-        "attentions": np.ascontiguousarray(r.attentions, dtype=np.float32),  # (L, H, N, N)
+        "attentions": finite_attention(np.ascontiguousarray(r.attentions, dtype=np.float32)),  # (L, H, N, N)
         "tokens": np.asarray(list(r.tokens), dtype=np.str_),
         "special": np.asarray(r.special, dtype=bool),
         "model": np.asarray(str(r.model), dtype=np.str_),

@@ -1,19 +1,38 @@
-"""Checks of user-given numbers, shared by the API, the CLI and the GUI; each failure is one UserError line."""
+"""Checks of user-given numbers and text, shared by the API, the CLI and the GUI; each failure is one
+UserError line. Also the last check before a result is shown or saved: attention must be finite."""
 from __future__ import annotations
 
 import math
+import unicodedata
 
 from attn_explorer.errors import UserError
 
+# Softmax is already one-hot long before 10000x; larger scales add nothing but overflow (3e38 turned
+# every logit into inf and the attention into NaN). The GUI slider stops at 20x.
+MAX_DK_SCALE = 1e4
+EMPTY_TEXT = "the text is empty; type or paste some words"
+# Unicode categories that draw nothing: controls (NUL, ESC), format characters (zero-width space and
+# joiners, BOM, soft hyphen), surrogates, unassigned code points, and separators (spaces, line breaks).
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Cn", "Zs", "Zl", "Zp"})
+
 
 def positive_float(value, name: str) -> float:
-    """A positive finite number, such as a d_k scale."""
+    """A positive finite number."""
     try:
         x = float(value)
     except (TypeError, ValueError):
         raise UserError(f"{name} must be a positive number, got {value!r}") from None
     if not math.isfinite(x) or x <= 0:
         raise UserError(f"{name} must be a positive finite number, got {value!r}")
+    return x
+
+
+def dk_scale_value(value, name: str) -> float:
+    """The multiplier of 1/sqrt(d_k): positive, finite and at most MAX_DK_SCALE."""
+    x = positive_float(value, name)
+    if x > MAX_DK_SCALE:
+        raise UserError(f"{name} must be at most {MAX_DK_SCALE:g} (larger scales only overflow the attention "
+                        f"logits), got {value!r}")
     return x
 
 
@@ -26,3 +45,26 @@ def positive_int(value, name: str) -> int:
     if n < 1:
         raise UserError(f"{name} must be a positive integer, got {str(value)!r}")
     return n
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether text has at least one character that draws something."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in _INVISIBLE for ch in text)
+
+
+def visible_text(text: str) -> str:
+    """text unchanged, or UserError(EMPTY_TEXT) when nothing in it is visible (NUL, zero-width, white space)."""
+    if not has_visible_text(text):
+        raise UserError(EMPTY_TEXT)
+    return text
+
+
+def finite_attention(att):
+    """att (a NumPy array) unchanged, or UserError when it holds NaN or infinity (logits that overflowed,
+    e.g. in float16)."""
+    import numpy as np
+
+    if not np.isfinite(att).all():
+        raise UserError("the attention came out as NaN or infinity (the logits overflowed); "
+                        "try a smaller dk scale or float32")
+    return att

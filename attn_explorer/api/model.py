@@ -11,7 +11,7 @@ from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.hub.text import TextTokenizer
-from attn_explorer.validate import positive_float, positive_int
+from attn_explorer.validate import dk_scale_value, finite_attention, positive_int, visible_text
 
 
 class Model:
@@ -50,7 +50,7 @@ class Model:
         """Attention of every head in every layer for x (text for text models; a PIL image or a
         file path for image models). max_tokens keeps the first n tokens; image_size sets the
         square input side in pixels (rounded down to whole patches)."""
-        dk_scale = positive_float(dk_scale, "dk_scale")
+        dk_scale = dk_scale_value(dk_scale, "dk_scale")
         if dk_layers is not None:
             dk_layers = [int(i) for i in dk_layers]
             bad = [i for i in dk_layers if not 0 <= i < self.info.num_layers]
@@ -70,7 +70,7 @@ class Model:
         return out, ms
 
     def _result(self, out, ms, tokens, special, dk_scale, hidden, **kw) -> RunResult:
-        att = out.attentions[0].float().cpu().numpy()  # (L, H, N, N)
+        att = finite_attention(out.attentions[0].float().cpu().numpy())  # (L, H, N, N); NaN is refused
         return RunResult(
             attentions=np.ascontiguousarray(att, dtype=np.float32), tokens=tokens,
             special=np.asarray(special, dtype=bool), model=self.info.name, dk_scale=dk_scale, forward_ms=ms,
@@ -80,8 +80,7 @@ class Model:
     def _run_text(self, text, dk_scale, dk_layers, max_tokens, hidden) -> RunResult:
         if not isinstance(text, str):
             raise UserError(f"{self.info.name} is a text model; give it text, not {type(text).__name__}")
-        if not text.strip():
-            raise UserError("the text is empty; type or paste some words")
+        visible_text(text)  # NUL, zero-width or white space only: empty
         limit = self.info.max_positions
         if max_tokens is not None:
             limit = min(limit, positive_int(max_tokens, "max_tokens"))

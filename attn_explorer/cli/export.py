@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from attn_explorer.errors import UserError
-from attn_explorer.files import atomic_write, result_arrays, save_npz
-from attn_explorer.validate import positive_float, positive_int
+from attn_explorer.files import MAX_TEXT_BYTES, atomic_write, check_output, read_text_file, result_arrays, save_npz
+from attn_explorer.validate import MAX_DK_SCALE, dk_scale_value, finite_attention, positive_int
 
 FORMATS = (".npz", ".json", ".png")
 
@@ -25,10 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: minilm for text, the default image model for images)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="the text to run")
-    src.add_argument("--text-file", help="read the text from this UTF-8 file")
+    src.add_argument("--text-file", help=f"read the text from this UTF-8 file (at most {MAX_TEXT_BYTES / 1e6:g} MB)")
     src.add_argument("--image", help="an image file")
     p.add_argument("--out", required=True, help="output file: .npz, .json or .png")
-    p.add_argument("--dk-scale", default="1.0", help="multiply 1/sqrt(d_k) by this positive number (default 1)")
+    p.add_argument("--dk-scale", default="1.0", help="multiply 1/sqrt(d_k) by this positive number, at most "
+                   f"{MAX_DK_SCALE:g} (default 1)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     p.add_argument("--dtype", default="float32", help="float32 (default); bfloat16 or float16 on a GPU")
     p.add_argument("--max-tokens", default=None, help="keep only the first N tokens")
@@ -51,6 +52,7 @@ def save_result(r, out: str | os.PathLike) -> Path:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump(d, f)
     else:
+        finite_attention(r.attentions)
         L, H, N, _ = r.attentions.shape
         title = (f"{r.model}: {L} layers x {H} heads, {N} tokens, dk_scale {r.dk_scale:g}; "
                  f"row i = where token i looks; colour 0..{float(r.attentions.max()):.2f} (viridis)")
@@ -104,24 +106,14 @@ def head_grid_image(att: np.ndarray, cell: int | None = None, title: str = ""):
 
 
 def run(args: argparse.Namespace) -> int:
-    dk = positive_float(args.dk_scale, "--dk-scale")
+    dk = dk_scale_value(args.dk_scale, "--dk-scale")
     max_tokens = None if args.max_tokens is None else positive_int(args.max_tokens, "--max-tokens")
     image_size = None if args.image_size is None else positive_int(args.image_size, "--image-size")
     out = Path(args.out)
     if out.suffix.lower() not in FORMATS:
         raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")
-    if not out.parent.exists():
-        raise UserError(f"output folder does not exist: {out.parent}")
-    if args.text_file is not None:
-        p = Path(args.text_file)
-        if not p.is_file():
-            raise UserError(f"text file not found: {p}")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise UserError(f"{p.name} is not UTF-8 text") from None
-    else:
-        text = args.text
+    check_output(out)  # before the model runs: a missing folder, or a folder or device named as --out
+    text = read_text_file(args.text_file) if args.text_file is not None else args.text
     from attn_explorer.api.load import default_image_model, load_model
 
     if args.image is not None:

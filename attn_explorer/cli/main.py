@@ -3,7 +3,7 @@
 Each subcommand lives in its own module that offers `add_arguments(parser)` and `run(args) -> int`,
 imported only when that subcommand is used, so `export` never pays for Qt and the GUI never pays for
 the cost lab. Bad input raises UserError: one line on stderr, exit status 2 (`--debug` shows the
-traceback).
+traceback). Usage mistakes are UserErrors too: one line pointing at `--help`, not argparse's usage dump.
 """
 from __future__ import annotations
 
@@ -22,6 +22,18 @@ SUBCOMMANDS = {
 }
 
 
+class UsageError(UserError):
+    """A mistake in the command line itself: an unknown option, a missing or malformed argument."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, except that a usage mistake raises UsageError instead of printing the usage and exiting.
+    Subparsers are made with the same class, so subcommands behave alike."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
 def _add_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model to open: a built-in name, a folder, a .safetensors file or a hub id")
     p.add_argument("--text", help="text to show first")
@@ -33,7 +45,7 @@ def _add_gui_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only the chosen subcommand's module is imported to add its arguments."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="attn-explorer",
         description="See what attention does inside transformers. With no subcommand, opens the window.",
     )
@@ -55,8 +67,12 @@ def _argv_command(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_argv_command(argv))
-    args = parser.parse_args(argv)
+    command = _argv_command(argv)
+    try:
+        args = build_parser(command).parse_args(argv)
+    except UsageError as e:
+        print(f"error: {e} (see attn-explorer{' ' + command if command else ''} --help)", file=sys.stderr)
+        return 2
     try:
         if args.command is None:
             from attn_explorer.gui.app import run_gui

@@ -1,10 +1,12 @@
 """Reading pictures safely and turning them into the pixels a vision model expects.
 
-Any mode PIL can read (grayscale, RGBA, palette, 16-bit) becomes 8-bit RGB; huge pictures are
-shrunk first. Preprocessing follows the checkpoint's preprocessor_config.json.
+Any mode PIL can read (grayscale, RGBA, palette, 16-bit) becomes 8-bit RGB, turned upright as its
+EXIF orientation says; huge pictures are shrunk, and decompression bombs refused from their header.
+Preprocessing follows the checkpoint's preprocessor_config.json.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,11 @@ import numpy as np
 from attn_explorer.errors import UserError
 
 MAX_SIDE = 4096  # larger pictures are shrunk on load: no model here needs more, and memory stays sane
+# Refused above this many pixels, read from the header before decoding: a 1.2 MB PNG declaring
+# 20000 x 20000 took 3.2 GB and 30 s to decode. JPEGs are decoded at 1/2..1/8 scale first (keeping both
+# sides >= MAX_SIDE / 2, more than any model input), so a 50-megapixel phone photo still opens.
+MAX_PIXELS = 40_000_000
+_PIL_LIMIT = threading.Lock()  # open_image swaps PIL's global limit for its own: one thread at a time
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 RESAMPLE_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
@@ -36,30 +43,46 @@ def to_rgb(img):
     return img.convert("RGB")
 
 
+def _refuse_huge(size: tuple[int, int], name: str) -> None:
+    w, h = size
+    if w * h > MAX_PIXELS:
+        raise UserError(f"{name} is {w}×{h} pixels ({w * h / 1e6:.0f} megapixels), over the limit of "
+                        f"{MAX_PIXELS / 1e6:g} megapixels; shrink it first")
+
+
 def open_image(source):
-    """A path or a PIL image -> 8-bit RGB PIL image no larger than MAX_SIDE. Raises UserError."""
-    from PIL import Image, UnidentifiedImageError
+    """A path or a PIL image -> upright 8-bit RGB PIL image no larger than MAX_SIDE. Raises UserError."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     if isinstance(source, Image.Image):
-        img = source
+        img, name = source, "the image"
+        _refuse_huge(img.size, name)
     else:
         path = Path(source)
+        name = path.name
         if not path.exists():
             raise UserError(f"image file not found: {path}")
         if path.is_dir():
             raise UserError(f"{path} is a folder, not an image file")
-        old = Image.MAX_IMAGE_PIXELS
-        Image.MAX_IMAGE_PIXELS = None  # we shrink big pictures ourselves instead of refusing them
         try:
-            img = Image.open(path)
-            img.draft("RGB", (MAX_SIDE, MAX_SIDE))  # JPEG: decode at reduced size when huge
+            with _PIL_LIMIT:
+                old = Image.MAX_IMAGE_PIXELS
+                Image.MAX_IMAGE_PIXELS = None  # PIL would refuse big JPEGs that draft() below can shrink
+                try:
+                    img = Image.open(path)  # reads the header only
+                finally:
+                    Image.MAX_IMAGE_PIXELS = old
+            img.draft("RGB", (MAX_SIDE // 2, MAX_SIDE // 2))  # JPEG: decode at reduced size when huge
+            _refuse_huge(img.size, name)
             img.load()
         except UnidentifiedImageError:
-            raise UserError(f"{path.name} is not an image PIL can read") from None
+            raise UserError(f"{name} is not an image PIL can read") from None
         except (OSError, SyntaxError, ValueError) as e:
-            raise UserError(f"{path.name} could not be read as an image ({e})") from None
-        finally:
-            Image.MAX_IMAGE_PIXELS = old
+            raise UserError(f"{name} could not be read as an image ({e})") from None
+    try:
+        img = ImageOps.exif_transpose(img)  # a phone photo taken on its side comes out upright
+    except (OSError, SyntaxError, ValueError) as e:
+        raise UserError(f"{name} could not be read as an image (EXIF: {e})") from None
     if img.width < 1 or img.height < 1:
         raise UserError("the image is empty (0 pixels)")
     if max(img.size) > MAX_SIDE:

@@ -22,7 +22,7 @@ import torch
 
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
-from attn_explorer.errors import UserError
+from attn_explorer.errors import UserError, first_line
 from attn_explorer.hub.architectures import architecture_for, map_state_dict
 from attn_explorer.hub.images import ImagePreprocess
 from attn_explorer.hub.text import TextTokenizer
@@ -106,23 +106,51 @@ def _skip_init():
 
 # ---- reading checkpoints -------------------------------------------------------------------------
 
+def _pickle_refusal(path: Path, e: Exception) -> UserError:
+    """torch.load(weights_only=True) refused the file: say why in our words. torch's own message advises
+    re-running with weights_only=False, which would run whatever code the pickle carries."""
+    if re.search(r"GLOBAL|Can only (create|build)|allowlist", str(e)):
+        return UserError(f"refusing pickled code in {path} (loading it could run anything); "
+                         "convert it to safetensors, or get a .safetensors copy of the model")
+    return UserError(f"{path}: the weights file is corrupt or unreadable (not a PyTorch checkpoint)")
+
+
+def _tensors_only(sd: Any, path: Path) -> dict[str, torch.Tensor]:
+    """A state dict (maybe wrapped as {"state_dict": ...}) of name -> tensor, else one UserError line."""
+    if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
+        sd = sd["state_dict"]
+    if not isinstance(sd, dict):
+        raise UserError(f"{path} is not a state dict of tensors: it holds a {type(sd).__name__}")
+    for k, v in sd.items():
+        if not isinstance(k, str) or not isinstance(v, torch.Tensor):
+            raise UserError(f"{path} is not a state dict of tensors: {k!r} is a {type(v).__name__}")
+    return sd
+
+
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    """The weights in folder: every *.safetensors file, else pytorch_model.bin read with
+    torch.load(weights_only=True), which refuses pickled code. Every failure is one UserError line."""
+    import pickle
+
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     st = sorted(folder.glob("*.safetensors"))
+    bin_ = folder / "pytorch_model.bin"
     try:
         if st:
             sd = {}
             for f in st:
                 sd.update(load_file(str(f)))
             return sd
-        bin_ = folder / "pytorch_model.bin"
         if bin_.exists():
-            sd = torch.load(str(bin_), map_location="cpu", weights_only=True)
-            return sd.get("state_dict", sd) if isinstance(sd, dict) else sd
-    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
-        raise UserError(f"{folder}: the weights file is corrupt or unreadable ({str(e).splitlines()[0]})") from None
+            try:
+                loaded = torch.load(str(bin_), map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError as e:
+                raise _pickle_refusal(bin_, e) from None
+            return _tensors_only(loaded, bin_)
+    except (SafetensorError, OSError, RuntimeError, ValueError, EOFError) as e:
+        raise UserError(f"{folder}: the weights file is corrupt or unreadable ({first_line(e)})") from None
     raise UserError(f"{folder}: no model.safetensors or pytorch_model.bin in the folder")
 
 
