@@ -34,7 +34,7 @@ size=$(du -sm "$app" | cut -f1)
 echo "== bundle: $app ($size MB unpacked)"
 
 echo "== self-test of the frozen app"
-"$app/attn-explorer" --self-test --out "$work/selftest-pages"
+"$app/attn-explorer" --self-test
 
 archive=dist/attn-explorer-$version-linux-$arch.tar.gz
 tar -C dist -czf "$archive" attn-explorer

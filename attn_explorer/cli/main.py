@@ -41,6 +41,9 @@ def _add_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, mps")
     p.add_argument("--view", default=None, help="page to show: grid, head, tokens, overlay, cost")
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window, save it as PNG and exit")
+    p.add_argument("--size", metavar="WxH", help="window size in pixels, for example 1024x700")
+    p.add_argument("--self-test", action="store_true",
+                   help="check this installation offscreen (models, stored values, every page) and exit")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -73,7 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"error: {e} (see attn-explorer{' ' + command if command else ''} --help)", file=sys.stderr)
         return 2
+    from attn_explorer.resources import use_bundled_models
+
+    use_bundled_models()
     try:
+        if getattr(args, "self_test", False):
+            from attn_explorer.cli.selftest import run as self_test
+
+            return self_test()
         if args.command is None:
             from attn_explorer.gui.app import run_gui
 
