@@ -73,11 +73,27 @@ def build_window(args, settings: QSettings | None = None, loader=None):
             from attn_explorer.errors import UserError
 
             raise UserError(f"unknown view {view!r}: choose from {', '.join(window.pages)}")
-        window.show_page(view)
+        window.show_page(view, pin=True)
     elif image:
         window.show_page("overlay")
     state.load_model(src, want_image=bool(image))
     return window, state
+
+
+def window_size(text: str | None) -> tuple[int, int] | None:
+    """'1024x700' -> (1024, 700); None for no text. Anything else is one clear UserError."""
+    if not text:
+        return None
+    from attn_explorer.errors import UserError
+
+    w, sep, h = text.lower().replace("×", "x").partition("x")
+    try:
+        size = (int(w), int(h)) if sep else None
+    except ValueError:
+        size = None
+    if size is None or not (320 <= size[0] <= 10000 and 240 <= size[1] <= 10000):
+        raise UserError(f"--size {text!r}: give WIDTHxHEIGHT in pixels, for example 1024x700")
+    return size
 
 
 def _save_screenshot(app, window, state, out: Path) -> int:
@@ -109,6 +125,7 @@ def _save_screenshot(app, window, state, out: Path) -> int:
 
 
 def run_gui(args) -> int:
+    size = window_size(getattr(args, "size", None))
     app = get_qapp()
     shot = getattr(args, "screenshot", None)
     if shot:
@@ -118,12 +135,14 @@ def run_gui(args) -> int:
 
         with tempfile.TemporaryDirectory() as d:
             window, state = build_window(args, settings=make_settings(Path(d) / "settings.ini"))
-            window.resize(*SCREENSHOT_SIZE)
+            window.resize(*(size or SCREENSHOT_SIZE))
             window.show()
             code = _save_screenshot(app, window, state, Path(shot))
             window.close()
             return code
     window, state = build_window(args)
+    if size:
+        window.resize(*size)
     window.show()
     QTimer.singleShot(0, window.raise_)
     return int(app.exec())

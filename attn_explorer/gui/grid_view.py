@@ -11,6 +11,7 @@ changes n (that relayout cost more than the new image itself).
 """
 from __future__ import annotations
 
+import html
 import time
 
 import numpy as np
@@ -19,9 +20,9 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QPen, QColor
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, add_heat_image, colormap, display_values,
-                                       scale_label)
+from attn_explorer.gui.heatmap import CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, style_colorbar
 from attn_explorer.session.state import SessionState
+
 
 class HeadGridView(LazyPage, QWidget):
     """L×H attention maps with layer and head labels and one shared colour bar."""
@@ -34,13 +35,17 @@ class HeadGridView(LazyPage, QWidget):
         self.state = state
         self._cell = 1
         self._shape = (0, 0)
+        self._coming: str | None = None  # the model being loaded, while it loads
         self.last_image: np.ndarray | None = None
 
         self.title = QLabel("Load a model to see its attention.")
         self.title.setWordWrap(True)
         self.canvas = PaintedGraphicsWidget()
+        self.stack = CanvasStack(self.canvas)
+        self.placeholder = self.stack.placeholder
         self.plot = self.canvas.addPlot()
         self.plot.invertY(True)
+        self.plot.setAspectLocked(True)  # every head's map stays square, as the n×n matrix is
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.setMouseEnabled(x=False, y=False)
@@ -64,13 +69,16 @@ class HeadGridView(LazyPage, QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.title)
-        lay.addWidget(self.canvas, 1)
+        lay.addWidget(self.stack, 1)
 
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        state.attention_ready.connect(lambda *_: self.stack.show_canvas())
         state.attention_ready.connect(self.show_result)
+        state.model_loading.connect(self._loading)
         state.selection_changed.connect(self._move_highlight)
         state.options_changed.connect(self._options)
-        state.model_loaded.connect(lambda info: self._set_title())
+        state.model_loaded.connect(lambda info: self._load_ended())
+        state.error_raised.connect(lambda *_: self._load_ended())
 
     # --------------------------------------------------------------------------------- drawing
     def redraw(self) -> None:
@@ -117,24 +125,41 @@ class HeadGridView(LazyPage, QWidget):
         self.highlight.setRect(QRectF(head, layer, 1, 1))
         self.highlight.show()
 
+    def _loading(self, src: str) -> None:
+        self._coming = src
+        if self.state.result is None:
+            self.stack.show_message(f"Loading {src or 'the model'}…")
+        self._set_title()
+
+    def _load_ended(self) -> None:
+        self._coming = None
+        self._set_title()
+
     def _options(self) -> None:
-        self.colorbar.setColorMap(colormap(self.state.colormap))
-        log = self.state.log_scale
-        self.colorbar.setLevels(values=display_values(np.zeros(1), log)[1])
-        self.colorbar.axis.setLabel(scale_label(log))
+        style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)
         if self.state.result is not None:
             self.show_result(self.state.result)
 
     def _set_title(self, r=None) -> None:
-        info = self.state.info
-        r = r or self.state.result
-        if info is None:
+        """Describe the grid that is drawn: its model, shape and length come from the result on screen,
+        so while another model loads the header still matches the old maps (and says what is coming)."""
+        st = self.state
+        info, r = st.info, r or st.result
+        same = info is not None and r is not None and info.name == r.model
+        if self._coming is not None:
+            coming = f" — <i>loading {html.escape(self._coming or 'the default model')}…</i>"
+        elif info is not None and r is not None and not same:
+            coming = f" — <i>running {html.escape(info.name)}…</i>"
+        else:
+            coming = ""
+        if r is None:
+            self.title.setText(coming.removeprefix(" — ") or "Load a model to see its attention.")
             return
-        tag = "" if info.trained else " — <b>UNTRAINED (random weights)</b>"
-        n = f", {r.num_tokens} tokens" if r is not None else ""
-        self.title.setText(f"<b>{info.name}</b>{tag}: {info.num_layers} layers × {info.num_heads} heads{n}. "
-                           "Row i of each map = where token i looks. Click a head to open it."
-                           + (f"<br><i>{info.note}</i>" if info.note else ""))
+        L, H, N, _ = r.attentions.shape
+        tag = " — <b>UNTRAINED (random weights)</b>" if same and not info.trained else ""
+        note = f"<br><i>{html.escape(info.note)}</i>" if same and info.note else ""
+        self.title.setText(f"<b>{html.escape(r.model)}</b>{tag}: {L} layers × {H} heads, {N} tokens{coming}. "
+                           "Row i of each map = where token i looks. Click a head to open it." + note)
 
     # --------------------------------------------------------------------------------- input
     def cell_at(self, scene_pos) -> tuple[int, int] | None:

@@ -1,18 +1,32 @@
 """The head page: one head's N×N attention, large, with token labels on both axes.
 
-Hovering a cell shows `query "it" → key "animal": 0.43`. The layer and head come from the session
-(spin boxes in the window's toolbar, arrow keys); the colormap and linear/log scale too.
+Hovering a cell shows `query "it" → key "animal": 0.43`; a new result clears that line, since it
+described the old map. The layer and head come from the session (spin boxes in the window's toolbar,
+arrow keys); the colormap, linear/log scale and "hide special tokens" too. Long inputs stay legible:
+the axes label as many tokens as fit, and the mouse wheel zooms in (drag pans) until every token has
+its label.
 """
 from __future__ import annotations
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image, colormap,
-                                       display_values, scale_label)
+from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
+                                       display_values, style_colorbar)
+from attn_explorer.gui.stats import without_specials
 from attn_explorer.session.state import SessionState
+
+HOVER_HINT = "Hover over the map: query → key: weight. Wheel zooms, drag pans."
+
+
+def head_matrix(r, layer: int, head: int, hide_special: bool) -> tuple[np.ndarray, list[str]]:
+    """The (n, n) map to draw and its token labels; with hide_special, specials dropped and rows renormalised."""
+    m = r.attentions[layer, head]
+    if hide_special and np.any(r.special) and not np.all(r.special):
+        keep = ~np.asarray(r.special, dtype=bool)
+        return without_specials(m, r.special), [t for t, k in zip(r.tokens, keep) if k]
+    return m, list(r.tokens)
 
 
 class HeadView(LazyPage, QWidget):
@@ -22,9 +36,11 @@ class HeadView(LazyPage, QWidget):
         super().__init__(parent)
         self.state = state
         self.title = QLabel("")
-        self.readout = QLabel("Hover over the map: query → key: weight")
+        self.readout = QLabel(HOVER_HINT)
         self.readout.setStyleSheet("font-family: monospace;")
         self.canvas = PaintedGraphicsWidget()
+        self.stack = CanvasStack(self.canvas)
+        self.placeholder = self.stack.placeholder
         self.left_axis = TokenAxis("left")
         self.bottom_axis = TokenAxis("bottom", rotate=True)
         self.plot = self.canvas.addPlot(axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
@@ -41,41 +57,49 @@ class HeadView(LazyPage, QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.title)
-        lay.addWidget(self.canvas, 1)
+        lay.addWidget(self.stack, 1)
         lay.addWidget(self.readout)
 
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
         state.attention_ready.connect(self.refresh)
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self._options)
+        state.model_loading.connect(self._loading)
+
+    def _loading(self, src: str) -> None:
+        self.readout.setText(HOVER_HINT)
+        if self.state.result is None:
+            self.stack.show_message(f"Loading {src or 'the model'}…")
 
     def refresh(self, *_):
+        self.readout.setText(HOVER_HINT)  # it described the map being replaced
         if not self.needs_draw():
             return
         r = self.state.result
         if r is None:
             return
+        self.stack.show_canvas()
         l, h = self.state.layer, self.state.head
-        self.matrix = r.attentions[l, h]
-        new_tokens = list(r.tokens)
+        self.matrix, new_tokens = head_matrix(r, l, h, self.state.hide_special)
         values, levels = display_values(self.matrix, self.state.log_scale)
         self.image.setImage(values, levels=levels, autoLevels=False)
         n = len(new_tokens)
         self.image.setRect(QRectF(0, 0, n, n))
         if new_tokens != self.tokens:
             self.tokens = new_tokens
-            self.left_axis.set_labels(self.tokens, max_labels=48)
-            self.bottom_axis.set_labels(self.tokens, max_labels=n)
+            self.left_axis.set_labels(self.tokens)
+            self.bottom_axis.set_labels(self.tokens)
+            vb = self.plot.getViewBox()
+            vb.setLimits(xMin=0, xMax=n, yMin=0, yMax=n, minXRange=min(n, 4), minYRange=min(n, 4))
             self.plot.setRange(xRange=(0, n), yRange=(0, n), padding=0)
         info = self.state.info
         tag = "" if info is None or info.trained else "  (untrained model: random weights)"
         causal = " — causal: no weight above the diagonal" if info is not None and info.causal else ""
-        self.title.setText(f"<b>Layer {l}, head {h}</b> — {n}×{n}, dk scale {r.dk_scale:.2f}×{causal}{tag}")
+        hidden = " — special tokens hidden, rows renormalised" if n < r.num_tokens else ""
+        self.title.setText(f"<b>Layer {l}, head {h}</b> — {n}×{n}, dk scale {r.dk_scale:.2f}×{causal}{hidden}{tag}")
 
     def _options(self):
-        self.colorbar.setColorMap(colormap(self.state.colormap))
-        self.colorbar.setLevels(values=display_values(np.zeros(1), self.state.log_scale)[1])
-        self.colorbar.axis.setLabel(scale_label(self.state.log_scale))
+        style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)
         self.refresh()
 
     def describe(self, i: int, j: int) -> str:
@@ -83,7 +107,7 @@ class HeadView(LazyPage, QWidget):
         return f'query "{self.tokens[i]}" → key "{self.tokens[j]}": {self.matrix[i, j]:.2f}'
 
     def _hovered(self, scene_pos):
-        if self.matrix is None:
+        if self.matrix is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
             return
         p = self.plot.vb.mapSceneToView(scene_pos)
         i, j = int(np.floor(p.y())), int(np.floor(p.x()))

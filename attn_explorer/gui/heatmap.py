@@ -11,12 +11,12 @@ from functools import lru_cache
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QLabel, QStackedWidget, QWidget
 
 COLORMAPS = ["viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L17", "CET-L3"]
 LOG_FLOOR = -4.0  # log10 of the smallest weight the log scale shows
-
 
 
 def configure_pyqtgraph() -> None:
@@ -42,9 +42,25 @@ def add_heat_image(plot: pg.PlotItem, cmap_name: str) -> tuple[pg.ImageItem, pg.
     """A row-major ImageItem in plot with its colour bar beside it (weights 0..1 to start)."""
     image = pg.ImageItem(axisOrder="row-major")
     plot.addItem(image)
-    bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(cmap_name), label="weight", interactive=False, width=14)
+    bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(cmap_name), interactive=False, width=14)
     bar.setImageItem(image, insert_in=plot)
+    set_bar_label(bar, scale_label(False))
     return image, bar
+
+
+def set_bar_label(bar: pg.ColorBarItem, text: str) -> None:
+    """The colour bar's one title, on its value axis (pyqtgraph's own `label=` goes on the frame's other
+    side, so setting both gave two titles)."""
+    for key in ("left", "top", "bottom"):
+        bar.getAxis(key).showLabel(False)
+    bar.axis.setLabel(text)
+
+
+def style_colorbar(bar: pg.ColorBarItem, cmap_name: str, log: bool) -> None:
+    """Colormap, value range and title of a weight colour bar, for linear or log10 weights."""
+    bar.setColorMap(colormap(cmap_name))
+    bar.setLevels(values=display_values(np.zeros(1), log)[1])
+    set_bar_label(bar, scale_label(log))
 
 
 def display_values(a: np.ndarray, log: bool) -> tuple[np.ndarray, tuple[float, float]]:
@@ -64,63 +80,126 @@ def short(token: str, width: int = 14) -> str:
     return t if len(t) <= width else t[: width - 1] + "…"
 
 
-def thin_ticks(labels: list[str], max_labels: int) -> list[tuple[float, str]]:
-    """Ticks at pixel centres (i + 0.5), every k-th label so at most max_labels are drawn."""
-    n = len(labels)
-    step = max(1, math.ceil(n / max(1, max_labels)))
-    return [(i + 0.5, short(labels[i])) for i in range(0, n, step)]
-
-
 class TokenAxis(pg.AxisItem):
-    """An axis that shows token labels; top/bottom axes can draw them rotated by 90°."""
+    """An axis of token labels, one per unit (token i spans [i, i+1)); bottom axes draw them turned 90°.
+
+    Which labels are drawn depends on the visible range and the axis' size in pixels: every k-th token
+    (k a whole number, labels at multiples of k so they stay put while panning), with k the smallest
+    step that keeps labels a line's height apart. Zoom in and every token gets its label.
+    """
+
+    TICK_SPACE = 110  # most pixels the tick labels take across the axis (14 characters)
 
     def __init__(self, orientation: str, rotate: bool = False, **kw):
         super().__init__(orientation, **kw)
         self._rotate = rotate and orientation in ("top", "bottom")
         self._labels: list[str] = []
+        self._tick_space = 20
+        self.setTicks([[], []])
 
-    def set_labels(self, labels: list[str], max_labels: int = 64) -> None:
+    def _font(self):
+        return self.style["tickFont"] or self.font()
+
+    def set_labels(self, labels: list[str]) -> None:
         self._labels = [short(t) for t in labels]
-        ticks = thin_ticks(labels, max_labels)
-        self.setTicks([ticks, []])
-        if self._rotate:
-            fm = QFontMetrics(self.font())
-            widest = max((fm.horizontalAdvance(t) for t in self._labels), default=20)
-            self.setHeight(min(110, widest + 14))
+        fm = QFontMetrics(self._font())
+        widest = max((fm.horizontalAdvance(t) for t in self._labels), default=20)
+        title = self.label.boundingRect().height() if self.label.isVisible() else 0
+        if self.orientation in ("top", "bottom"):
+            self._tick_space = min(self.TICK_SPACE, widest + 14) if self._rotate else fm.height() + 8
+            self.setHeight(int(self._tick_space + title))
+        else:
+            self._tick_space = min(self.TICK_SPACE + 40, widest + 14)
+            self.setWidth(int(self._tick_space + title))
+        self.picture = None
         self.update()
 
-    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):  # noqa: N802 - pyqtgraph API
-        if not self._rotate:
-            return super().drawPicture(p, axisSpec, tickSpecs, textSpecs)
-        super().drawPicture(p, axisSpec, tickSpecs, [])
-        n = len(self._labels)
+    def _along(self) -> float:
+        rect = self.mapRectFromParent(self.geometry())
+        return rect.width() if self.orientation in ("top", "bottom") else rect.height()
+
+    def _to_px(self, v: float, length: float) -> float:
+        """Axis value -> pixels along the axis, as pyqtgraph's own tick layout maps it."""
         lo, hi = self.range
-        span = hi - lo
-        rect = self.boundingRect()
-        w = rect.width()
-        if n == 0 or span <= 0 or w <= 0:
-            return
-        fm = QFontMetrics(p.font())
-        per_token = w / span
-        step = max(1, math.ceil((fm.height() + 1) / per_token))
+        if hi == lo:
+            return 0.0
+        if self.orientation in ("top", "bottom"):
+            return (v - lo) / (hi - lo) * length
+        return length - (v - lo) / (hi - lo) * length
+
+    def drawn_labels(self) -> list[tuple[float, str]]:
+        """(pixels along the axis, text) of every label drawn for the current range and size."""
+        n, length = len(self._labels), self._along()
+        lo, hi = sorted(self.range)
+        if n == 0 or hi <= lo or length <= 0:
+            return []
+        per_token = length / (hi - lo)
+        step = max(1, math.ceil((QFontMetrics(self._font()).height() + 1) / per_token))
+        first = max(0, int(math.floor(lo)) // step * step)
+        last = min(n - 1, int(math.ceil(hi)))
+        out = []
+        for i in range(first, last + 1, step):
+            px = self._to_px(i + 0.5, length)
+            if -1 <= px <= length + 1:
+                out.append((px, self._labels[i]))
+        return out
+
+    def tick_text_extent(self) -> float:
+        """Pixels from the axis line to where the longest drawn label ends (rotated bottom axes)."""
+        fm = QFontMetrics(self._font())
+        widest = max((fm.horizontalAdvance(t) for _, t in self.drawn_labels()), default=0)
+        return 6 + min(widest, self._tick_space - 8)
+
+    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):  # noqa: N802 - pyqtgraph API
+        super().drawPicture(p, axisSpec, [], [])
+        p.setFont(self._font())
+        fm = QFontMetrics(self._font())
+        fh = fm.height()
+        rect = self.mapRectFromParent(self.geometry())
+        rect.moveTo(0, 0)
+        box = self._tick_space - 8
         p.setPen(self.textPen())
-        box_w = rect.height() - 8
-        for i in range(0, n, step):
-            x = (i + 0.5 - lo) / span * w
-            if x < -1 or x > w + 1:
-                continue
+        for px, text in self.drawn_labels():
             p.save()
             if self.orientation == "bottom":
-                p.translate(x, 6)
+                p.drawLine(QPointF(px, 0), QPointF(px, 3))
+                if self._rotate:
+                    p.translate(px, 6)
+                    p.rotate(-90)
+                    p.drawText(QRectF(-box, -fh / 2, box, fh), int(Qt.AlignRight | Qt.AlignVCenter), text)
+                else:
+                    p.drawText(QRectF(px - 60, 5, 120, fh), int(Qt.AlignHCenter | Qt.AlignTop), text)
+            elif self.orientation == "top":
+                p.translate(px, rect.height() - 6)
                 p.rotate(-90)
-                p.drawText(QRectF(-box_w, -fm.height() / 2, box_w, fm.height()),
-                           int(Qt.AlignRight | Qt.AlignVCenter), self._labels[i])
-            else:
-                p.translate(x, rect.height() - 6)
-                p.rotate(-90)
-                p.drawText(QRectF(0, -fm.height() / 2, box_w, fm.height()),
-                           int(Qt.AlignLeft | Qt.AlignVCenter), self._labels[i])
+                p.drawText(QRectF(0, -fh / 2, box, fh), int(Qt.AlignLeft | Qt.AlignVCenter), text)
+            else:  # left
+                right = rect.width()
+                p.drawLine(QPointF(right - 3, px), QPointF(right, px))
+                p.drawText(QRectF(right - 6 - box, px - fh / 2, box, fh), int(Qt.AlignRight | Qt.AlignVCenter),
+                           text)
             p.restore()
+
+
+class CanvasStack(QStackedWidget):
+    """A page's plot canvas, or in its place one centred line (loading, nothing to show yet)."""
+
+    def __init__(self, canvas: QWidget, message: str = "Loading the model…", parent: QWidget | None = None):
+        super().__init__(parent)
+        self.placeholder = QLabel(message)
+        self.placeholder.setAlignment(Qt.AlignCenter)
+        self.placeholder.setWordWrap(True)
+        self.placeholder.setStyleSheet("color: #666; font-size: 15px;")
+        self.canvas = canvas
+        self.addWidget(self.placeholder)
+        self.addWidget(canvas)
+
+    def show_message(self, text: str) -> None:
+        self.placeholder.setText(text)
+        self.setCurrentWidget(self.placeholder)
+
+    def show_canvas(self) -> None:
+        self.setCurrentWidget(self.canvas)
 
 
 class PaintedGraphicsWidget(pg.GraphicsLayoutWidget):

@@ -2,7 +2,9 @@
 
 One small overlay per head of the selected layer, and a large one for the selected head. The query is
 [CLS] until you click a patch in the large picture; then that patch asks. Heat is blended in NumPy
-(one RGB image per panel), coloured from 0 to each map's own maximum, with adjustable opacity.
+(one RGB image per panel), coloured from 0 to each map's own 98th percentile, with adjustable opacity;
+blocky (one colour per patch, what the model sees) or smooth (bilinear between patch centres). The
+colour bar gives the large map's scale in attention weight.
 """
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, lut_rgb
+from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, colormap, lut_rgb, set_bar_label
 from attn_explorer.session.state import SessionState
 
+OPEN_HINT = ("Open an image (File → Open image…, drag one in, or pick a sample) to see which patches each "
+             "head looks at.")
 THUMB = 112  # side of a small overlay, in pixels
 CLIP_PERCENTILE = 98  # colour runs from 0 to this percentile of the map; stronger patches saturate
 
@@ -27,18 +31,41 @@ def patch_heat(att_row: np.ndarray, grid: tuple[int, int], offset: int) -> np.nd
     return att_row[offset: offset + rows * cols].reshape(rows, cols)
 
 
-def blend(image: np.ndarray, heat: np.ndarray, alpha: float, cmap: str) -> np.ndarray:
+def heat_peak(heat: np.ndarray) -> float:
+    """The weight where the colour scale tops out: the map's 98th percentile, so a few sink patches
+    do not wash out the rest."""
+    return float(np.percentile(heat, CLIP_PERCENTILE))
+
+
+def upsample(q: np.ndarray, h: int, w: int, smooth: bool) -> np.ndarray:
+    """(rows, cols) -> (h, w): nearest patch (blocky) or bilinear between patch centres (smooth)."""
+    rows, cols = q.shape
+    if not smooth:
+        return q[(np.arange(h) * rows // h)][:, (np.arange(w) * cols // w)]
+
+    def axis(n_out: int, n_in: int):
+        x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+        i0 = np.minimum(x.astype(int), n_in - 1)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        return i0, i1, (x - i0).astype(np.float32)
+
+    y0, y1, fy = axis(h, rows)
+    x0, x1, fx = axis(w, cols)
+    top = q[y0][:, x0] * (1 - fx) + q[y0][:, x1] * fx
+    bottom = q[y1][:, x0] * (1 - fx) + q[y1][:, x1] * fx
+    return top * (1 - fy[:, None]) + bottom * fy[:, None]
+
+
+def blend(image: np.ndarray, heat: np.ndarray, alpha: float, cmap: str, smooth: bool = False) -> np.ndarray:
     """The picture with `heat` (rows, cols) stretched over it, coloured 0..98th percentile, mixed by `alpha`."""
     h, w = image.shape[:2]
-    rows, cols = heat.shape
-    peak = float(np.percentile(heat, CLIP_PERCENTILE))  # a few sink patches must not wash out the rest
+    peak = heat_peak(heat)
     q = np.clip(heat / peak, 0, 1) if peak > 0 else np.zeros_like(heat)
-    idx = (q * 255).astype(np.uint8)
-    colours = lut_rgb(cmap)[idx]  # (rows, cols, 3)
-    up = colours[(np.arange(h) * rows // h)][:, (np.arange(w) * cols // w)]
+    up_q = upsample(q.astype(np.float32), h, w, smooth)  # (h, w) in 0..1
+    colours = lut_rgb(cmap)[(up_q * 255).astype(np.uint8)]  # (h, w, 3)
     # opacity grows with the weight, so the photo shows through where the head does not look
-    a = (alpha * np.sqrt(q))[(np.arange(h) * rows // h)][:, (np.arange(w) * cols // w)][..., None]
-    out = image.astype(np.float32) * (1.0 - a) + up.astype(np.float32) * a
+    a = (alpha * np.sqrt(up_q))[..., None]
+    out = image.astype(np.float32) * (1.0 - a) + colours.astype(np.float32) * a
     return out.astype(np.uint8)
 
 
@@ -60,8 +87,9 @@ class PatchOverlayView(LazyPage, QWidget):
         self.alpha.setValue(int(round(state.alpha * 100)))
         self.alpha.setMaximumWidth(220)
         self.alpha_label = QLabel(f"overlay opacity {state.alpha:.2f}")
-        self.placeholder = QLabel("Open an image (File → Open image…, drag one in, or pick a sample) to see "
-                                  "which patches each head looks at.")
+        self.smooth = QCheckBox("smooth")
+        self.smooth.setToolTip("Blend between patch centres (bilinear) instead of one colour per patch")
+        self.placeholder = QLabel(OPEN_HINT)
         self.placeholder.setAlignment(Qt.AlignCenter)
         self.placeholder.setWordWrap(True)
 
@@ -70,6 +98,11 @@ class PatchOverlayView(LazyPage, QWidget):
         self.big = self.canvas.addPlot(row=0, col=1)
         self.canvas.ci.layout.setColumnStretchFactor(0, 1)
         self.canvas.ci.layout.setColumnStretchFactor(1, 1)
+        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(state.colormap), interactive=False,
+                                        width=14)
+        set_bar_label(self.colorbar, "weight")
+        self.colorbar.axis.enableAutoSIPrefix(False)  # weights read as 0.012, not "12 (x0.001)"
+        self.canvas.addItem(self.colorbar, row=0, col=2)
         for p in (self.small, self.big):
             p.invertY(True)
             p.setAspectLocked(True)
@@ -96,6 +129,7 @@ class PatchOverlayView(LazyPage, QWidget):
         self.stack.addWidget(self.canvas)
         bar = QHBoxLayout()
         bar.addWidget(self.caption, 1)
+        bar.addWidget(self.smooth)
         bar.addWidget(self.alpha_label)
         bar.addWidget(self.alpha)
         lay = QVBoxLayout(self)
@@ -104,6 +138,8 @@ class PatchOverlayView(LazyPage, QWidget):
         lay.addWidget(body, 1)
 
         self.alpha.valueChanged.connect(lambda v: state.set_options(alpha=v / 100.0))
+        self.smooth.toggled.connect(lambda *_: self.refresh())
+        state.model_loading.connect(self._loading)
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         state.attention_ready.connect(self.refresh)
         state.query_changed.connect(lambda *_: self.refresh())
@@ -111,11 +147,18 @@ class PatchOverlayView(LazyPage, QWidget):
         state.options_changed.connect(self.refresh)
 
     # ----------------------------------------------------------------------------------- drawing
+    def _loading(self, src: str) -> None:
+        if self.state.result is None:
+            self.placeholder.setText(f"Loading {src or 'the model'}…")
+
     def refresh(self, *_):
         if not self.needs_draw():
             return
         r = self.state.result
         if r is None or r.grid is None or r.image is None:
+            self.caption.setText("")  # it described a picture that is no longer on screen
+            if r is not None:
+                self.placeholder.setText(OPEN_HINT)
             self.stack.setCurrentIndex(0)
             return
         self.stack.setCurrentIndex(1)
@@ -127,7 +170,11 @@ class PatchOverlayView(LazyPage, QWidget):
         layer = r.attentions[st.layer]  # (H, N, N)
         # the large overlay: the selected head
         off = r.patch_offset
-        self.big_rgb = blend(r.image, patch_heat(layer[st.head, q], r.grid, off), st.alpha, st.colormap)
+        smooth = self.smooth.isChecked()
+        heat = patch_heat(layer[st.head, q], r.grid, off)
+        self.big_rgb = blend(r.image, heat, st.alpha, st.colormap, smooth)
+        self.colorbar.setColorMap(colormap(st.colormap))
+        self.colorbar.setLevels(values=(0.0, max(heat_peak(heat), 1e-6)))
         ih, iw = r.image.shape[:2]
         self.big_img.setImage(self.big_rgb, levels=(0, 255), autoLevels=False)
         self.big_img.setRect(QRectF(0, 0, iw, ih))
@@ -149,7 +196,7 @@ class PatchOverlayView(LazyPage, QWidget):
         mosaic = np.full((rows_m * side - gap, cols_m * side - gap, 3), 255, np.uint8)
         for h in range(H):
             y, x = divmod(h, cols_m)
-            tile = blend(thumb, patch_heat(layer[h, q], r.grid, off), st.alpha, st.colormap)
+            tile = blend(thumb, patch_heat(layer[h, q], r.grid, off), st.alpha, st.colormap, smooth)
             mosaic[y * side: y * side + THUMB, x * side: x * side + THUMB] = tile
         self.small_img.setImage(mosaic, levels=(0, 255), autoLevels=False)
         self.small.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.02)
@@ -164,7 +211,8 @@ class PatchOverlayView(LazyPage, QWidget):
             tag += f"<br><i>{info.note}</i>"
         qname = "[CLS]" if q < off else f"patch row {(q - off) // cols}, col {(q - off) % cols}"
         self.caption.setText(f"Query: <b>{qname}</b> — click a patch on the right to ask from there. "
-                             f"{rows}×{cols} patches; colour and opacity = weight, from 0 to each map's 98th percentile (the top 2% saturate).{tag}")
+                             f"{rows}×{cols} patches; colour and opacity = weight, from 0 to each map's 98th "
+                             f"percentile (the top 2% saturate; the bar is the large map's scale).{tag}")
 
     def _place_labels(self, H: int, cols_m: int, side: int) -> None:
         while len(self._labels) < H:

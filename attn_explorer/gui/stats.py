@@ -29,13 +29,27 @@ def renormalise_without(rows: np.ndarray, drop: np.ndarray) -> np.ndarray:
     return np.divide(r, s, out=np.zeros_like(r), where=s > 0)
 
 
-def fit_quadratic(ns, ms) -> np.ndarray | None:
-    """Least-squares a·n² + b·n + c through measured (n, ms); None until three distinct n exist."""
-    n = np.asarray(ns, dtype=np.float64)
-    t = np.asarray(ms, dtype=np.float64)
-    if np.unique(n).size < 3:
-        return None
-    return np.polyfit(n, t, 2)
+FIT_MIN_LENGTHS = 5  # distinct n a quadratic fit needs before it is drawn
+FIT_MIN_SPAN = 4.0  # and how many times the longest n must exceed the shortest
+
+
+def sound_fit(ns, ms) -> tuple[np.ndarray | None, str]:
+    """Least-squares a·n² + b·n + c through measured (n, ms), and "" — or None and why there is none.
+
+    A fit is only offered when the data can carry one: at least FIT_MIN_LENGTHS distinct n spanning
+    FIT_MIN_SPAN× or more, and a positive n² term (a hill or a dip below zero says nothing about cost)."""
+    n = np.asarray(ns, dtype=np.float64).ravel()
+    t = np.asarray(ms, dtype=np.float64).ravel()
+    distinct = np.unique(n[n > 0])
+    if distinct.size < FIT_MIN_LENGTHS:
+        return None, f"no fit: it needs {FIT_MIN_LENGTHS} different n, there are {distinct.size}"
+    span = distinct[-1] / distinct[0]
+    if span < FIT_MIN_SPAN:
+        return None, f"no fit: n spans {span:.1f}×, a fit needs {FIT_MIN_SPAN:.0f}×"
+    fit = np.polyfit(n, t, 2)
+    if not fit[0] > 0:
+        return None, "no fit: the best quadratic bends down (a > 0 needed), so the times are too noisy"
+    return fit, ""
 
 
 def doubling_factor(fit, n: float) -> float | None:
@@ -60,3 +74,13 @@ def human_count(x: float, unit: str = "") -> str:
         if abs(x) >= div:
             return f"{x / div:.3g} {p}{unit}"
     return f"{x:.3g} {unit}".rstrip()
+
+
+def without_specials(att: np.ndarray, special) -> np.ndarray:
+    """(..., N, N) attention with the special tokens' rows and columns removed and each row
+    renormalised over the remaining keys ("hide special tokens")."""
+    drop = np.asarray(special, dtype=bool)
+    if not drop.any() or drop.all():
+        return att
+    keep = np.flatnonzero(~drop)
+    return renormalise_without(np.asarray(att)[..., keep, :], drop)

@@ -3,6 +3,9 @@
 A strip of tokens to click; below it one heatmap with a row per head (L·H rows, layer by layer) and a
 column per key token; and the sentence shaded by the selected head's weights. A toggle hides special
 tokens ([CLS], [SEP], BOS...) and renormalises each row over the remaining keys.
+
+Long inputs stay legible: past FOCUS_WINDOW keys the heatmap shows a window of keys centred on the
+query (drag or wheel to move along), and the shaded sentence a stretch of tokens around it.
 """
 from __future__ import annotations
 
@@ -14,11 +17,22 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListWidget, QListWidgetItem,
                                QVBoxLayout, QWidget)
 
-from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image, colormap,
-                                       display_values, lut_rgb,
-                                       scale_label)
+from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
+                                       display_values, lut_rgb, style_colorbar)
 from attn_explorer.gui.stats import renormalise_without
 from attn_explorer.session.state import SessionState
+
+
+FOCUS_WINDOW = 64  # most key columns shown at once; more and the labels could not be read
+SENTENCE_SPAN = 24  # tokens either side of the query in the shaded sentence
+
+
+def key_window(K: int, centre: int, width: int = FOCUS_WINDOW) -> tuple[int, int]:
+    """[lo, hi) of `width` keys (all of them when K <= width) with `centre` inside, clamped to 0..K."""
+    if K <= width:
+        return 0, K
+    lo = min(max(0, centre - width // 2), K - width)
+    return lo, lo + width
 
 
 def focus_rows(att: np.ndarray, query: int, special: np.ndarray, hide_special: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -72,13 +86,16 @@ class TokenFocusView(LazyPage, QWidget):
         self.sentence.setWordWrap(True)
         self.sentence.setTextFormat(Qt.RichText)
         self.canvas = PaintedGraphicsWidget()
+        self.stack = CanvasStack(self.canvas)
+        self.placeholder = self.stack.placeholder
         self.bottom_axis = TokenAxis("bottom", rotate=True)
         self.plot = self.canvas.addPlot(axisItems={"bottom": self.bottom_axis})
         self.plot.invertY(True)
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
-        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.setMouseEnabled(x=True, y=False)
         self.plot.setLabel("left", "layer (one row per head)")
+        self.plot.setLabel("bottom", "key")
         self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
         self.separators = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen("w", width=2))
         self.plot.addItem(self.separators)
@@ -87,6 +104,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.rows: np.ndarray | None = None
         self.keys: np.ndarray | None = None
         self._tokens: list[str] = []
+        self._centred: tuple | None = None  # (tokens, query, keys shown) the key window was centred for
 
         top = QHBoxLayout()
         top.addWidget(QLabel("Click a token:"))
@@ -97,7 +115,7 @@ class TokenFocusView(LazyPage, QWidget):
         lay.addLayout(top)
         lay.addWidget(self.strip)
         lay.addWidget(self.caption)
-        lay.addWidget(self.canvas, 1)
+        lay.addWidget(self.stack, 1)
         lay.addWidget(self.sentence)
 
         self.strip.currentRowChanged.connect(self._strip_clicked)
@@ -107,6 +125,11 @@ class TokenFocusView(LazyPage, QWidget):
         state.query_changed.connect(lambda *_: self.refresh())
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self._options)
+        state.model_loading.connect(self._loading)
+
+    def _loading(self, src: str) -> None:
+        if self.state.result is None:
+            self.stack.show_message(f"Loading {src or 'the model'}…")
 
     def _strip_clicked(self, row: int) -> None:
         if row >= 0:
@@ -125,9 +148,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.hide_special.blockSignals(True)
         self.hide_special.setChecked(self.state.hide_special)
         self.hide_special.blockSignals(False)
-        self.colorbar.setColorMap(colormap(self.state.colormap))
-        self.colorbar.setLevels(values=display_values(np.zeros(1), self.state.log_scale)[1])
-        self.colorbar.axis.setLabel(scale_label(self.state.log_scale))
+        style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)
         self.refresh()
 
     def refresh(self, *_):
@@ -136,6 +157,7 @@ class TokenFocusView(LazyPage, QWidget):
         r = self.state.result
         if r is None:
             return
+        self.stack.show_canvas()
         L, H, N, _ = r.attentions.shape
         q = min(self.state.query, N - 1)
         if list(r.tokens) != self._tokens:
@@ -150,7 +172,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.image.setImage(values, levels=levels, autoLevels=False)
         K = len(keys)
         self.image.setRect(QRectF(0, 0, K, L * H))
-        self.bottom_axis.set_labels([r.tokens[k] for k in keys], max_labels=K)
+        self.bottom_axis.set_labels([r.tokens[k] for k in keys])
         self.plot.getAxis("left").setTicks([[((l + 0.5) * H, f"L{l}") for l in range(L)], []])
         xs, ys = [], []
         for l in range(1, L):
@@ -159,20 +181,34 @@ class TokenFocusView(LazyPage, QWidget):
         self.separators.setData(np.array(xs, float), np.array(ys, float))
         sel = self.state.layer * H + self.state.head
         self.marker.setData(np.array([0, K, K, 0, 0], float), np.array([sel, sel, sel + 1, sel + 1, sel], float))
-        self.plot.setRange(xRange=(0, K), yRange=(0, L * H), padding=0)
+        at = int(np.searchsorted(keys, q))  # the query's column (or where it would be, if hidden)
+        centred = (self._tokens, q, K)
+        if centred != self._centred:  # a new query or input: the window goes to the query
+            self._centred = centred
+            lo, hi = key_window(K, at)
+            vb = self.plot.getViewBox()
+            vb.setLimits(xMin=0, xMax=K, yMin=0, yMax=L * H, maxXRange=max(FOCUS_WINDOW, 1), minXRange=min(K, 4))
+            self.plot.setRange(xRange=(lo, hi), yRange=(0, L * H), padding=0)
         self.caption.setText(f'Attention <b>from "{html.escape(r.tokens[q])}"</b> (token {q}) in every head; '
-                             f"the red box is layer {self.state.layer}, head {self.state.head}.")
+                             f"the red box is layer {self.state.layer}, head {self.state.head}."
+                             + (f" {FOCUS_WINDOW} of {K} keys at a time: drag sideways for the rest."
+                                if K > FOCUS_WINDOW else ""))
         self._shade_sentence(r, rows[sel], keys)
 
     def _shade_sentence(self, r, row: np.ndarray, keys: np.ndarray) -> None:
         lut = lut_rgb(self.state.colormap)
         peak = float(row.max()) if row.size else 1.0
-        parts = []
-        for w, k in zip(row, keys):
+        at = int(np.searchsorted(keys, min(self.state.query, len(r.tokens) - 1)))
+        lo, hi = key_window(len(keys), at, 2 * SENTENCE_SPAN + 1)
+        parts = ["…"] if lo > 0 else []
+        for w, k in zip(row[lo:hi], keys[lo:hi]):
             c = lut[int(np.clip(w / peak if peak > 0 else 0, 0, 1) * 255)]
             light = (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) > 140
             fg = "#000" if light else "#fff"
             parts.append(f'<span style="background-color: rgb({c[0]},{c[1]},{c[2]}); color: {fg};">'
                          f"&nbsp;{html.escape(r.tokens[k])}&nbsp;</span>")
+        if hi < len(keys):
+            parts.append("…")
+        where = f" (tokens {keys[lo]}–{keys[hi - 1]} of {len(r.tokens)})" if lo > 0 or hi < len(keys) else ""
         self.sentence.setText(f"L{self.state.layer} H{self.state.head}, shaded by weight (darkest = 0, "
-                              f"brightest = {peak:.2f}): " + " ".join(parts))
+                              f"brightest = {peak:.2f}){where}: " + " ".join(parts))

