@@ -13,8 +13,10 @@ from typing import Any, Callable
 from attn_explorer.api.result import ModelInfo, RunResult
 
 DEFAULT_TEXT_MODEL = "minilm"
-# torch's intra-op threads for every model job: measured in benchmarks/bench_gui.py (docs/bench_gui.md).
-TORCH_THREADS = 2
+# torch's intra-op threads for every model job. One: in benchmarks/bench_gui.py (docs/bench_gui.md) two
+# threads were slower at every n on a 2-core machine, and several times slower while another program
+# held a core; one thread also leaves the GUI thread a core of its own.
+TORCH_THREADS = 1
 
 # loader(src, device, progress, want_image) -> Loaded. src None means "the default model".
 Loader = Callable[..., "Loaded"]
@@ -69,15 +71,16 @@ def load_job(loader: Loader, src: str | None, device: str, want_image: bool, pro
     return loader(src, device=device, progress=progress, want_image=want_image)
 
 
-def run_job(model: Any, x: Any, kwargs: dict) -> Ran:
-    """Run the model and pool its attention for the grid, in the same worker job."""
+def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran:
+    """Run the model and pool its attention for the grid, in the same worker job (without the special
+    tokens' rows and columns when `hide_special`)."""
     from attn_explorer.api.display import grid_image
 
     configure_torch()
     t0 = time.perf_counter()
     r = model.run(x, **kwargs)
     t1 = time.perf_counter()
-    grid = grid_image(r.attentions)
+    grid = grid_image(r.attentions, drop=r.special if hide_special else None)
     return Ran(result=r, grid=grid, started=t0, forward_done=t1, ended=time.perf_counter())
 
 
