@@ -27,6 +27,7 @@ class GridImage:
     layers: int  # L
     heads: int  # H
     cell: int  # c: mosaic pixels per head side (N when N <= cell_max)
+    hidden_specials: bool = False  # special tokens' rows and columns were dropped, rows renormalised
 
     def values(self, log: bool) -> tuple[np.ndarray, tuple[float, float]]:
         """The array to draw and its colour levels."""
@@ -68,13 +69,21 @@ def mosaic(cells: torch.Tensor) -> torch.Tensor:
     return cells.permute(0, 2, 1, 3).reshape(L * c, H * c)
 
 
-def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX) -> GridImage:
-    """Pool and tile every head of (L, H, N, N) attention, in the calling (worker) thread."""
+def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX, drop=None) -> GridImage:
+    """Pool and tile every head of (L, H, N, N) attention, in the calling (worker) thread.
+
+    `drop` (bool (N,), e.g. RunResult.special) removes those tokens' rows and columns first and
+    renormalises each row over the remaining keys (the GUI's "hide special tokens")."""
     with torch.inference_mode():
         t = torch.as_tensor(attentions).float()
         L, H = int(t.shape[0]), int(t.shape[1])
+        hide = drop is not None and bool(np.any(drop)) and not bool(np.all(drop))
+        if hide:
+            keep = torch.as_tensor(np.flatnonzero(~np.asarray(drop, dtype=bool)))
+            t = t.index_select(-2, keep).index_select(-1, keep)
+            t = t / t.sum(-1, keepdim=True).clamp(min=1e-30)  # a row with no weight left stays zero
         cells = pooled_heads(t, cell_max)
         weights = mosaic(cells).contiguous()
         log_weights = torch.log10(weights.clamp(min=10.0**LOG_FLOOR))
         return GridImage(weights=weights.numpy(), log_weights=log_weights.numpy(), layers=L, heads=H,
-                         cell=int(cells.shape[-1]))
+                         cell=int(cells.shape[-1]), hidden_specials=hide)

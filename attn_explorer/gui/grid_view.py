@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtCore import QRectF, Signal
 from PySide6.QtGui import QPen, QColor
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
@@ -158,7 +158,9 @@ class HeadGridView(LazyPage, QWidget):
         L, H, N, _ = r.attentions.shape
         tag = " — <b>UNTRAINED (random weights)</b>" if same and not info.trained else ""
         note = f"<br><i>{html.escape(info.note)}</i>" if same and info.note else ""
-        self.title.setText(f"<b>{html.escape(r.model)}</b>{tag}: {L} layers × {H} heads, {N} tokens{coming}. "
+        grid = st.grid_image
+        hidden = " (special tokens hidden, rows renormalised)" if getattr(grid, "hidden_specials", False) else ""
+        self.title.setText(f"<b>{html.escape(r.model)}</b>{tag}: {L} layers × {H} heads, {N} tokens{hidden}{coming}. "
                            "Row i of each map = where token i looks. Click a head to open it." + note)
 
     # --------------------------------------------------------------------------------- input

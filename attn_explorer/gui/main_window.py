@@ -11,7 +11,8 @@ import time
 from typing import Callable
 
 from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget, QVBoxLayout,
+                               QWidget)
 
 from attn_explorer.gui.actions import Banner, WindowActions
 from attn_explorer.gui.controls import DkPanel, InputPanel

@@ -80,7 +80,7 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran
     t0 = time.perf_counter()
     r = model.run(x, **kwargs)
     t1 = time.perf_counter()
-    grid = grid_image(r.attentions, drop=r.special if hide_special else None)
+    grid = grid_image(r.attentions, drop=r.special) if hide_special else grid_image(r.attentions)
     return Ran(result=r, grid=grid, started=t0, forward_done=t1, ended=time.perf_counter())
 
 

@@ -253,7 +253,7 @@ class SessionState(QObject):
 
     def set_options(self, **kw) -> None:
         """colormap=, log_scale=, hide_special=, alpha=; emits options_changed once."""
-        changed = False
+        changed, was_hidden = False, self.hide_special
         for k, v in kw.items():
             if not hasattr(self, k) or k not in ("colormap", "log_scale", "hide_special", "alpha"):
                 raise AttributeError(k)
@@ -262,6 +262,8 @@ class SessionState(QObject):
                 changed = True
         if changed:
             self.options_changed.emit()
+        if self.hide_special != was_hidden and self.result is not None:
+            self.request_run()  # the grid's mosaic is pooled with the run, without the specials
 
     # ----------------------------------------------------------------------------- running
     def run_input(self) -> tuple[Any, dict]:
@@ -288,8 +290,8 @@ class SessionState(QObject):
         if self._model is None or x is None or (self.input_kind == "text" and not str(x).strip()):
             return None  # nothing to show; keep the last good view
         asked, launched = self._asked_at, time.perf_counter()
-        return Task(run_job, (self._model, x, kw), on_result=lambda ran: self._on_ran(ran, asked, launched),
-                    on_error=self.error_raised.emit)
+        return Task(run_job, (self._model, x, kw, self.hide_special),
+                    on_result=lambda ran: self._on_ran(ran, asked, launched), on_error=self.error_raised.emit)
 
     def _on_ran(self, ran: Ran, asked: float, launched: float) -> None:
         arrived = time.perf_counter()

@@ -189,3 +189,17 @@ def test_model_picker_names_kind_and_training(make_window, name, words):
     assert name in text and all(word in text for word in words), text
     if "untrained" not in words:
         assert "untrained" not in text
+
+
+def test_grid_mosaic_without_specials_matches_the_head_view():
+    from attn_explorer.api.display import grid_image
+    from attn_explorer.gui.stats import without_specials
+
+    rng = np.random.default_rng(3)
+    a = rng.random((2, 3, 7, 7)).astype(np.float32)
+    a /= a.sum(-1, keepdims=True)
+    special = np.array([1, 0, 0, 0, 0, 0, 1], bool)
+    g = grid_image(a, drop=special)
+    assert g.hidden_specials and g.weights.shape == (2 * 5, 3 * 5)
+    np.testing.assert_allclose(g.weights[5:10, 10:15], without_specials(a[1, 2], special), atol=1e-6)
+    assert not grid_image(a).hidden_specials
