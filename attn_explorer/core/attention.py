@@ -2,22 +2,65 @@
 
 The explicit path always computes the probabilities and can hand them back; the fast path
 (torch's fused scaled_dot_product_attention) is taken only when nobody asked for them.
+The scale and the mask are each worked out in one function here, which core.efficient uses too.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attn_explorer.core.linear import Linear, PackedLinears
 from attn_explorer.core.positional import apply_rope
+
+
+@dataclass
+class AttentionOptions:
+    """What an attention layer needs besides its input; travels down the stack as one argument."""
+
+    mask: torch.Tensor | None = None  # bool (True = may attend) or additive float, broadcastable to (B, H, N, M)
+    causal: bool = False  # query i sees only keys j <= i + M - N
+    dk_scale: float = 1.0  # multiplies 1/sqrt(d_k) (the GUI's d_k slider)
+    need_weights: bool = False  # return the probabilities (forces the explicit path)
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin) from positional.rope_tables
+    capture: dict | None = None  # receives q, k, values, head_outputs (forces the explicit path)
+    probs_out: torch.Tensor | None = None  # contiguous (B, H, N, M) buffer to compute the probabilities in
+
+
+def attention_scale(d_k: int, dk_scale: float = 1.0, scale: float | None = None) -> float:
+    """The logits' factor: `scale` (1/sqrt(d_k) when None) times dk_scale."""
+    return (1.0 / math.sqrt(d_k) if scale is None else float(scale)) * dk_scale
 
 
 def causal_mask(n: int, m: int | None = None, device=None) -> torch.Tensor:
     """Boolean (n, m) mask, True where query i may look at key j (j <= i + m - n)."""
     m = n if m is None else m
     return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=m - n)
+
+
+def fold_mask(mask: torch.Tensor | None, causal: bool, n: int, m: int, device=None) -> torch.Tensor | None:
+    """One mask for n queries and m keys: `mask` (bool or additive) with the causal triangle folded in.
+
+    A bool mask stays bool (True = may attend), an additive one stays additive (-inf = may not).
+    """
+    if not causal:
+        return mask
+    tri = causal_mask(n, m, device)
+    if mask is None:
+        return tri
+    if mask.dtype == torch.bool:
+        return mask & tri
+    return mask.masked_fill(~tri, float("-inf"))
+
+
+def apply_mask_(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Apply a mask to scores in place: bool False -> -inf, float -> added."""
+    if mask.dtype == torch.bool:
+        return scores.masked_fill_(~mask, float("-inf"))
+    return scores.add_(mask)
 
 
 def scaled_dot_product_attention(
@@ -39,22 +82,20 @@ def scaled_dot_product_attention(
     probs_out: a contiguous (..., N, M) buffer to compute the probabilities in, in place: the
     model's stacked attention tensor, so no n×n buffer is allocated or copied per layer.
     """
-    d_k = q.shape[-1]
-    scale = (1.0 / math.sqrt(d_k) if scale is None else scale) * dk_scale
-    if probs_out is None:
-        logits = torch.matmul(q, k.transpose(-2, -1)) * scale  # (..., N, M)
-    else:
-        logits = torch.matmul(q, k.transpose(-2, -1), out=probs_out).mul_(scale)
-    if causal:
-        logits = logits.masked_fill_(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            logits = logits.masked_fill_(~mask, float("-inf"))
-        else:
-            logits = logits.add_(mask)
+    N, M = q.shape[-2], k.shape[-2]
+    s = attention_scale(q.shape[-1], dk_scale, scale)
+    scale_q = q.shape[-1] < M  # scale whichever is smaller: q (N·d_k numbers) or the logits (N·M)
+    if scale_q and s != 1.0:
+        q = q * s
+    logits = torch.matmul(q, k.transpose(-2, -1), out=probs_out)  # (..., N, M)
+    if not scale_q and s != 1.0:
+        logits.mul_(s)
+    full = fold_mask(mask, causal, N, M, q.device)
+    if full is not None:
+        apply_mask_(logits, full)
     # exp(-inf - (-inf)) is NaN: a row with nothing to look at must attend to nothing. A causal
     # mask alone empties rows only when there are fewer keys than queries.
-    may_empty = mask is not None or (causal and k.shape[-2] < q.shape[-2])
+    may_empty = mask is not None or (causal and M < N)
     dead = torch.isneginf(logits).all(dim=-1, keepdim=True) if may_empty else None
     probs = torch.softmax(logits, dim=-1, out=logits)  # in place: logits are not needed afterwards
     if dead is not None and dead.any():
@@ -62,12 +103,32 @@ def scaled_dot_product_attention(
     return torch.matmul(probs, v), probs
 
 
+def fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """torch's fused kernel (flash / memory-efficient / math, chosen by torch): the output only."""
+    N, M = q.shape[-2], k.shape[-2]
+    if causal and (mask is not None or N != M):
+        # SDPA refuses a mask with is_causal, and aligns is_causal top-left: fold ours in instead
+        mask, causal = fold_mask(mask, True, N, M, q.device), False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+
+
+_NO_OPTIONS = AttentionOptions()
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention with the W_O output projection.
 
     fused_qkv=True keeps one (dim -> 3*dim) projection called `qkv` (GPT-2, timm); otherwise three
-    projections `query`, `key`, `value` (BERT, ViT). num_kv_heads < num_heads gives grouped-query
-    attention: each key/value head serves num_heads // num_kv_heads query heads.
+    projections `query`, `key`, `value` (BERT, ViT), which still run as one product on the CPU
+    fast path (core.linear). num_kv_heads < num_heads gives grouped-query attention: query head h
+    uses key/value head h // (num_heads // num_kv_heads).
     """
 
     def __init__(
@@ -90,65 +151,64 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = head_dim or dim // num_heads
         self.fused_qkv = fused_qkv
         q_out, kv_out = num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_sizes = [q_out, kv_out, kv_out]
         if fused_qkv:
-            self.qkv = nn.Linear(dim, q_out + 2 * kv_out, bias=qkv_bias)
+            self.qkv = Linear(dim, q_out + 2 * kv_out, bias=qkv_bias)
         else:
-            self.query = nn.Linear(dim, q_out, bias=qkv_bias)
-            self.key = nn.Linear(dim, kv_out, bias=qkv_bias)
-            self.value = nn.Linear(dim, kv_out, bias=qkv_bias)
-        self.out = nn.Linear(q_out, dim, bias=out_bias)  # W_O
+            self.query = Linear(dim, q_out, bias=qkv_bias)
+            self.key = Linear(dim, kv_out, bias=qkv_bias)
+            self.value = Linear(dim, kv_out, bias=qkv_bias)
+            self.packed_qkv = PackedLinears((self.query, self.key, self.value))
+        self.out = Linear(q_out, dim, bias=out_bias)  # W_O
+
+    def _apply(self, fn, recurse=True):
+        if not self.fused_qkv:
+            self.packed_qkv.clear()  # the cache describes the tensors before .to()
+        return super()._apply(fn, recurse)
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.fused_qkv:
+            return self.qkv(x).split(self.qkv_sizes, dim=-1)
+        qkv = self.packed_qkv(x)
+        if qkv is None:
+            return self.query(x), self.key(x), self.value(x)
+        return qkv
 
     def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         B, N, _ = x.shape
         return x.view(B, N, heads, self.head_dim).transpose(1, 2)  # (B, H, N, d_k)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        causal: bool = False,
-        dk_scale: float = 1.0,
-        need_weights: bool = False,
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-        capture: dict | None = None,
-        probs_out: torch.Tensor | None = None,
+        self, x: torch.Tensor, opts: AttentionOptions | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, N, D). Returns (output (B, N, D), probs (B, H, N, N) or None).
 
-        capture: if a dict is given, the per-head values (B, H, N, d_k) and per-head outputs
-        (B, H, N, D: each head's share of the result after W_O) are stored in it, for analyses.
+        opts.capture: if a dict is given, it receives per head q and k (B, H, N, d_k; after RoPE,
+        before scaling), the values (B, H, N, d_k) and the per-head outputs (B, H, N, D: each
+        head's share of the result after W_O), for analyses.
         """
+        o = _NO_OPTIONS if opts is None else opts
         B, N, _ = x.shape
-        if self.fused_qkv:
-            q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-            q, k, v = self.qkv(x).split([q_out, kv_out, kv_out], dim=-1)
-        else:
-            q, k, v = self.query(x), self.key(x), self.value(x)
+        q, k, v = self._project(x)
         q = self._split(q, self.num_heads)  # (B, H, N, d_k)
         k = self._split(k, self.num_kv_heads)  # (B, H_kv, N, d_k)
         v = self._split(v, self.num_kv_heads)
-        if rope is not None:
-            q, k = apply_rope(q, rope), apply_rope(k, rope)
+        if o.rope is not None:
+            q, k = apply_rope(q, o.rope), apply_rope(k, o.rope)
         if self.num_kv_heads != self.num_heads:
             rep = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        if need_weights or capture is not None:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, H, N, d_k)
+        cap = o.capture
+        if o.need_weights or cap is not None:
             ctx, probs = scaled_dot_product_attention(
-                q, k, v, mask=mask, dk_scale=dk_scale, causal=causal, probs_out=probs_out
+                q, k, v, mask=o.mask, dk_scale=o.dk_scale, causal=o.causal, probs_out=o.probs_out
             )
         else:
             probs = None
-            sdpa_mask = mask
-            if causal and mask is not None:
-                cm = causal_mask(N, N, x.device)
-                sdpa_mask = (mask & cm) if mask.dtype == torch.bool else mask.masked_fill(~cm, float("-inf"))
-            ctx = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=sdpa_mask, is_causal=causal and mask is None,
-                scale=dk_scale / math.sqrt(self.head_dim),
-            )
-        if capture is not None:
-            capture["values"] = v
+            ctx = fused_attention(q, k, v, o.mask, attention_scale(self.head_dim, o.dk_scale), o.causal)
+        if cap is not None:
+            cap["q"], cap["k"], cap["values"] = q, k, v
             w_o = self.out.weight.view(self.out.out_features, self.num_heads, self.head_dim)  # (D, H, d_k)
-            capture["head_outputs"] = torch.einsum("bhnd,ehd->bhne", ctx, w_o)  # (B, H, N, D)
+            cap["head_outputs"] = torch.einsum("bhnd,ehd->bhne", ctx, w_o)  # (B, H, N, D)
         out = ctx.transpose(1, 2).reshape(B, N, self.num_heads * self.head_dim)  # (B, N, H*d_k)
         return self.out(out), probs

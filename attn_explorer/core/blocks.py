@@ -1,10 +1,12 @@
-"""The transformer block, pre-LN (the primer's x = x + MHA(LN(x))) and post-LN (BERT)."""
+"""The transformer block, pre-LN (the primer's x = x + MHA(LN(x))) and post-LN (BERT), and the stack of them."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 from torch import nn
 
-from attn_explorer.core.attention import MultiHeadAttention
+from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention
 from attn_explorer.core.layers import MLP, LayerScale, SwiGLU, make_norm
 
 
@@ -16,6 +18,7 @@ class TransformerBlock(nn.Module):
     norm_first=False (post-LN; the original Transformer, BERT):
         x = LN1(x + MHA(x));  x = LN2(x + MLP(x))
     layerscale (DINOv2) multiplies each branch by a learned per-channel vector.
+    mlp_bias gives the MLP's layers biases; attn_out_bias does the same for W_O, on its own.
     """
 
     def __init__(
@@ -30,6 +33,7 @@ class TransformerBlock(nn.Module):
         mlp: str = "mlp",
         qkv_bias: bool = True,
         mlp_bias: bool = True,
+        attn_out_bias: bool = True,
         fused_qkv: bool = False,
         layerscale: float | None = None,
         num_kv_heads: int | None = None,
@@ -38,7 +42,7 @@ class TransformerBlock(nn.Module):
         self.norm_first = norm_first
         self.norm1 = make_norm(norm, dim, eps)
         self.attn = MultiHeadAttention(
-            dim, num_heads, qkv_bias=qkv_bias, out_bias=mlp_bias, fused_qkv=fused_qkv, num_kv_heads=num_kv_heads
+            dim, num_heads, qkv_bias=qkv_bias, out_bias=attn_out_bias, fused_qkv=fused_qkv, num_kv_heads=num_kv_heads
         )
         self.norm2 = make_norm(norm, dim, eps)
         self.mlp = SwiGLU(dim, mlp_hidden, bias=mlp_bias) if mlp == "swiglu" else MLP(dim, mlp_hidden, act, mlp_bias)
@@ -46,24 +50,14 @@ class TransformerBlock(nn.Module):
         self.ls2 = LayerScale(dim, layerscale) if layerscale is not None else nn.Identity()
 
     def forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        causal: bool = False,
-        dk_scale: float = 1.0,
-        need_weights: bool = False,
-        rope=None,
-        capture: dict | None = None,
-        probs_out: torch.Tensor | None = None,
+        self, x: torch.Tensor, opts: AttentionOptions | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        kw = dict(mask=mask, causal=causal, dk_scale=dk_scale, need_weights=need_weights, rope=rope, capture=capture,
-                  probs_out=probs_out)
         if self.norm_first:
-            a, probs = self.attn(self.norm1(x), **kw)
+            a, probs = self.attn(self.norm1(x), opts)
             x = x + self.ls1(a)
             x = x + self.ls2(self.mlp(self.norm2(x)))
         else:
-            a, probs = self.attn(x, **kw)
+            a, probs = self.attn(x, opts)
             x = self.norm1(x + self.ls1(a))
             x = self.norm2(x + self.ls2(self.mlp(x)))
         return x, probs
@@ -72,8 +66,8 @@ class TransformerBlock(nn.Module):
 class BlockStack(nn.Module):
     """Runs blocks in order and collects what was asked for.
 
-    dk_scale applies to the layers in dk_layers (all of them when None), so a change made in one
-    layer carries through every layer after it.
+    opts.dk_scale applies to the layers in dk_layers (all of them when None), so a change made in
+    one layer carries through every layer after it.
     """
 
     def __init__(self, blocks: list[TransformerBlock]):
@@ -83,15 +77,18 @@ class BlockStack(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        causal: bool = False,
-        dk_scale: float = 1.0,
+        opts: AttentionOptions | None = None,
         dk_layers=None,
         output_attentions: bool = False,
-        rope=None,
         captures: list | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Returns (x, attentions (B, L, H, N, N) or None). captures: a list that receives one dict per layer."""
+        """Returns (x, attentions (B, L, H, N, N) or None).
+
+        opts: mask, causal, rope and dk_scale for every layer (need_weights, capture and probs_out
+        are set here, per layer). captures: a list that receives one dict per layer (see
+        MultiHeadAttention.forward).
+        """
+        opts = AttentionOptions() if opts is None else opts
         layers = None if dk_layers is None else set(int(i) for i in dk_layers)
         attn = None
         if output_attentions:
@@ -101,10 +98,12 @@ class BlockStack(nn.Module):
             H = self.layers[0].attn.num_heads
             attn = x.new_empty(len(self.layers), B, H, N, N)
         for i, block in enumerate(self.layers):
-            s = dk_scale if layers is None or i in layers else 1.0
             cap = {} if captures is not None else None
-            x, _ = block(x, mask=mask, causal=causal, dk_scale=s, need_weights=output_attentions, rope=rope,
-                         capture=cap, probs_out=None if attn is None else attn[i])
+            o = replace(
+                opts, dk_scale=opts.dk_scale if layers is None or i in layers else 1.0,
+                need_weights=output_attentions, capture=cap, probs_out=None if attn is None else attn[i],
+            )
+            x, _ = block(x, o)
             if captures is not None:
                 captures.append(cap)
         return x, (attn.transpose(0, 1) if attn is not None else None)  # (B, L, H, N, N)

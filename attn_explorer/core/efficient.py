@@ -21,25 +21,13 @@ gets a zero output, as in core.attention. ``window`` and ``linear`` work on self
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attn_explorer.core.attention import causal_mask, scaled_dot_product_attention
-
-
-def _default_scale(q: Tensor, scale: float | None) -> float:
-    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-
-
-def _apply_mask_(s: Tensor, mask: Tensor) -> Tensor:
-    """Apply an SDPA-style mask to scores in place: bool False -> -inf, float -> added."""
-    if mask.dtype == torch.bool:
-        return s.masked_fill_(~mask, float("-inf"))
-    return s.add_(mask)
+from attn_explorer.core.attention import apply_mask_, attention_scale, fused_attention, scaled_dot_product_attention
 
 
 # --- naive: the reference -------------------------------------------------------------------
@@ -79,7 +67,7 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: 
     q_block = auto_q_block(N) if q_block is None else q_block
     if q_block < 1 or k_block < 1:
         raise ValueError(f"block sizes must be positive, got q_block={q_block}, k_block={k_block}")
-    sc = _default_scale(q, scale)
+    sc = attention_scale(q.shape[-1], scale=scale)
     q3 = q.reshape(B * H, N, dk)  # (BH, N, d_k)
     kt3 = k.reshape(B * H, M, dk).transpose(1, 2)  # (BH, d_k, M)
     v3 = v.reshape(B * H, M, dv)  # (BH, M, d_v)
@@ -103,7 +91,7 @@ def chunked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: 
             j1 = min(j0 + k_block, j_stop)
             s = torch.baddbmm(zero, qi, kt3[:, :, j0:j1], beta=0, alpha=sc)  # (BH, qb, kb): the only tile alive
             if mask4 is not None:
-                _apply_mask_(s, mask4[:, :, i0:i1, j0:j1].reshape(B * H, i1 - i0, j1 - j0))
+                apply_mask_(s, mask4[:, :, i0:i1, j0:j1].reshape(B * H, i1 - i0, j1 - j0))
             if causal and j1 - 1 > i0 + off:  # the tile crosses the diagonal
                 cols = torch.arange(j0, j1, device=q.device)
                 rows = torch.arange(i0, i1, device=q.device)
@@ -179,7 +167,7 @@ def _window_1d(q: Tensor, k: Tensor, v: Tensor, w: int, sc: float, causal: bool,
     if key_valid is not None:
         s.masked_fill_(~key_valid.view(1, 1, nw, 1, w), float("-inf"))
     if mask is not None:
-        _apply_mask_(s, _mask_blocks(mask, pad, w))
+        apply_mask_(s, _mask_blocks(mask, pad, w))
     if causal:  # windows are contiguous runs, so global causal is causal inside each window
         s.masked_fill_(torch.ones(w, w, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
     p = torch.softmax(s, dim=-1)
@@ -209,7 +197,7 @@ def window(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: f
         raise ValueError(f"window must be positive, got {window}")
     if k.shape[-2] != q.shape[-2]:
         raise ValueError("window attention is self-attention: q and k need the same length")
-    sc = _default_scale(q, scale)
+    sc = attention_scale(q.shape[-1], scale=scale)
     if grid is None:
         return _window_1d(q, k, v, window, sc, causal, mask)
     gh, gw = grid
@@ -305,14 +293,8 @@ def linear_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
          causal: bool = False) -> Tensor:
-    """torch's fused kernel (flash / memory-efficient / math, chosen by torch)."""
-    N, M = q.shape[-2], k.shape[-2]
-    if causal and (mask is not None or N != M):
-        # SDPA refuses a mask with is_causal, and aligns is_causal top-left: fold ours in instead
-        tri = causal_mask(N, M, q.device)
-        mask = tri if mask is None else (mask & tri) if mask.dtype == torch.bool else mask.masked_fill(~tri, float("-inf"))
-        causal = False
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    """torch's fused kernel (flash / memory-efficient / math, chosen by torch), as core.attention calls it."""
+    return fused_attention(q, k, v, mask=mask, scale=scale, causal=causal)
 
 
 # name -> function; every one has the signature fn(q, k, v, mask=None, scale=None, causal=False, ...)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 
@@ -73,8 +74,10 @@ class TextEncoder(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
+        captures: list | None = None,
     ) -> ModelOutput:
-        """input_ids (B, N); attention_mask (B, N) with 1 for real tokens, 0 for padding."""
+        """input_ids (B, N); attention_mask (B, N) with 1 for real tokens, 0 for padding.
+        captures: a list that receives one dict per layer (see MultiHeadAttention.forward)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
@@ -82,7 +85,6 @@ class TextEncoder(nn.Module):
         x = self.embeddings(input_ids, self.position_ids(input_ids, attention_mask), token_type_ids)
         # (B, 1, 1, N): padding keys get no weight. Without padding there is nothing to mask.
         key_mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
-        x, attn = self.blocks(
-            x, mask=key_mask, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions
-        )
+        x, attn = self.blocks(x, AttentionOptions(mask=key_mask, dk_scale=dk_scale), dk_layers=dk_layers,
+                              output_attentions=output_attentions, captures=captures)
         return ModelOutput(hidden=x, attentions=attn)

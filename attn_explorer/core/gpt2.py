@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 
@@ -51,13 +52,13 @@ class GPT2(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
+        captures: list | None = None,
         **_,
     ) -> ModelOutput:
         N = input_ids.shape[1]
         pos = torch.arange(N, device=input_ids.device)
         x = self.wte(input_ids) + self.wpe(pos)[None]
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        x, attn = self.blocks(
-            x, mask=mask, causal=True, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions
-        )
+        x, attn = self.blocks(x, AttentionOptions(mask=mask, causal=True, dk_scale=dk_scale), dk_layers=dk_layers,
+                              output_attentions=output_attentions, captures=captures)
         return ModelOutput(hidden=self.ln_f(x), attentions=attn)

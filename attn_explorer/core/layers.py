@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attn_explorer.core.linear import Linear
+
 
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight (Llama): no centring, no bias."""
@@ -37,6 +39,14 @@ ACTIVATIONS = {
 }
 
 
+# The same functions as oneDNN post-ops, applied inside the product on the fast path (core.linear).
+FUSED_ACTIVATIONS = {
+    "gelu": ("gelu", "none"),  # erf
+    "gelu_tanh": ("gelu", "tanh"),
+    "relu": ("relu", ""),
+}
+
+
 def activation(name: str):
     try:
         return ACTIVATIONS[name]
@@ -49,12 +59,14 @@ class MLP(nn.Module):
 
     def __init__(self, dim: int, hidden: int, act: str = "gelu", bias: bool = True):
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden, bias=bias)
-        self.fc2 = nn.Linear(hidden, dim, bias=bias)
+        self.fc1 = Linear(dim, hidden, bias=bias)
+        self.fc2 = Linear(hidden, dim, bias=bias)
         self.act = activation(act)
+        self.fused_act = FUSED_ACTIVATIONS.get(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        h = None if self.fused_act is None else self.fc1.packed(x, post=self.fused_act)
+        return self.fc2(self.act(self.fc1(x)) if h is None else h)
 
 
 class SwiGLU(nn.Module):
@@ -62,9 +74,9 @@ class SwiGLU(nn.Module):
 
     def __init__(self, dim: int, hidden: int, bias: bool = False):
         super().__init__()
-        self.gate = nn.Linear(dim, hidden, bias=bias)
-        self.up = nn.Linear(dim, hidden, bias=bias)
-        self.down = nn.Linear(hidden, dim, bias=bias)
+        self.gate = Linear(dim, hidden, bias=bias)
+        self.up = Linear(dim, hidden, bias=bias)
+        self.down = Linear(hidden, dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))

@@ -1,10 +1,10 @@
-"""Positional encodings: the primer's sinusoidal table, learned absolute positions, and RoPE."""
+"""Positional encodings: the primer's sinusoidal table and RoPE. (Learned absolute positions are
+plain nn.Embedding tables in the models that use them.)"""
 from __future__ import annotations
 
 import math
 
 import torch
-from torch import nn
 
 
 def sinusoidal_positions(n: int, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -15,17 +15,6 @@ def sinusoidal_positions(n: int, dim: int, base: float = 10000.0) -> torch.Tenso
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
     return pe
-
-
-class LearnedPositions(nn.Module):
-    """Absolute learned positions (BERT, GPT-2): one trained vector per position."""
-
-    def __init__(self, max_positions: int, dim: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(max_positions, dim))
-
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        return self.weight[position_ids]
 
 
 def rope_tables(n: int, head_dim: int, base: float = 10000.0, device=None, dtype=torch.float32):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import sinusoidal_positions
@@ -70,8 +71,10 @@ class TextbookTransformer(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
+        captures: list | None = None,
         **_,
     ) -> ModelOutput:
         """x: (B, N, D) embedded input (see embed)."""
-        x, attn = self.blocks(x, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions)
+        x, attn = self.blocks(x, AttentionOptions(dk_scale=dk_scale), dk_layers=dk_layers,
+                              output_attentions=output_attentions, captures=captures)
         return ModelOutput(hidden=self.norm(x), attentions=attn)

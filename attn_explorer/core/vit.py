@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.patches import PatchEmbed, resize_position_grid
@@ -82,6 +83,7 @@ class VisionTransformer(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
+        captures: list | None = None,
         **_,
     ) -> ModelOutput:
         """pixels (B, C, H, W), normalised. Returns hidden (B, E + rows*cols, D) after the final norm."""
@@ -92,7 +94,8 @@ class VisionTransformer(nn.Module):
             extra.append(self.dist_token.expand(B, -1, -1))
         x = torch.cat(extra + [x], dim=1)
         x = x + self.positions(grid, height, width)
-        x, attn = self.blocks(x, dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions)
+        x, attn = self.blocks(x, AttentionOptions(dk_scale=dk_scale), dk_layers=dk_layers,
+                              output_attentions=output_attentions, captures=captures)
         x = self.norm(x)
         logits = None
         if self.heads is not None:

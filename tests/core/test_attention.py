@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from attn_explorer.core.attention import MultiHeadAttention, scaled_dot_product_attention
+from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention, scaled_dot_product_attention
 from attn_explorer.core.positional import apply_rope, rope_tables, sinusoidal_positions
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 
@@ -71,8 +71,8 @@ def test_mha_fast_path_matches_explicit(fused):
     mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
     mask[1, ..., 5:] = False
     for causal in (False, True):
-        slow, probs = mha(x, mask=mask, causal=causal, dk_scale=0.7, need_weights=True)
-        fast, none = mha(x, mask=mask, causal=causal, dk_scale=0.7)
+        slow, probs = mha(x, AttentionOptions(mask=mask, causal=causal, dk_scale=0.7, need_weights=True))
+        fast, none = mha(x, AttentionOptions(mask=mask, causal=causal, dk_scale=0.7))
         assert none is None and probs.shape == (2, 3, 7, 7)
         torch.testing.assert_close(fast, slow, atol=1e-5, rtol=0)
 
@@ -83,14 +83,14 @@ def test_mha_capture_head_outputs_sum_to_output():
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(1, 5, 16)
     cap = {}
-    out, _ = mha(x, capture=cap)
+    out, _ = mha(x, AttentionOptions(capture=cap))
     assert cap["values"].shape == (1, 4, 5, 4)
     torch.testing.assert_close(cap["head_outputs"].sum(1) + mha.out.bias, out, atol=1e-5, rtol=0)
 
 
 def test_grouped_query_attention_shapes():
     mha = MultiHeadAttention(32, 8, num_kv_heads=2, fused_qkv=True)
-    out, p = mha(torch.randn(1, 6, 32), need_weights=True)
+    out, p = mha(torch.randn(1, 6, 32), AttentionOptions(need_weights=True))
     assert out.shape == (1, 6, 32) and p.shape == (1, 8, 6, 6)
 
 

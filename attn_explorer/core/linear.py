@@ -1,0 +1,124 @@
+"""Linear layers with a fast path for CPU float32 inference: a prepacked oneDNN weight.
+
+Most of a small transformer's forward time on the CPU is spent in its matrix products (87% for
+MiniLM at n = 16). F.linear hands each product to MKL, which repacks the weight on every call;
+oneDNN can reorder the weight once into its blocked layout and reuse it, about a third faster at
+these shapes (benchmarks/bench_forward.py). Layers that read the same input (Q, K and V) can
+share one packed weight and so one product.
+
+The packed copy is a cache, never the truth: the parameters stay ordinary nn.Linear weights (the
+state_dict names the checkpoint maps onto, W_O for the per-head captures), and the copy is rebuilt
+whenever one of them is replaced, moved or changed in place (its version counter moves). Training
+(autograd), other devices and other dtypes take plain F.linear. The cost is one extra copy of the
+weights in memory, made on the first fast call.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_ONEDNN = (
+    torch.backends.mkldnn.is_available()
+    and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+)
+_PACK_ROWS = 128  # oneDNN's batch-size hint for the layout; measured good for 16..512 tokens
+
+fast_path_enabled = True  # False forces F.linear everywhere (benchmarks compare both)
+
+
+class PackedLinears:
+    """One product for several linear layers that read the same input.
+
+    Their weights are stacked along the output dimension and reordered once for oneDNN; calling
+    returns each layer's output (views into one result), or None when the fast path does not apply
+    and the caller should run the layers itself.
+    """
+
+    def __init__(self, layers: Sequence[nn.Linear]):
+        self.layers = tuple(layers)
+        self.sizes = [layer.out_features for layer in self.layers]
+        self.clear()
+
+    def clear(self) -> None:
+        self._src: list | None = None  # (tensor, data_ptr, version) of every weight and bias packed
+        self._w: torch.Tensor | None = None
+        self._b: torch.Tensor | None = None
+
+    def __getstate__(self) -> dict:
+        # copies and pickles carry no cache: oneDNN's opaque tensors cannot be copied or saved
+        return {**self.__dict__, "_src": None, "_w": None, "_b": None}
+
+    def _sources(self) -> list | None:
+        src = []
+        for layer in self.layers:
+            for t in (layer.weight, layer.bias):
+                if t is None:
+                    src.append(None)
+                elif t.is_inference():  # no version counter: an in-place change could not be seen
+                    return None
+                else:
+                    src.append((t, t.data_ptr(), t._version))
+        return src
+
+    def _current(self, src: list) -> bool:
+        old = self._src
+        if old is None:
+            return False
+        for a, b in zip(old, src):
+            if a is None or b is None:
+                if a is not b:
+                    return False
+            elif a[0] is not b[0] or a[1] != b[1] or a[2] != b[2]:
+                return False
+        return True
+
+    def _pack(self, src: list) -> None:
+        with torch.no_grad():
+            w = torch.cat([layer.weight.detach() for layer in self.layers]) if len(self.layers) > 1 else self.layers[0].weight.detach()
+            self._w = torch.ops.mkldnn._reorder_linear_weight(w, _PACK_ROWS)
+            if all(layer.bias is None for layer in self.layers):
+                self._b = None
+            else:
+                self._b = torch.cat([
+                    layer.bias.detach() if layer.bias is not None else w.new_zeros(layer.out_features)
+                    for layer in self.layers
+                ])
+        self._src = src
+
+    def __call__(self, x: torch.Tensor, post: tuple[str, str] | None = None) -> list[torch.Tensor] | torch.Tensor | None:
+        """post: a oneDNN activation applied to the result in the same pass, e.g. ("gelu", "none")."""
+        w = self.layers[0].weight
+        if not (
+            _ONEDNN and fast_path_enabled and x.dtype == torch.float32 and w.dtype == torch.float32
+            and x.device.type == "cpu" and w.device.type == "cpu"
+            and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
+        ):
+            return None
+        src = self._sources()
+        if src is None:
+            return None
+        if not self._current(src):
+            self._pack(src)
+        attr, algorithm = post or ("none", "")
+        y = torch.ops.mkldnn._linear_pointwise(x, self._w, self._b, attr, [], algorithm)
+        return y if len(self.layers) == 1 else y.split(self.sizes, dim=-1)
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, same state_dict) with the packed fast path above."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.packed = PackedLinears((self,))
+
+    def _apply(self, fn, recurse=True):
+        self.packed.clear()  # .to(), .float(), .cuda(): the cache describes the old tensors
+        return super()._apply(fn, recurse)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.packed(x)
+        return F.linear(x, self.weight, self.bias) if y is None else y
