@@ -164,6 +164,7 @@ def test_reads_utf8_text_and_drops_a_byte_order_mark(tmp_path):
 @pytest.mark.parametrize("make, words", [
     (lambda p: None, "not found"),
     (lambda p: p.mkdir(), "is a folder"),
+    (os.mkfifo, "not a regular file"),  # reading would block until someone writes
     (lambda p: p.write_bytes("café".encode("latin-1")), "not UTF-8"),
     (lambda p: p.write_bytes(b"x" * (files.MAX_TEXT_BYTES + 1)), "larger than"),
     (lambda p: p.write_bytes(b""), "is empty"),

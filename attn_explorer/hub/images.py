@@ -64,6 +64,8 @@ def open_image(source):
             raise UserError(f"image file not found: {path}")
         if path.is_dir():
             raise UserError(f"{path} is a folder, not an image file")
+        if not path.is_file():  # a FIFO would block the open, /dev/zero would never end
+            raise UserError(f"{path} is not a regular file (a device, pipe or socket)")
         try:
             with _PIL_LIMIT:
                 old = Image.MAX_IMAGE_PIXELS

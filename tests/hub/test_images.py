@@ -2,6 +2,7 @@
 refused from their header, before any pixel is decoded. Every test image is built here."""
 from __future__ import annotations
 
+import os
 import struct
 import time
 import zlib
@@ -104,3 +105,12 @@ def test_an_image_just_under_the_limit_is_read(tmp_path):
     png_bomb(tmp_path / "ok.png", side)
     img = open_image(tmp_path / "ok.png")
     assert max(img.size) == images.MAX_SIDE and np.asarray(img).max() == 0
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, lambda p: os.symlink("/dev/zero", p)])
+def test_a_pipe_or_device_is_refused_without_reading_it(tmp_path, make):
+    """Opening a FIFO blocks until someone writes to it; /dev/zero never ends."""
+    path = tmp_path / "photo.png"
+    make(path)
+    with pytest.raises(UserError, match="not a regular file"):
+        open_image(path)
