@@ -3,6 +3,7 @@ the CLI and the GUI. Every failure is one UserError line naming the path and the
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -26,9 +27,25 @@ def _reason(e: OSError) -> str:
     return e.strerror or str(e) or type(e).__name__
 
 
+def _is_descriptor_link(path: Path) -> bool:
+    """Whether path leads through /proc/*/fd or /dev/fd, as /dev/stdout does: a stream of this process,
+    whatever file it happens to point at, is not a file name to rename over."""
+    p = os.path.abspath(path)
+    for _ in range(40):  # symlink hops; more is a loop, which os.stat reports
+        if p.startswith("/dev/fd/") or re.match(r"/proc/[^/]+/fd/", p):
+            return True
+        if not os.path.islink(p):
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return False
+
+
 def _existing_target(path: Path) -> tuple[Path, os.stat_result | None]:
     """The regular file that path names (through a symlink), with its stat; None when there is none yet.
-    A folder, a device (/dev/null), a pipe or a socket is refused: renaming over it would replace the node."""
+    A folder, a device (/dev/null), a pipe, a socket or a process's stream (/dev/stdout) is refused:
+    renaming over it would replace the node."""
+    if _is_descriptor_link(path):
+        raise UserError(f"cannot write {path}: it is not a regular file (a process's stream); give a file name")
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
         st = os.stat(target)

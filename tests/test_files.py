@@ -88,6 +88,22 @@ def test_a_symlink_stays_a_link_and_its_target_gets_the_content(tmp_path):
     assert link.is_symlink() and real.read_text() == "new"
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_file_descriptor_link_is_refused(tmp_path):
+    """/dev/stdout is a link to /proc/self/fd/1: renaming over whatever the shell redirected stdout into
+    would swap that file away from under the shell. The same with a descriptor of our own."""
+    real = tmp_path / "redirected.txt"
+    with open(real, "w") as f:
+        f.write("what the shell wrote")
+        f.flush()
+        link = tmp_path / "stdout.json"
+        link.symlink_to(f"/proc/self/fd/{f.fileno()}")
+        with pytest.raises(UserError) as e:
+            atomic_write(link, write_text("x"))
+    assert str(link) in only_line(e) and "not a regular file" in str(e.value)
+    assert real.read_text() == "what the shell wrote" and link.is_symlink()
+
+
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EIO])
 @pytest.mark.parametrize("stage", ["mkstemp", "write", "replace"])
 def test_write_errors_are_one_line_and_the_old_file_survives(tmp_path, monkeypatch, err, stage):
