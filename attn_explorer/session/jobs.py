@@ -71,16 +71,22 @@ def load_job(loader: Loader, src: str | None, device: str, want_image: bool, pro
     return loader(src, device=device, progress=progress, want_image=want_image)
 
 
-def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran:
-    """Run the model and pool its attention for the grid, in the same worker job (without the special
-    tokens' rows and columns when `hide_special`)."""
+def pool_job(r: RunResult, hide_special: bool = False) -> Any:
+    """The grid's mosaic of `r` (api.display.GridImage), without the special tokens' rows and columns
+    when `hide_special`. Alone, it redraws a result on screen whose drawing options changed."""
     from attn_explorer.api.display import grid_image
 
+    configure_torch()
+    return grid_image(r.attentions, drop=r.special) if hide_special else grid_image(r.attentions)
+
+
+def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran:
+    """Run the model and pool its attention for the grid, in the same worker job."""
     configure_torch()
     t0 = time.perf_counter()
     r = model.run(x, **kwargs)
     t1 = time.perf_counter()
-    grid = grid_image(r.attentions, drop=r.special) if hide_special else grid_image(r.attentions)
+    grid = pool_job(r, hide_special)
     return Ran(result=r, grid=grid, started=t0, forward_done=t1, ended=time.perf_counter())
 
 

@@ -17,7 +17,8 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import ModelInfo, RunResult
-from attn_explorer.session.jobs import DEFAULT_TEXT_MODEL, Loaded, Loader, Ran, default_loader, load_job, run_job
+from attn_explorer.session.jobs import (DEFAULT_TEXT_MODEL, Loaded, Loader, Ran, default_loader, load_job, pool_job,
+                                        run_job)
 from attn_explorer.session.runner import Runner, Task
 from attn_explorer.session.sweep import NSweep
 
@@ -88,6 +89,7 @@ class SessionState(QObject):
         self.ready_at = 0.0  # perf_counter when the newest result reached the GUI thread
         self.run_timing: dict[str, float] = {}
         self._asked_at = 0.0  # perf_counter of the newest run request
+        self._shown_from: tuple | None = None  # (model, input, run kwargs) that made `result`
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -145,6 +147,7 @@ class SessionState(QObject):
 
     def _on_loaded(self, loaded: Loaded) -> None:
         self._model = loaded.model
+        self._shown_from = None  # let the old model go
         self.info = loaded.info
         if loaded.builtins:
             self.builtins = loaded.builtins
@@ -263,7 +266,7 @@ class SessionState(QObject):
         if changed:
             self.options_changed.emit()
         if self.hide_special != was_hidden and self.result is not None:
-            self.request_run()  # the grid's mosaic is pooled with the run, without the specials
+            self.request_run()  # the grid's mosaic is pooled without the specials: re-pooled, not re-run
 
     # ----------------------------------------------------------------------------- running
     def run_input(self) -> tuple[Any, dict]:
@@ -289,13 +292,32 @@ class SessionState(QObject):
         x, kw = self.run_input()
         if self._model is None or x is None or (self.input_kind == "text" and not str(x).strip()):
             return None  # nothing to show; keep the last good view
-        asked, launched = self._asked_at, time.perf_counter()
+        if self._shown_from is not None and self._same_run(self._shown_from, (self._model, x, kw)):
+            # the result on screen is this run's: only how it is drawn changed, so pool it again
+            r = self.result
+            return Task(pool_job, (r, self.hide_special), on_result=lambda grid: self._on_pooled(r, grid),
+                        on_error=self.error_raised.emit)
+        asked, launched, source = self._asked_at, time.perf_counter(), (self._model, x, dict(kw))
         return Task(run_job, (self._model, x, kw, self.hide_special),
-                    on_result=lambda ran: self._on_ran(ran, asked, launched), on_error=self.error_raised.emit)
+                    on_result=lambda ran: self._on_ran(ran, asked, launched, source), on_error=self.error_raised.emit)
 
-    def _on_ran(self, ran: Ran, asked: float, launched: float) -> None:
+    @staticmethod
+    def _same_run(a: tuple, b: tuple) -> bool:
+        (model_a, x_a, kw_a), (model_b, x_b, kw_b) = a, b
+        same_x = x_a == x_b if isinstance(x_a, str) and isinstance(x_b, str) else x_a is x_b
+        return model_a is model_b and same_x and kw_a == kw_b
+
+    def _on_pooled(self, r: RunResult, grid: Any) -> None:
+        if r is not self.result:
+            return  # another result arrived meanwhile
+        self.grid_image = grid
+        self.ready_at = time.perf_counter()
+        self.attention_ready.emit(r)  # the same result, drawn anew
+
+    def _on_ran(self, ran: Ran, asked: float, launched: float, source: tuple) -> None:
         arrived = time.perf_counter()
         r = ran.result
+        self._shown_from = source
         self.timings.append((r.num_tokens, float(r.forward_ms)))
         del self.timings[:-400]
         if not self._query_chosen:

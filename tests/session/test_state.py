@@ -119,3 +119,48 @@ def test_the_grid_colour_bar_and_the_mosaic_share_the_log_floor():
     expect, expect_levels = display_values(a[0, 0], True)
     np.testing.assert_allclose(values, expect, rtol=1e-6)
     assert levels == expect_levels
+
+
+def _specials(model: Words) -> None:
+    """Make the first and last word special, as [CLS] and [SEP] are."""
+    plain = model.run
+
+    def run(text, **kw):
+        r = plain(text, **kw)
+        r.special[[0, -1]] = True
+        return r
+
+    model.run = run
+
+
+def test_hiding_specials_repools_the_shown_result_without_running_the_model(qtbot, world):
+    st, models, gate, shown = world
+    _specials(models["alpha"])
+    st.text = "cls one two three sep"
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    result, runs = st.result, len(models["alpha"].runs)
+    st.set_options(hide_special=True)
+    qtbot.waitUntil(lambda: st.grid_image is not None and st.grid_image.hidden_specials, timeout=10000)
+    assert len(models["alpha"].runs) == runs and st.result is result  # no forward pass: the same result
+    assert st.grid_image.cell == 3 and len(st.timings) == 1  # 3 plain tokens left; no second timing
+    assert shown[-1] == ("alpha", "cls one two three sep")  # the views were told to redraw
+    st.set_options(hide_special=False)
+    qtbot.waitUntil(lambda: st.grid_image is not None and not st.grid_image.hidden_specials, timeout=10000)
+    assert st.grid_image.cell == 5 and len(models["alpha"].runs) == runs
+
+
+def test_typing_then_hiding_specials_still_runs_the_typed_text(qtbot, world):
+    st, models, gate, shown = world
+    _specials(models["alpha"])
+    st.text = "cls one sep"
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    gate.clear()
+    st.set_text("cls first edit sep")
+    qtbot.waitUntil(lambda: models["alpha"].runs[-1] == "cls first edit sep", timeout=10000)  # held at the gate
+    st.set_text("cls second edit here sep")  # waits
+    st.set_options(hide_special=True)  # asked for after the edit: must not replace it
+    gate.set()
+    qtbot.waitUntil(lambda: not st.busy and " ".join(st.result.tokens) == "cls second edit here sep", timeout=10000)
+    assert st.grid_image.hidden_specials and st.grid_image.cell == 3
