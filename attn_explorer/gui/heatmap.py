@@ -152,6 +152,7 @@ class TokenAxis(pg.AxisItem):
 
     def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):  # noqa: N802 - pyqtgraph API
         super().drawPicture(p, axisSpec, [], [])
+        p.setClipping(False)  # the first and last labels may reach half a line past the axis ends
         p.setFont(self._font())
         fm = QFontMetrics(self._font())
         fh = fm.height()

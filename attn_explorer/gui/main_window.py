@@ -24,6 +24,8 @@ from attn_explorer.gui.seq_panel import SeqLenPanel
 from attn_explorer.gui.token_view import TokenFocusView
 from attn_explorer.session.state import SessionState
 
+SCROLL_ABOVE_PX = 400  # pages whose minimum height is more than this sit in a scroll area (1024×700 screens)
+
 # name -> (tab title, factory(state) -> QWidget). Insertion order is tab order.
 PAGES: dict[str, tuple[str, Callable[[SessionState], QWidget]]] = {}
 
@@ -78,11 +80,13 @@ class MainWindow(WindowActions, QMainWindow):
                 page = QLabel(f"This page failed to start: {type(exc).__name__}: {exc}")
             page.setObjectName(f"page-{name}")
             self.pages[name] = page
-            # a page taller than a small screen scrolls instead of forcing the window taller
-            holder = QScrollArea()
-            holder.setWidgetResizable(True)
-            holder.setFrameShape(QScrollArea.NoFrame)
-            holder.setWidget(page)
+            holder = page
+            if page.minimumSizeHint().height() > SCROLL_ABOVE_PX:
+                # a page taller than a small screen scrolls instead of forcing the window taller
+                holder = QScrollArea()
+                holder.setWidgetResizable(True)
+                holder.setFrameShape(QScrollArea.NoFrame)
+                holder.setWidget(page)
             self._tab_of[name] = holder
             self.tabs.addTab(holder, title)
             for canvas in page.findChildren(PaintedGraphicsWidget):

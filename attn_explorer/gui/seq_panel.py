@@ -79,6 +79,8 @@ class SeqLenPanel(QGroupBox):
         self.debounce.setInterval(30)
         self.fit: np.ndarray | None = None
         self.no_fit_reason = ""
+        for w in (self.slider, self.sweep_button):  # nothing to cut or time before the first result
+            w.setEnabled(False)
         self._image_mode = False
 
         row = QHBoxLayout()
@@ -156,6 +158,9 @@ class SeqLenPanel(QGroupBox):
         self.slider.blockSignals(False)
         self._show_value(self.slider.value())
         self.plot.show()
+        self.slider.setEnabled(True)
+        if not st.sweeping:
+            self.sweep_button.setEnabled(True)
         n = r.num_tokens
         L, H, d = info.num_layers, info.num_heads, info.hidden_size
         flops = 4 * n * n * d

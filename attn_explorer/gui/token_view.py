@@ -24,7 +24,7 @@ from attn_explorer.session.state import SessionState
 
 
 FOCUS_WINDOW = 64  # most key columns shown at once; more and the labels could not be read
-SENTENCE_SPAN = 24  # tokens either side of the query in the shaded sentence
+SENTENCE_SPAN = 16  # tokens either side of the query in the shaded sentence
 
 
 def key_window(K: int, centre: int, width: int = FOCUS_WINDOW) -> tuple[int, int]:
@@ -79,9 +79,12 @@ class TokenFocusView(LazyPage, QWidget):
         super().__init__(parent)
         self.state = state
         self.strip = TokenStrip()
-        self.hide_special = QCheckBox("Hide special tokens ([CLS], [SEP], BOS) and renormalise rows")
+        self.hide_special = QCheckBox("Hide special tokens")
+        self.hide_special.setToolTip("Hide [CLS], [SEP], BOS and the like, and renormalise each row over the "
+                                     "remaining keys (in every view)")
         self.hide_special.setChecked(state.hide_special)
         self.caption = QLabel("")
+        self.caption.setWordWrap(True)
         self.sentence = QLabel("")
         self.sentence.setWordWrap(True)
         self.sentence.setTextFormat(Qt.RichText)
