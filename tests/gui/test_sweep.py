@@ -144,22 +144,20 @@ def test_noisy_sweep_is_called_noisy(make_window, qtbot):
     assert "noisy" in panel.sweep_readout.text()
 
 
-def test_a_failing_sweep_step_stops_with_a_banner(make_window, qtbot):
+def test_a_failing_sweep_step_stops_with_a_banner(make_window, qtbot, monkeypatch):
     from attn_explorer.errors import UserError
 
     w = make_window(model="textbook")
     st = w.state
-    real = st._model
+    model = cached_model("textbook")  # the very model the window loaded
+    plain = model.run
 
-    class Fussy:
-        info = real.info
+    def fussy(x, **kw):
+        if kw.get("max_tokens", 0) > 100:
+            raise UserError("too long for this test")
+        return plain(x, **kw)
 
-        def run(self, x, **kw):
-            if kw.get("max_tokens", 0) > 100:
-                raise UserError("too long for this test")
-            return real.run(x, **kw)
-
-    st._model = Fussy()
+    monkeypatch.setattr(model, "run", fussy)
     with qtbot.waitSignal(st.sweep_finished, timeout=60000) as done:
         st.start_sweep(repeats=1)
     assert done.args == [False] and not st.sweeping
