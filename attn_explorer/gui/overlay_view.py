@@ -24,10 +24,15 @@ THUMB = 112  # side of a small overlay, in pixels
 CLIP_PERCENTILE = 98  # colour runs from 0 to this percentile of the map; stronger patches saturate
 
 
-def patch_heat(att_row: np.ndarray, grid: tuple[int, int], offset: int) -> np.ndarray:
+def patch_heat(att_row: np.ndarray, grid: tuple[int, int], offset: int, special=None) -> np.ndarray:
     """A query's attention over the patches, as a (rows, cols) map; patch tokens start at `offset`
-    (RunResult.patch_offset: [CLS], [DIST] or registers come first)."""
+    (RunResult.patch_offset: [CLS], [DIST] or registers come first). With `special` (bool (N,)), the
+    row is first renormalised over the other keys, as "hide special tokens" does in every view."""
     rows, cols = grid
+    if special is not None and np.any(special):
+        kept = np.where(np.asarray(special, dtype=bool), 0.0, att_row)
+        total = kept.sum()
+        att_row = kept / total if total > 0 else kept
     return att_row[offset: offset + rows * cols].reshape(rows, cols)
 
 
@@ -171,7 +176,8 @@ class PatchOverlayView(LazyPage, QWidget):
         # the large overlay: the selected head
         off = r.patch_offset
         smooth = self.smooth.isChecked()
-        heat = patch_heat(layer[st.head, q], r.grid, off)
+        hidden = r.special if st.hide_special else None
+        heat = patch_heat(layer[st.head, q], r.grid, off, hidden)
         self.big_rgb = blend(r.image, heat, st.alpha, st.colormap, smooth)
         self.colorbar.setColorMap(colormap(st.colormap))
         self.colorbar.setLevels(values=(0.0, max(heat_peak(heat), 1e-6)))
@@ -196,7 +202,7 @@ class PatchOverlayView(LazyPage, QWidget):
         mosaic = np.full((rows_m * side - gap, cols_m * side - gap, 3), 255, np.uint8)
         for h in range(H):
             y, x = divmod(h, cols_m)
-            tile = blend(thumb, patch_heat(layer[h, q], r.grid, off), st.alpha, st.colormap, smooth)
+            tile = blend(thumb, patch_heat(layer[h, q], r.grid, off, hidden), st.alpha, st.colormap, smooth)
             mosaic[y * side: y * side + THUMB, x * side: x * side + THUMB] = tile
         self.small_img.setImage(mosaic, levels=(0, 255), autoLevels=False)
         self.small.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.02)
@@ -212,7 +218,9 @@ class PatchOverlayView(LazyPage, QWidget):
         qname = "[CLS]" if q < off else f"patch row {(q - off) // cols}, col {(q - off) % cols}"
         self.caption.setText(f"Query: <b>{qname}</b> — click a patch on the right to ask from there. "
                              f"{rows}×{cols} patches; colour and opacity = weight, from 0 to each map's 98th "
-                             f"percentile (the top 2% saturate; the bar is the large map's scale).{tag}")
+                             f"percentile (the top 2% saturate; the bar is the large map's scale)."
+                             + (" Special tokens hidden: weights renormalised over the patches." if hidden is not None
+                                else "") + tag)
 
     def _place_labels(self, H: int, cols_m: int, side: int) -> None:
         while len(self._labels) < H:

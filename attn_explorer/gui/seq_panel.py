@@ -208,8 +208,8 @@ class SeqLenPanel(QGroupBox):
         both = np.concatenate([live, sweep])
         top_n = float(both[:, 0].max()) if len(both) else 16.0
         top_ms = float(both[:, 1].max()) if len(both) else 1.0
-        if self.fit is not None:
-            xs = np.linspace(0, top_n, 100)
+        if self.fit is not None:  # drawn over the measured n only: the fit says nothing outside them
+            xs = np.linspace(float(used[:, 0].min()), float(used[:, 0].max()), 100)
             ys = np.polyval(self.fit, xs)
             self.curve.setData(xs, ys)
             top_ms = max(top_ms, float(ys.max()))

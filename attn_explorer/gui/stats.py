@@ -37,7 +37,8 @@ def sound_fit(ns, ms) -> tuple[np.ndarray | None, str]:
     """Least-squares a·n² + b·n + c through measured (n, ms), and "" — or None and why there is none.
 
     A fit is only offered when the data can carry one: at least FIT_MIN_LENGTHS distinct n spanning
-    FIT_MIN_SPAN× or more, and a positive n² term (a hill or a dip below zero says nothing about cost)."""
+    FIT_MIN_SPAN× or more, a positive n² term, and positive times over the measured n (a hill, or a
+    curve below zero, says nothing about cost)."""
     n = np.asarray(ns, dtype=np.float64).ravel()
     t = np.asarray(ms, dtype=np.float64).ravel()
     distinct = np.unique(n[n > 0])
@@ -49,6 +50,8 @@ def sound_fit(ns, ms) -> tuple[np.ndarray | None, str]:
     fit = np.polyfit(n, t, 2)
     if not fit[0] > 0:
         return None, "no fit: the best quadratic bends down (a > 0 needed), so the times are too noisy"
+    if np.polyval(fit, np.linspace(distinct[0], distinct[-1], 64)).min() <= 0:
+        return None, "no fit: the best quadratic dips below 0 ms between the measured n"
     return fit, ""
 
 

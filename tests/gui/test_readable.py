@@ -203,3 +203,17 @@ def test_grid_mosaic_without_specials_matches_the_head_view():
     assert g.hidden_specials and g.weights.shape == (2 * 5, 3 * 5)
     np.testing.assert_allclose(g.weights[5:10, 10:15], without_specials(a[1, 2], special), atol=1e-6)
     assert not grid_image(a).hidden_specials
+
+
+def test_hide_special_tokens_renormalises_the_overlay(make_window, qtbot):
+    w = make_window(model="textbook-vit", image=sample("coffee"), view="overlay")
+    ov, st = w.overlay, w.state
+    qtbot.waitUntil(lambda: ov.big_rgb is not None)
+    shown = ov.colorbar.levels()[1]
+    w.hide_special_box.setChecked(True)
+    qtbot.waitUntil(lambda: not st.busy)
+    r = st.result
+    row = r.attentions[st.layer, st.head, st.query]
+    patches = row[r.patch_offset:]
+    assert np.isclose(ov.colorbar.levels()[1], shown / patches.sum(), rtol=1e-4)  # rows sum to 1 over patches
+    assert "Special tokens hidden" in ov.caption.text()

@@ -49,3 +49,24 @@ def test_unknown_view_is_a_one_line_error(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "unknown view 'nope'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_size_option_is_checked():
+    from attn_explorer.errors import UserError
+    from attn_explorer.gui.app import window_size
+
+    assert window_size("1024x700") == (1024, 700) and window_size("1920×1080") == (1920, 1080)
+    assert window_size(None) is None
+    for bad in ("1024", "wide", "10x10", "1024x-700"):
+        with pytest.raises(UserError, match="WIDTHxHEIGHT"):
+            window_size(bad)
+
+
+def test_screenshot_at_a_chosen_size(tmp_path):
+    out = tmp_path / "small.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "cfg"), HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(ROOT / "main.py"), "--screenshot", str(out), "--view", "head",
+                           "--size", "1024x700", "--device", "cpu", "--model", "textbook"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert Image.open(out).size == (1024, 700)  # the window fits a small screen: nothing forces it taller

@@ -40,6 +40,9 @@ def test_sound_fit_rules():
     assert fit is None and "a > 0" in why
     fit, why = sound_fit([8, 8, 8, 8, 8], [1, 2, 3, 4, 5])
     assert fit is None
+    # a > 0 but the curve runs below zero between the measured n
+    fit, why = sound_fit(ns, 1e-3 * (ns - 50) ** 2 - 0.5)
+    assert fit is None and "below 0" in why
 
 
 def test_few_ordinary_runs_draw_no_fit_and_say_why(make_window, qtbot):
