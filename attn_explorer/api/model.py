@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -12,6 +13,19 @@ from attn_explorer.hub.images import ImagePreprocess, open_image
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.hub.text import TextTokenizer
 from attn_explorer.validate import dk_scale_value, finite_attention, positive_int, visible_text
+
+
+@dataclass
+class Prepared:
+    """One input made ready for the module: its forward's keyword arguments, and what a run reports about it."""
+
+    inputs: dict  # keyword arguments of the module's forward (input_ids, pixels, x...)
+    tokens: list[str] | None = None  # text: the tokens kept
+    special: list[bool] | None = None  # text: which of them are special ([CLS], [SEP]...)
+    total_tokens: int = 0  # text: tokens of the whole input, before any cut
+    truncated: bool = False  # text: tokens were cut
+    notes: list[str] = field(default_factory=list)  # one-line remarks for the user
+    image: np.ndarray | None = None  # image: uint8 (H, W, 3), the pixels the model sees
 
 
 class Model:
@@ -48,23 +62,39 @@ class Model:
     def run(self, x, dk_scale: float = 1.0, dk_layers=None, max_tokens: int | None = None,
             image_size: int | None = None, hidden: bool = False) -> RunResult:
         """Attention of every head in every layer for x (text for text models; a PIL image or a
-        file path for image models). max_tokens keeps the first n tokens; image_size sets the
-        square input side in pixels (rounded down to whole patches)."""
+        file path for image models). max_tokens keeps exactly the first max_tokens tokens, special
+        tokens included (at least info.min_tokens); image_size sets the square input side in pixels
+        (rounded down to whole patches)."""
+        dk_scale, dk_layers = self._check_dk(dk_scale, dk_layers)
+        prep = self.prepare(x, max_tokens=max_tokens, image_size=image_size)
+        out, ms = self._forward(prep.inputs, dk_scale, dk_layers)
+        if self.info.modality == "text":
+            return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
+                                notes=prep.notes, total_tokens=prep.total_tokens)
+        return self._image_result(out, ms, prep, dk_scale, hidden)
+
+    def prepare(self, x, max_tokens: int | None = None, image_size: int | None = None) -> Prepared:
+        """x made ready for the module, as run makes it (for analyses that run the module themselves)."""
+        if self.info.modality == "text":
+            return self._prepare_text(x, max_tokens)
+        return self._prepare_image(x, image_size)
+
+    def _check_dk(self, dk_scale, dk_layers):
         dk_scale = dk_scale_value(dk_scale, "dk_scale")
         if dk_layers is not None:
             dk_layers = [int(i) for i in dk_layers]
             bad = [i for i in dk_layers if not 0 <= i < self.info.num_layers]
             if bad:
                 raise UserError(f"layer {bad[0]} does not exist; the model has layers 0..{self.info.num_layers - 1}")
-        if self.info.modality == "text":
-            return self._run_text(x, dk_scale, dk_layers, max_tokens, hidden)
-        return self._run_image(x, dk_scale, dk_layers, image_size, hidden)
+        return dk_scale, dk_layers
 
-    def _forward(self, dk_scale, dk_layers, **inputs):
+    def _forward(self, inputs: dict, dk_scale: float = 1.0, dk_layers=None, captures: list | dict | None = None,
+                 output_attentions: bool = True):
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         with torch.inference_mode():
             t0 = time.perf_counter()
-            out = self.module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=True, **inputs)
+            out = self.module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions,
+                              captures=captures, **inputs)
             sync()
             ms = (time.perf_counter() - t0) * 1000
         return out, ms
@@ -77,34 +107,36 @@ class Model:
             hidden=out.hidden[0].float().cpu().numpy() if hidden else None, **kw,
         )
 
-    def _run_text(self, text, dk_scale, dk_layers, max_tokens, hidden) -> RunResult:
+    def _prepare_text(self, text, max_tokens) -> Prepared:
         if not isinstance(text, str):
             raise UserError(f"{self.info.name} is a text model; give it text, not {type(text).__name__}")
         visible_text(text)  # NUL, zero-width or white space only: empty
         limit = self.info.max_positions
         if max_tokens is not None:
-            limit = min(limit, positive_int(max_tokens, "max_tokens"))
-        notes = []
+            k = positive_int(max_tokens, "max_tokens")
+            if k < self.info.min_tokens:
+                raise UserError(f"max_tokens must be at least {self.info.min_tokens} for {self.info.name} "
+                                f"(its special tokens and one word), got {k}")
+            limit = min(limit, k)
         if self._encode is not None:
-            inputs, tokens, special, truncated, total = self._encode(text, limit)
+            inputs, tokens, special, _, total = self._encode(text, limit)
         else:
             if self.tokenizer is None:
                 raise UserError(f"{self.info.name} has no tokenizer (tokenizer.json or vocab.txt); it cannot read text")
             enc = self.tokenizer.encode(text, limit)
-            tokens, special, truncated, total = enc.tokens, enc.special, enc.truncated, enc.total
-            ids = torch.tensor([enc.ids], device=self.device)
-            inputs = {"input_ids": ids}
+            tokens, special, total = enc.tokens, enc.special, enc.total
+            inputs = {"input_ids": torch.tensor([enc.ids], device=self.device)}
             if self.info.family in ("bert", "roberta"):
                 inputs["token_type_ids"] = torch.tensor([enc.type_ids], device=self.device)
+        truncated = len(tokens) < total  # what was cut, not what might have been
+        notes = []
         if truncated:
-            why = "the model's positions" if max_tokens is None or limit == self.info.max_positions else "max_tokens"
+            why = "max_tokens" if max_tokens is not None and limit < self.info.max_positions else "the model's positions"
             notes.append(f"input truncated to its first {len(tokens)} tokens ({why})")
-        out, ms = self._forward(dk_scale, dk_layers, **inputs)
-        return self._result(out, ms, tokens, special, dk_scale, hidden, truncated=truncated, notes=notes,
-                            total_tokens=total)
+        return Prepared(inputs, tokens, special, total, truncated, notes)
 
-    def _run_image(self, image, dk_scale, dk_layers, image_size, hidden) -> RunResult:
-        if isinstance(image, str) and self.info.modality == "image" and not image.strip():
+    def _prepare_image(self, image, image_size) -> Prepared:
+        if isinstance(image, str) and not image.strip():
             raise UserError("no image given")
         img = open_image(image)
         prep = self.preprocess
@@ -121,7 +153,9 @@ class Model:
             prep = prep.at_size(side)
         pixels, seen = prep(img)
         x = torch.from_numpy(pixels)[None].to(self.device, self.dtype)
-        out, ms = self._forward(dk_scale, dk_layers, pixels=x)
+        return Prepared({"pixels": x}, notes=notes, image=seen)
+
+    def _image_result(self, out, ms, prep: Prepared, dk_scale, hidden) -> RunResult:
         rows, cols = out.grid
         extra = ["[CLS]"] + (["[DIST]"] if self.info.family == "deit" else [])
         tokens = extra + [f"r{r}c{c}" for r in range(rows) for c in range(cols)]
@@ -131,5 +165,5 @@ class Model:
             p = torch.softmax(out.logits[0].float(), -1)
             vals, idx = p.topk(min(5, p.numel()))
             top5 = [(self.labels.get(int(i), str(int(i))), float(v)) for v, i in zip(vals, idx)]
-        return self._result(out, ms, tokens, special, dk_scale, hidden, grid=(rows, cols), image=seen,
-                            notes=notes, top5=top5, total_tokens=len(tokens), patch_offset=len(extra))
+        return self._result(out, ms, tokens, special, dk_scale, hidden, grid=(rows, cols), image=prep.image,
+                            notes=prep.notes, top5=top5, total_tokens=len(tokens), patch_offset=len(extra))

@@ -26,6 +26,7 @@ class ModelInfo:
     patch_size: int | None = None  # image models
     image_size: int | None = None  # image models: default input side in pixels
     num_params: int = 0
+    min_tokens: int = 1  # the shortest input with one real token: [CLS] w [SEP] is 3 for BERT, 1 for GPT-2
 
 
 @dataclass

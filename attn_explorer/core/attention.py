@@ -26,7 +26,7 @@ class AttentionOptions:
     dk_scale: float = 1.0  # multiplies 1/sqrt(d_k) (the GUI's d_k slider)
     need_weights: bool = False  # return the probabilities (forces the explicit path)
     rope: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin) from positional.rope_tables
-    capture: dict | None = None  # receives q, k, values, head_outputs (forces the explicit path)
+    capture: dict | None = None  # receives q, k, values, head_outputs (see MultiHeadAttention.forward)
     probs_out: torch.Tensor | None = None  # contiguous (B, H, N, M) buffer to compute the probabilities in
 
 
@@ -199,7 +199,7 @@ class MultiHeadAttention(nn.Module):
             rep = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, H, N, d_k)
         cap = o.capture
-        if o.need_weights or cap is not None:
+        if o.need_weights:
             ctx, probs = scaled_dot_product_attention(
                 q, k, v, mask=o.mask, dk_scale=o.dk_scale, causal=o.causal, probs_out=o.probs_out
             )

@@ -80,13 +80,13 @@ class BlockStack(nn.Module):
         opts: AttentionOptions | None = None,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | None = None,
+        captures: list | dict | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns (x, attentions (B, L, H, N, N) or None).
 
         opts: mask, causal, rope and dk_scale for every layer (need_weights, capture and probs_out
-        are set here, per layer). captures: a list that receives one dict per layer (see
-        MultiHeadAttention.forward).
+        are set here, per layer). captures (see MultiHeadAttention.forward): a list that receives one
+        dict per layer, or a dict {layer: {}} whose dicts are filled for those layers only.
         """
         opts = AttentionOptions() if opts is None else opts
         layers = None if dk_layers is None else set(int(i) for i in dk_layers)
@@ -98,12 +98,16 @@ class BlockStack(nn.Module):
             H = self.layers[0].attn.num_heads
             attn = x.new_empty(len(self.layers), B, H, N, N)
         for i, block in enumerate(self.layers):
-            cap = {} if captures is not None else None
+            if captures is None:
+                cap = None
+            elif isinstance(captures, dict):
+                cap = captures.get(i)
+            else:
+                cap = {}
+                captures.append(cap)
             o = replace(
                 opts, dk_scale=opts.dk_scale if layers is None or i in layers else 1.0,
                 need_weights=output_attentions, capture=cap, probs_out=None if attn is None else attn[i],
             )
             x, _ = block(x, o)
-            if captures is not None:
-                captures.append(cap)
         return x, (attn.transpose(0, 1) if attn is not None else None)  # (B, L, H, N, N)

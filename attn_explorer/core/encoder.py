@@ -74,10 +74,10 @@ class TextEncoder(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | None = None,
+        captures: list | dict | None = None,
     ) -> ModelOutput:
         """input_ids (B, N); attention_mask (B, N) with 1 for real tokens, 0 for padding.
-        captures: a list that receives one dict per layer (see MultiHeadAttention.forward)."""
+        captures: per-layer dicts of q, k, values, head_outputs (see BlockStack.forward)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:

@@ -52,7 +52,7 @@ class GPT2(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | None = None,
+        captures: list | dict | None = None,
         **_,
     ) -> ModelOutput:
         N = input_ids.shape[1]

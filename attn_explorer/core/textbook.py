@@ -71,7 +71,7 @@ class TextbookTransformer(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | None = None,
+        captures: list | dict | None = None,
         **_,
     ) -> ModelOutput:
         """x: (B, N, D) embedded input (see embed)."""

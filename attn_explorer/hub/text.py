@@ -58,16 +58,26 @@ class TextTokenizer:
                        byte_level=True)
         return None
 
+    @property
+    def min_tokens(self) -> int:
+        """The shortest encoding with one real token: the special tokens added around a text, plus one."""
+        return self.tok.num_special_tokens_to_add(False) + 1
+
     def encode(self, text: str, max_len: int) -> Encoded:
-        """Tokens of text with the special tokens, cut to max_len in all."""
+        """Tokens of text with the special tokens, cut to exactly max_len in all when the text has more
+        (BERT: [CLS], the first max_len - 2 word pieces, [SEP]). max_len must be at least min_tokens."""
+        if max_len < self.min_tokens:
+            raise UserError(f"at least {self.min_tokens} tokens are needed (the special tokens and one word), got {max_len}")
         self.tok.no_truncation()
         full = self.tok.encode(text)
-        truncated = len(full.ids) > max_len
         enc = full
-        if truncated:
+        if len(full.ids) > max_len:
             self.tok.enable_truncation(max_length=max_len)
-            enc = self.tok.encode(text)
-            self.tok.no_truncation()
+            try:
+                enc = self.tok.encode(text)
+            finally:
+                self.tok.no_truncation()
+        truncated = len(enc.ids) < len(full.ids)
         tokens = [_display(t) for t in enc.tokens] if self.byte_level else list(enc.tokens)
         return Encoded(list(enc.ids), tokens, [bool(s) for s in enc.special_tokens_mask], list(enc.type_ids), truncated,
                        len(full.ids))
