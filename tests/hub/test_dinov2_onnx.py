@@ -333,3 +333,36 @@ def test_cache_dir_comes_from_the_environment(tmp_path, monkeypatch):
     if sys.platform.startswith("linux"):
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
         assert default_cache_dir() == tmp_path / "xdg" / "attn-explorer"
+
+
+# --- a wrong ONNX file ----------------------------------------------------------------------
+
+
+def tiny_onnx(path: Path) -> Path:
+    """A valid ONNX model that is not DINOv2: y = x @ W + b, with W unnamed and b not a backbone bias."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "onnx::MatMul_1")
+    b = numpy_helper.from_array(np.zeros(4, np.float32), "head.bias")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "onnx::MatMul_1"], ["h"]), helper.make_node("Add", ["h", "head.bias"], ["y"])],
+        "not-dinov2", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w, b])
+    onnx.save(helper.make_model(graph), str(path))
+    return path
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda p: p.write_bytes(b"\x00\x01 not protobuf at all" * 50), "cannot read it"),
+    (tiny_onnx, "does not feed one named bias"),
+])
+def test_a_wrong_onnx_file_is_one_line_and_writes_nothing(tmp_path, make, why):
+    source = tmp_path / "vit_s_focus.onnx"
+    make(source)
+    out = tmp_path / "out" / CACHE_ENTRY
+    with pytest.raises(UserError) as info:
+        dinov2_onnx.convert_onnx_to_hf_folder(source, out)
+    message = str(info.value)
+    assert "\n" not in message and why in message and INSTALL_HINT in message
+    assert not out.exists()
