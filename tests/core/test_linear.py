@@ -1,0 +1,106 @@
+"""The CPU fast path for linear layers: the same numbers as F.linear, and never a stale packed weight."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attn_explorer.core import linear
+from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention
+from attn_explorer.core.layers import MLP
+from attn_explorer.core.linear import Linear
+
+pytestmark = pytest.mark.skipif(not linear._ONEDNN, reason="this torch has no oneDNN linear")
+
+
+def _packed(layer: Linear) -> bool:
+    return layer.packed._w is not None
+
+
+def test_same_numbers_as_f_linear():
+    torch.manual_seed(0)
+    layer = Linear(48, 40)
+    x = torch.randn(2, 9, 48)
+    with torch.no_grad():
+        y = layer(x)
+    assert _packed(layer)
+    torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+
+
+def test_in_place_edits_replacements_and_moves_repack():
+    torch.manual_seed(0)
+    layer = Linear(16, 8)
+    x = torch.randn(1, 5, 16)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(3.0)  # in place: the version counter moves
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+        layer.bias.zero_()
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight), atol=1e-5, rtol=1e-5)
+        fresh = {"weight": torch.randn(8, 16), "bias": torch.randn(8)}
+        layer.load_state_dict(fresh, assign=True)  # new tensors altogether
+        torch.testing.assert_close(layer(x), F.linear(x, fresh["weight"], fresh["bias"]), atol=1e-5, rtol=1e-5)
+        plus = {k: v + 1 for k, v in fresh.items()}
+        layer.load_state_dict(plus)  # copied into the same tensors
+        torch.testing.assert_close(layer(x), F.linear(x, plus["weight"], plus["bias"]), atol=1e-5, rtol=1e-5)
+        layer.double()  # another dtype: plain F.linear, exact
+        assert not _packed(layer)
+        assert torch.equal(layer(x.double()), F.linear(x.double(), layer.weight, layer.bias))
+
+
+def test_training_takes_autograd_path():
+    torch.manual_seed(0)
+    layer = Linear(6, 4)
+    x = torch.randn(3, 6)
+    layer(x).square().sum().backward()
+    assert layer.weight.grad is not None and not _packed(layer)
+    want = torch.autograd.grad(F.linear(x, layer.weight, layer.bias).square().sum(), layer.weight)[0]
+    torch.testing.assert_close(layer.weight.grad, want)
+
+
+def test_copies_carry_no_cache_and_stay_correct():
+    torch.manual_seed(0)
+    layer = Linear(8, 8)
+    x = torch.randn(1, 3, 8)
+    with torch.no_grad():
+        layer(x)
+        twin = copy.deepcopy(layer)
+        assert not _packed(twin) and twin.packed.layers[0] is twin
+        twin.weight.add_(1.0)
+        torch.testing.assert_close(twin(x), F.linear(x, twin.weight, twin.bias), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "relu", "silu"])
+def test_mlp_fused_activation_matches_plain(act, monkeypatch):
+    torch.manual_seed(0)
+    mlp = MLP(16, 64, act).eval()
+    with torch.no_grad():
+        for p in mlp.parameters():
+            p.mul_(8.0)  # inputs to the activation at |x| ~ 1-10, where the GELU forms differ
+        x = torch.randn(2, 5, 16)
+        fast = mlp(x)
+        monkeypatch.setattr(linear, "fast_path_enabled", False)
+        plain = mlp(x)
+    torch.testing.assert_close(fast, plain, atol=1e-4, rtol=1e-5)
+
+
+def test_separate_qkv_run_as_one_product_and_follow_edits():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(24, 3).eval()
+    x = torch.randn(1, 6, 24)
+    with torch.no_grad():
+        a, _ = mha(x, AttentionOptions(need_weights=True))
+        assert mha.packed_qkv._w is not None and not _packed(mha.query)  # one packed copy, not four
+        mha.key.weight.mul_(-1.0)
+        b, pb = mha(x, AttentionOptions(need_weights=True))
+        linear.fast_path_enabled = False
+        try:
+            c, pc = mha(x, AttentionOptions(need_weights=True))
+        finally:
+            linear.fast_path_enabled = True
+    assert not torch.allclose(a, b)
+    torch.testing.assert_close(b, c, atol=1e-5, rtol=0)
+    torch.testing.assert_close(pb, pc, atol=1e-5, rtol=0)
