@@ -1,9 +1,13 @@
 """`attn-explorer cost`: measure attention's time and peak memory against n, print a table.
 
     python main.py cost --n 256,512,...,16384 --impl naive,chunked,window,linear,sdpa
+    python main.py cost --real-qkv --model minilm --text "The animal didn't cross the street" --layer 3
 
-Rows print as each point is measured; the fitted slopes follow. This module is imported every
-time the CLI starts, so it imports torch (through cost.measure) only inside `run`.
+Rows print as each point is measured; the fitted slopes follow, and a warning when the noise
+verdict (cost.fit.noise_verdict, the same one the Cost page shows) finds the timings unreliable.
+With --real-qkv the variants run instead on one layer's q, k, v of a loaded model for the given
+text, next to random q, k, v of the same shape. This module is imported every time the CLI
+starts, so it imports torch (through cost.measure) only inside `run`.
 """
 from __future__ import annotations
 
@@ -16,10 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attn_explorer.cost.variants import NAMES as IMPLS
+from attn_explorer.cost.variants import get as get_variant
 from attn_explorer.errors import UserError
 from attn_explorer.validate import positive_int
 
-IMPLS = ("naive", "chunked", "window", "linear", "sdpa")  # the names in core.efficient.VARIANTS
+ERROR_NOTE = "rel. error: relative error of the output vs exact, ‖out − exact‖ / ‖exact‖ (Frobenius norms)"
 DEFAULT_NS = "256,512,...,4096"
 
 
@@ -44,6 +50,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="memory guard: skip runs predicted to need more (default: half of available memory "
                         "on CPU, 80%% of free memory on a GPU)")
     p.add_argument("--json", default=None, metavar="OUT", help="also write every record and the slopes as JSON")
+    p.add_argument("--real-qkv", action="store_true",
+                   help="measure the variants on one layer's own q, k, v of --model for --text, next to random "
+                        "q, k, v of the same shape (instead of a sweep over n)")
+    p.add_argument("--model", default="minilm", help="with --real-qkv: the model to load (default minilm)")
+    p.add_argument("--text", default=None, help="with --real-qkv: the input text (default: the explorer's sample)")
+    p.add_argument("--layer", default="0", metavar="L", help="with --real-qkv: the layer, from 0 (default 0)")
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -76,8 +88,10 @@ def parse_impls(text: str) -> list[str]:
     if not items:
         raise UserError("--impl needs at least one variant")
     for s in items:
-        if s not in IMPLS:
-            raise UserError(f"unknown variant {s!r}: choose from {', '.join(IMPLS)}")
+        try:
+            get_variant(s)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     return list(dict.fromkeys(items))
 
 
@@ -107,7 +121,7 @@ def parse_blocks(text: str) -> tuple[int | None, int]:
 def config_from_args(args: argparse.Namespace):
     """A validated SweepConfig from the parsed arguments; bad input raises UserError."""
     from attn_explorer.core.device import pick_device, pick_dtype
-    from attn_explorer.cost.measure import SweepConfig
+    from attn_explorer.cost.config import SweepConfig
 
     ns = parse_ns(args.n)
     impls = parse_impls(args.impl)
@@ -128,11 +142,12 @@ def config_from_args(args: argparse.Namespace):
 
 # --- output -------------------------------------------------------------------------------
 
-HEADER = f"{'n':>7}  {'variant':<8} {'ms':>10} {'peak MB':>10} {'rel. error':>11}  note"
+HEADER = f"{'n':>7}  {'variant':<8} {'median ms':>10} {'min–max ms':>17} {'peak MB':>10} {'rel. error':>11}  note"
 
 
 def format_row(r: dict) -> str:
     ms = f"{r['ms']:.2f}" if r.get("ms") is not None else "-"
+    spread = f"{r['ms_min']:.2f}–{r['ms_max']:.2f}" if r.get("ms_min") is not None else "-"
     mb = f"{r['peak_bytes'] / 1e6:.2f}" if r.get("peak_bytes") is not None else "-"
     err = f"{r['rel_error']:.2e}" if r.get("rel_error") is not None else "-"
     note = r.get("message") or ""
@@ -140,23 +155,25 @@ def format_row(r: dict) -> str:
         note = (note + " " if note else "") + f"(error vs {r['reference']})"
     if r.get("status") == "failed" and not note.startswith("failed"):
         note = f"failed: {note}"
-    return f"{r['n']:>7}  {r['impl']:<8} {ms:>10} {mb:>10} {err:>11}  {note}".rstrip()
+    return f"{r['n']:>7}  {r['impl']:<8} {ms:>10} {spread:>17} {mb:>10} {err:>11}  {note}".rstrip()
 
 
 def slope_table(records: list[dict]) -> tuple[list[str], dict[str, Any]]:
     """Lines of the slope table and the same as plain data for the JSON."""
-    from attn_explorer.cost.fit import slopes
+    from attn_explorer.cost.fit import FIT_RULE, slopes
 
     time_fit, mem_fit = slopes(records, "ms"), slopes(records, "peak_bytes")
-    lines = [f"{'variant':<8} {'time slope':>10} {'memory slope':>13}  fitted over"]
+    lines = [f"{'variant':<8} {'time slope':>10} {'memory slope':>13}  time fitted over"]
     data: dict[str, Any] = {}
     for impl in dict.fromkeys(r["impl"] for r in records):
         t, m = time_fit.get(impl), mem_fit.get(impl)
-        fit = t or m
-        span = f"n = {fit.n_min}..{fit.n_max} ({fit.points} points)" if fit else "fewer than 2 sizes measured"
+        span = (f"n = {t.n_min}..{t.n_max} ({t.points} points)" if t else
+                "no slope: the time grew less than 4× over the sizes measured (overhead dominates)")
         lines.append(f"{impl:<8} {(f'{t.p:.2f}' if t else '-'):>10} {(f'{m.p:.2f}' if m else '-'):>13}  {span}")
         data[impl] = {"time_slope": t.p if t else None, "memory_slope": m.p if m else None,
-                      "n_min": fit.n_min if fit else None, "n_max": fit.n_max if fit else None}
+                      "time_n_min": t.n_min if t else None, "time_n_max": t.n_max if t else None,
+                      "memory_n_min": m.n_min if m else None, "memory_n_max": m.n_max if m else None}
+    lines.append(f"({FIT_RULE})")
     return lines, data
 
 
@@ -191,6 +208,8 @@ def _finite(x: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.real_qkv:
+        return run_real_qkv(args)
     cfg = config_from_args(args)
     if args.json is not None and not Path(args.json).parent.is_dir():
         raise UserError(f"--json: folder {str(Path(args.json).parent)!r} does not exist")
@@ -199,22 +218,28 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from attn_explorer.cost.measure import sweep
+    from attn_explorer.cost.fit import noise_verdict
+    from attn_explorer.cost.measure import Measurement, sweep
     from attn_explorer.cost.memory import default_budget, human_bytes
 
     budget = cfg.budget_bytes if cfg.budget_bytes is not None else default_budget(torch.device(cfg.device))
     print(f"# {cfg.batch}×{cfg.heads} heads, d_k = {cfg.d_k}, {cfg.dtype} on {cfg.device}"
-          f"{', causal' if cfg.causal else ''}; median of {cfg.repeats} timed runs after a warm-up; "
-          f"memory budget {human_bytes(budget)}")
+          f"{', causal' if cfg.causal else ''}; median of {cfg.repeats} timed runs after a warm-up, interleaved "
+          f"across the variants; memory budget {human_bytes(budget)}")
+    print(f"# {ERROR_NOTE}")
     print(HEADER)
     records: list[dict] = []
-    for rec in sweep(cfg):
-        d = rec.to_dict()
-        records.append(d)
-        print(format_row(d), flush=True)
+    for item in sweep(cfg):
+        if isinstance(item, Measurement):
+            d = item.to_dict()
+            records.append(d)
+            print(format_row(d), flush=True)
     lines, slopes_data = slope_table(records)
     print()
     print("\n".join(lines))
+    verdict = noise_verdict(records)
+    if verdict.noisy:
+        print(f"warning: {verdict.line()}", file=sys.stderr)
     if args.json is not None:
         payload = {
             "config": dataclasses.asdict(cfg) | {"budget_bytes": budget},
@@ -222,7 +247,42 @@ def run(args: argparse.Namespace) -> int:
                             "machine": platform.machine(), "threads": torch.get_num_threads()},
             "results": records,
             "slopes": slopes_data,
+            "noise": list(verdict.reasons),
         }
         write_json_atomic(args.json, _finite(payload))
         print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def run_real_qkv(args: argparse.Namespace) -> int:
+    """The variants on one layer's own q, k, v of a model, for one text, next to random q, k, v."""
+    impls = parse_impls(args.impl)
+    window = positive_int(args.window, "--window")
+    repeats = positive_int(args.repeats, "--repeats")
+    layer = int(args.layer) if str(args.layer).strip().lstrip("-").isdigit() else None
+    if layer is None or layer < 0:
+        raise UserError(f"--layer must be a layer number from 0, got {args.layer!r}")
+    import attn_explorer as ax
+    from attn_explorer.api.probe import layer_qkv
+    from attn_explorer.cost.real import compare_on_qkv, window_for
+
+    model = ax.load_model(args.model, device=args.device)
+    if model.info.modality != "text":
+        raise UserError(f"--real-qkv takes a text model; {model.info.name} reads images")
+    if layer >= model.info.num_layers:
+        raise UserError(f"layer {layer} does not exist; {model.info.name} has layers 0..{model.info.num_layers - 1}")
+    text = args.text if args.text is not None else "The animal didn't cross the street because it was too tired."
+    if not text.strip():
+        raise UserError("--text is empty; give some words")
+    q, k, v = layer_qkv(model, text, layer)  # (H, N, d_k)
+    H, N, d_k = q.shape
+    rows = compare_on_qkv(q, k, v, impls, window=window, causal=bool(model.info.causal), repeats=repeats)
+    w = window_for(N, window)
+    print(f"# {model.info.name}, layer {layer}: {H} heads × {N} tokens × d_k = {d_k}; window w = {w}"
+          + ("" if w == window else f" (--window {window} covers all {N} tokens, so a quarter of them is used)"))
+    print(f"# {ERROR_NOTE}; random: N(0, 1) q, k, v of the same shape")
+    print(f"{'variant':<8} {'error on model q,k,v':>21} {'error on random':>16} {'median ms':>10}")
+    fmt = (lambda e: "reference" if e is None else f"{e:.2e}")
+    for r in rows:
+        print(f"{r.impl:<8} {fmt(r.rel_error):>21} {fmt(r.random_rel_error):>16} {r.ms:>10.3f}")
     return 0

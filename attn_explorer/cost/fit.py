@@ -1,18 +1,34 @@
-"""Power-law fits: the slope p of y = a·n^p on log-log axes, per variant.
+"""Power-law fits, and whether the timings behind them can be trusted.
 
-A slope of 2 means doubling n quadruples the cost; 1 means it doubles it.
+A slope p of y = a·n^p on log-log axes says how a cost grows: 2 means doubling n quadruples it,
+1 means it doubles it.
 
-Which points the slope uses: the larger half of the sizes measured (at least 3 when there are
-3). At small n a fixed cost hides the growth: Python's per-call overhead in time, and in memory
-the one score tile chunked attention keeps, or the window that is still wider than the text.
-The slope is meant to say how the cost grows, so it is fitted where the growing part dominates.
-Pass ``tail=1.0`` to fit every point.
+Which points a slope uses (`large_n_fit`): only the large-n range, where the growing part of the
+cost outweighs the fixed part. At small n a fixed cost hides the growth: Python's per-call
+overhead in time; in memory, the one score tile chunked attention keeps. A cost y = c + g(n)
+reaches `GROWTH` (4) times its smallest value only once g(n) > 3c, so the fit starts at the first
+n whose cost is at least 4× the smallest measured, and always keeps at least the 3 largest n.
+When no n reaches 4×, fixed overhead dominates every size measured and no slope is given.
+
+`noise_verdict` is the one judgement of whether timings are too noisy to read a slope from,
+shared by the Cost page and the `cost` command.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
+
+GROWTH = 4.0  # the fit starts where the cost is this many times its smallest value
+MIN_POINTS = 3  # ... or at the 3rd largest n, if that comes first
+SPREAD_LIMIT = 0.5  # noisy: a point's slowest run exceeds its fastest by more than this share of the median
+SLOWER_LIMIT = 0.8  # noisy: at a larger n (in the fit range) the median fell below this share of a smaller n's
+FLAT_SLOWER_LIMIT = 0.5  # ... or, where the cost never grew 4×, below this share
+SLOPE_RANGE = (0.0, 3.0)  # no variant's time shrinks with n; n² is the most (3 leaves room for cache effects)
+MAX_REASONS = 2  # the verdict's sentence names this many problems and counts the rest
+
+FIT_RULE = (f"slopes p are fitted over the large-n points only, from the first n whose cost is ≥ {GROWTH:g}× "
+            "its smallest: there fixed per-call overhead no longer hides the growth (no p if it never grew that much)")
 
 
 @dataclass(frozen=True)
@@ -41,24 +57,87 @@ def fit_power_law(ns: Iterable[float], ys: Iterable[float]) -> PowerFit | None:
                     points=len(pts))
 
 
-def tail_fit(ns: Iterable[float], ys: Iterable[float], tail: float = 0.5) -> PowerFit | None:
-    """Fit over the points with the largest n: the top `tail` share of them, at least 3 (or all)."""
+def large_n_range(ns: Iterable[float], ys: Iterable[float]) -> list[tuple[float, float]]:
+    """The (n, y) points a slope is fitted over, sorted by n: see the module docstring."""
     pts = sorted((n, y) for n, y in zip(ns, ys) if y is not None and y > 0)
     if not pts:
-        return None
-    keep = max(min(3, len(pts)), math.ceil(len(pts) * tail))
-    top = pts[-keep:]
-    return fit_power_law([n for n, _ in top], [y for _, y in top])
+        return []
+    lowest = min(range(len(pts)), key=lambda i: pts[i][1])
+    floor = pts[lowest][1]  # searched after the cheapest n: a slow small n (a load spike) starts nothing
+    start = next((i for i in range(lowest, len(pts)) if pts[i][1] >= GROWTH * floor), None)
+    if start is None:  # the cost never grew 4×: overhead dominates every n measured, no slope to read
+        return []
+    return pts[min(start, max(0, len(pts) - MIN_POINTS)):]
 
 
-def slopes(records: Iterable[Mapping], key: str, tail: float = 0.5) -> dict[str, PowerFit | None]:
-    """Per variant, the tail fit of records[key] against records["n"] over the measured points.
+def large_n_fit(ns: Iterable[float], ys: Iterable[float]) -> PowerFit | None:
+    """The power-law fit over the large-n range; None when the cost never grew 4× (or < 2 sizes)."""
+    pts = large_n_range(ns, ys)
+    return fit_power_law([n for n, _ in pts], [y for _, y in pts])
 
-    records are Measurement dicts (or objects with the same fields); only status "ok" counts.
-    """
-    by_impl: dict[str, list[tuple[int, float]]] = {}
+
+def _by_variant(records: Iterable[Mapping], key: str) -> dict[str, list[Mapping]]:
+    """Measured ("ok") records with a value for key, per variant, sorted by n."""
+    out: dict[str, list[Mapping]] = {}
     for r in records:
         r = r if isinstance(r, Mapping) else r.__dict__
         if r.get("status") == "ok" and r.get(key) is not None:
-            by_impl.setdefault(r["impl"], []).append((r["n"], r[key]))
-    return {impl: tail_fit([n for n, _ in pts], [y for _, y in pts], tail) for impl, pts in by_impl.items()}
+            out.setdefault(r["impl"], []).append(r)
+    return {impl: sorted(rs, key=lambda r: r["n"]) for impl, rs in out.items()}
+
+
+def slopes(records: Iterable[Mapping], key: str) -> dict[str, PowerFit | None]:
+    """Per variant, the large-n fit of records[key] against records["n"].
+
+    records are Measurement dicts (or objects with the same fields); only status "ok" counts.
+    """
+    return {impl: large_n_fit([r["n"] for r in rs], [r[key] for r in rs])
+            for impl, rs in _by_variant(records, key).items()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a sweep's timings are too noisy to read slopes from, and why."""
+
+    reasons: tuple[str, ...]  # one short clause per problem found; empty when the timings look sound
+
+    @property
+    def noisy(self) -> bool:
+        return bool(self.reasons)
+
+    def line(self) -> str:
+        """One sentence for the user; '' when the timings look sound."""
+        if not self.reasons:
+            return ""
+        shown = list(self.reasons[:MAX_REASONS])
+        if len(self.reasons) > MAX_REASONS:
+            shown.append(f"and {len(self.reasons) - MAX_REASONS} more")
+        return ("These timings are noisy (" + "; ".join(shown) + "): is another program busy? "
+                "Slopes and speed ratios are not reliable; measure again on a quiet machine.")
+
+
+def noise_verdict(records: Iterable[Mapping]) -> Verdict:
+    """Noisy when, inside the large-n fit range, a point's runs spread wide relative to its median
+    or a larger n ran faster than a smaller one, or when a time slope is impossible for attention.
+    Small n is left out: there a microsecond of jitter is a wide spread, and no slope reads it."""
+    reasons: list[str] = []
+    for impl, rs in _by_variant(list(records), "ms").items():
+        fitted = large_n_range([r["n"] for r in rs], [r["ms"] for r in rs])
+        in_fit = {n for n, _ in fitted}
+        wide = [r for r in rs if r["n"] in in_fit and len(r.get("ms_runs") or []) >= 2
+                and (max(r["ms_runs"]) - min(r["ms_runs"])) > SPREAD_LIMIT * r["ms"]]
+        if wide:
+            r = max(wide, key=lambda r: (max(r["ms_runs"]) - min(r["ms_runs"])) / r["ms"])
+            reasons.append(f"{impl}'s runs at n = {r['n']:,} spread {min(r['ms_runs']):.3g}–{max(r['ms_runs']):.3g} ms "
+                           f"around a median of {r['ms']:.3g} ms")
+        # where the cost never grew, only a large fall counts: there jitter is most of the time
+        pairs, limit = (fitted, SLOWER_LIMIT) if fitted else (sorted((r["n"], r["ms"]) for r in rs), FLAT_SLOWER_LIMIT)
+        for (n0, y0), (n1, y1) in zip(pairs, pairs[1:]):
+            if n1 > n0 and y1 < limit * y0:
+                reasons.append(f"{impl} was faster at n = {int(n1):,} ({y1:.3g} ms) than at n = {int(n0):,} ({y0:.3g} ms)")
+                break
+        fit = fit_power_law([n for n, _ in fitted], [y for _, y in fitted])
+        if fit is not None and not SLOPE_RANGE[0] <= fit.p <= SLOPE_RANGE[1]:
+            reasons.append(f"{impl}'s time slope {fit.p:.2f} is impossible for attention "
+                           f"(between {SLOPE_RANGE[0]:g} and {SLOPE_RANGE[1]:g})")
+    return Verdict(tuple(reasons))

@@ -14,15 +14,15 @@ How peak memory is measured
   slows the call down, so the profiled call is the warm-up and is never timed.
 - Other devices: not measured (None).
 
-Before a run the guard compares ``predict_bytes`` (a deliberately generous count of every
-tensor the variant builds) with a budget, and skips runs that would not fit.
+Before a run the guard compares each variant's predicted bytes (``variants.point_bytes``, a
+deliberately generous count of every tensor the variant builds) with the budget set here, and
+skips runs that would not fit.
 
-torch is imported inside the functions that need it, so the GUI can predict and budget (to
-size its slider) before anything has loaded torch.
+torch is imported inside the functions that need it, so the GUI can budget (to size its slider)
+before anything has loaded torch.
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Callable
 
@@ -100,39 +100,7 @@ def run_measuring_memory(fn: Callable[[], Any], device: Any) -> tuple[Any, int |
     return fn(), None, None
 
 
-# --- predicting -----------------------------------------------------------------------------
-
-
-def chunked_q_block(n: int) -> int:
-    """core.efficient.auto_q_block, repeated here so predicting needs no torch (a test keeps them equal)."""
-    return min(1024, max(128, n // 32))
-
-
-def predict_bytes(impl: str, n: int, heads: int, d_k: int, batch: int = 1, elem: int = 4,
-                  window: int = 128, q_block: int | None = None, k_block: int = 256,
-                  causal: bool = False) -> int:
-    """Bytes of tensors `impl` builds on one call at length n, counted generously (an upper bound).
-
-    T = batch·heads rows of work; x = one (B, H, n, d_k) tensor. Inputs are not included.
-    """
-    T = batch * heads
-    x = T * n * d_k * elem
-    if impl == "naive":  # scaled q, scores, probabilities, output (+ the causal bool grid)
-        return 2 * T * n * n * elem + 2 * x + (n * n if causal else 0)
-    if impl == "chunked":  # output + one q block, its accumulator and 2 score tiles, + stats
-        qb = min(chunked_q_block(n) if q_block is None else q_block, n)
-        kb = min(k_block, n)
-        return x + T * (2 * qb * d_k + 2 * qb * kb + 8 * qb) * elem + (qb * kb if causal else 0)
-    if impl == "window":  # padded q/k/v copies, scores and probabilities per window, output
-        w = max(1, min(window, n))
-        n_pad = math.ceil(n / w) * w
-        xp = T * n_pad * d_k * elem
-        return 4 * xp + 2 * T * n_pad * w * elem + w * w
-    if impl == "linear":  # φ(q), φ(k), their temporaries, numerator, output; d×d state
-        return 5 * x + T * (d_k * d_k + 2 * n) * elem + (T * 128 * 128 * elem * 2 if causal else 0)
-    if impl == "sdpa":  # output, log-sum-exp, and per-thread tiles inside the kernel
-        return 2 * x + T * n * 4 + 64 * 2**20
-    raise ValueError(f"unknown variant {impl!r}")
+# --- sizes ---------------------------------------------------------------------------------
 
 
 def matrix_bytes(n: int, heads: int, batch: int = 1, elem: int = 4) -> int:

@@ -1,20 +1,29 @@
-"""The Cost page: a short sweep streams points onto the plots, Cancel stops it, failures stay local."""
+"""The Cost page: a short sweep streams points onto the plots, Cancel stops it, failures stay local,
+and what it shows is true: spreads, large-n slopes, the noise verdict, labelled errors, the time left,
+the model's own q, k, v, and a layout that fits at 1024×700."""
 from __future__ import annotations
 
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 import pytest  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtCore import QPoint, Qt  # noqa: E402
+from PySide6.QtWidgets import QLabel  # noqa: E402
 
 from attn_explorer.core import efficient  # noqa: E402
 from attn_explorer.gui.cost_page import N_MIN, CostPage  # noqa: E402
 
 SWEEP_TIMEOUT_MS = 60000
+ALL = ("naive", "chunked", "window", "linear", "sdpa")
+# What the page gets inside the main window at 1024×700: the side panels take ~460 px, the menu,
+# toolbar, tabs and status bar ~110 px (measured on docs/screenshots/cost.png).
+PAGE_AT_1024x700 = (560, 590)
+PAGE_AT_1920x1080 = (1460, 960)
 
 
 @pytest.fixture
@@ -31,6 +40,18 @@ def page(qtbot):
     p.shutdown()
 
 
+def jittery():
+    """A stand-in for measure.timed_call: n² ms, every third run 3× slower, as on a busy machine."""
+    calls = []
+
+    def timed_call(call, device):
+        n = call().shape[-2]
+        calls.append(n)
+        return 1e-4 * n * n * (3.0 if len(calls) % 3 == 0 else 1.0)
+
+    return timed_call
+
+
 def run(qtbot, page: CostPage) -> str:
     with qtbot.waitSignal(page.sweep_finished, timeout=SWEEP_TIMEOUT_MS) as blocker:
         qtbot.mouseClick(page.run_button, Qt.LeftButton)
@@ -43,23 +64,83 @@ def test_a_short_sweep_puts_every_point_on_the_plots(qtbot, page):
     page.point_measured.connect(streamed.append)
     assert run(qtbot, page) == "done"
     assert len(page.points) == len(streamed) == 4 * 5
-    assert {(p["n"], p["impl"]) for p in page.points} == {(n, v) for n in (64, 128, 256, 512)
-                                                          for v in ("naive", "chunked", "window", "linear", "sdpa")}
+    assert {(p["n"], p["impl"]) for p in page.points} == {(n, v) for n in (64, 128, 256, 512) for v in ALL}
     assert all(p["status"] == "ok" for p in page.points)
-    for name, (t_curve, m_curve) in page.curves.items():
+    for name, (t_curve, m_curve) in page.plots.curves.items():
         assert list(t_curve.xData) == [64, 128, 256, 512], name
         assert len(m_curve.yData) == 4, name
     assert page.table.rowCount() == 20
-    legend = [label.text for _, label in page.memory_plot.plotItem.legend.items]
-    assert any(text.startswith("naive  p = 2.0") for text in legend), legend
+    naive = page.plots.legend_row("naive")
+    assert naive[0] == "● naive" and re.fullmatch(r"(1\.[6-9]|2\.0)\d \(n ≥ \d+\)", naive[2]), naive
     fits = page.slopes()
-    assert fits["naive"]["memory"] == pytest.approx(2.0, abs=0.05)
     assert fits["window"]["memory"] == pytest.approx(1.0, abs=0.05)
-    # the approximations show their error next to their speed
-    time_legend = [label.text for _, label in page.time_plot.plotItem.legend.items]
-    assert any(t.startswith("linear") and "error" in t for t in time_legend), time_legend
+    assert page.plots.legend_row("window")[2].startswith(f"{fits['window']['memory']:.2f} (n ≥ ")
+    # the approximations show their error next to their slopes
+    assert re.fullmatch(r"[\d.e+-]+ at n = 512", page.plots.legend_row("linear")[3]), page.plots.legend_row("linear")
     assert page.run_button.isEnabled() and not page.cancel_button.isEnabled()
     assert page.progress_bar.value() == page.progress_bar.maximum()
+
+
+def test_each_time_point_shows_its_fastest_to_slowest_spread(qtbot, page):
+    page.repeats_spin.setValue(3)
+    page.n_values = [64, 128, 256]
+    assert run(qtbot, page) == "done"
+    for name, bars in page.plots.error_bars.items():
+        pts = sorted((p for p in page.points if p["impl"] == name), key=lambda p: p["n"])
+        assert bars.isVisible() and len(bars.opts["x"]) == 3, name
+        # drawn in the plot's log10 coordinates: from log10(fastest) to log10(slowest) around log10(median)
+        for i, p in enumerate(pts):
+            y = bars.opts["y"][i]
+            assert 10 ** (y + bars.opts["top"][i]) == pytest.approx(p["ms_max"], rel=1e-6)
+            assert 10 ** (y - bars.opts["bottom"][i]) == pytest.approx(p["ms_min"], rel=1e-6)
+    spread_col = [page.table.item(r, 3).text() for r in range(page.table.rowCount())]
+    assert all(re.fullmatch(r"[\d.e+]+–[\d.e+]+", s) for s in spread_col), spread_col
+
+
+def test_slopes_are_fitted_over_large_n_and_the_plot_says_so(qtbot, page):
+    page.n_values = [64, 128, 256, 512]
+    assert run(qtbot, page) == "done"
+    assert "fitted over large n only (cost ≥ 4× its smallest)" in page.plots.fit_note.text()
+    assert "fixed per-call overhead no longer hides the growth" in page.plots.fit_note.toolTip()
+    fits = page.slopes()
+    for name in ALL:  # every fit starts past the smallest n (or there is none: the cost never grew 4×)
+        assert fits[name]["memory_from"] is None or fits[name]["memory_from"] > 64, (name, fits[name])
+
+
+def test_noisy_timings_are_flagged_on_the_page(qtbot, page, monkeypatch):
+    from attn_explorer.cost import measure
+
+    monkeypatch.setattr(measure, "timed_call", jittery())
+    for name, box in page.variant_boxes.items():
+        box.setChecked(name in ("naive", "linear"))
+    page.repeats_spin.setValue(3)
+    page.n_values = [128, 256, 512, 1024]
+    assert run(qtbot, page) == "done"
+    assert not page.plots.noise_label.isHidden()
+    assert page.plots.noise_label.text().startswith("⚠ These timings are noisy")
+    assert page.plots.noise_label.toolTip().startswith("These timings are noisy (")
+    page.clear()  # what it described is gone: so is the warning
+    assert page.plots.noise_label.isHidden()
+
+
+def test_the_error_column_says_what_the_number_is(page):
+    header = page.table.horizontalHeaderItem(page.table.ERROR_COLUMN)
+    assert header.text().replace("\n", " ") == "relative error of the output vs exact"
+    assert "‖out − exact‖ / ‖exact‖" in header.toolTip()
+
+
+def test_the_time_left_is_shown_while_sweeping(qtbot, page):
+    for name, box in page.variant_boxes.items():
+        box.setChecked(name in ("chunked", "linear"))
+    page.n_values = [64, 128, 256, 512]
+    page.repeats_spin.setValue(2)
+    shown = []
+    page.sweep.progressed.connect(lambda *a: shown.append(page.eta_label.text()))
+    assert run(qtbot, page) == "done"
+    assert shown[0] == "estimating time left…"  # nothing measured yet
+    estimates = [s for s in shown if re.fullmatch(r"about \d+( min \d\d)? s left|about \d+ min left", s)]
+    assert len(set(estimates)) >= 1 and len(estimates) >= len(shown) // 2, shown
+    assert page.eta_label.text() == ""  # finished: nothing left to estimate
 
 
 def test_cancel_stops_the_sweep(qtbot, page):
@@ -71,8 +152,8 @@ def test_cancel_stops_the_sweep(qtbot, page):
     with qtbot.waitSignal(page.point_measured, timeout=SWEEP_TIMEOUT_MS):
         qtbot.mouseClick(page.run_button, Qt.LeftButton)
     assert page.cancel_button.isEnabled() and not page.run_button.isEnabled()
-    # the point is on the plot while the sweep is still running
-    qtbot.waitUntil(lambda: page.curves["chunked"][0].xData is not None and len(page.curves["chunked"][0].xData) >= 1)
+    curve = page.plots.curves["chunked"][0]
+    qtbot.waitUntil(lambda: curve.xData is not None and len(curve.xData) >= 1)  # drawn while still running
     assert page.is_running
     with qtbot.waitSignal(page.sweep_finished, timeout=SWEEP_TIMEOUT_MS) as blocker:
         qtbot.mouseClick(page.cancel_button, Qt.LeftButton)
@@ -82,23 +163,24 @@ def test_cancel_stops_the_sweep(qtbot, page):
     qtbot.wait(300)
     assert len(page.points) == kept  # nothing arrives after the end
     assert page.run_button.isEnabled() and not page.cancel_button.isEnabled()
-    assert "cancelled" in page.status_label.text()
+    assert "cancelled" in page.status_label.text() and page.eta_label.text() == ""
 
 
 def test_a_failing_variant_marks_its_points_and_keeps_the_rest(qtbot, page, monkeypatch):
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("DefaultCPUAllocator: not enough memory")
 
-    monkeypatch.setitem(efficient.VARIANTS, "linear", out_of_memory)
+    monkeypatch.setattr(efficient, "linear", out_of_memory)
     page.n_values = [64, 128]
     assert run(qtbot, page) == "done"
     status = {(p["n"], p["impl"]): p["status"] for p in page.points}
     assert status[64, "linear"] == status[128, "linear"] == "failed"
     assert [s for (n, impl), s in status.items() if impl != "linear"] == ["ok"] * 8
-    notes = [page.table.item(r, 5).text() for r in range(page.table.rowCount())
+    notes = [page.table.item(r, 6).text() for r in range(page.table.rowCount())
              if page.table.item(r, 1).text() == "linear"]
     assert notes == ["failed: RuntimeError: DefaultCPUAllocator: not enough memory"] * 2
-    assert page.curves["linear"][0].xData is None or len(page.curves["linear"][0].xData) == 0
+    curve = page.plots.curves["linear"][0]
+    assert curve.xData is None or len(curve.xData) == 0
 
 
 def test_oversized_points_are_skipped_and_marked(qtbot, page):
@@ -107,7 +189,7 @@ def test_oversized_points_are_skipped_and_marked(qtbot, page):
     assert run(qtbot, page) == "done"
     naive_1024 = next(p for p in page.points if (p["n"], p["impl"]) == (1024, "naive"))
     assert naive_1024["status"] == "skipped" and naive_1024["message"].startswith("skipped: would need")
-    assert 1024 in list(page.not_run.xData)
+    assert 1024 in list(page.plots.not_run.xData)
 
 
 def test_slider_steps_double_n_and_the_readout_gives_the_matrix_bytes(qtbot, page):
@@ -118,7 +200,7 @@ def test_slider_steps_double_n_and_the_readout_gives_the_matrix_bytes(qtbot, pag
     assert page.current_n == 1024
     assert page.n_values == [64, 128, 256, 512, 1024]
     assert "50.3 MB" in page.readout.text()  # 12 heads × 1024² × 4 bytes
-    assert page.n_markers[0].value() == pytest.approx(3.0103, abs=1e-3)  # log10(1024)
+    assert page.plots.n_markers[0].value() == pytest.approx(3.0103, abs=1e-3)  # log10(1024)
     top_all = page.n_slider.maximum()
     for name, box in page.variant_boxes.items():
         box.setChecked(name == "naive")
@@ -153,3 +235,100 @@ def test_a_missing_device_is_one_line_in_the_status(qtbot, page):
     assert outcome.startswith("failed: device 'cuda' was asked for but no CUDA GPU is available")
     assert page.status_label.text() == outcome
     assert page.points == [] and page.run_button.isEnabled()
+
+
+# --- the model's own q, k, v -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_page(qtbot):
+    from attn_explorer.session.state import SessionState
+    from tests.gui.conftest import cached_loader
+
+    state = SessionState(loader=cached_loader, device="cpu")
+    p = CostPage(state)
+    qtbot.addWidget(p)
+    p.show()
+    assert not p.qkv_panel.button.isEnabled() and "Load a model" in p.qkv_panel.caption.text()
+    errors = []
+    state.error_raised.connect(errors.append)
+    state.load_model("minilm")
+    qtbot.waitUntil(lambda: state.result is not None or bool(errors), timeout=SWEEP_TIMEOUT_MS)
+    assert errors == []
+    yield p, state
+    p.shutdown()
+    state.shutdown()
+
+
+def test_the_variants_on_the_models_own_qkv(qtbot, model_page):
+    page, state = model_page
+    panel = page.qkv_panel
+    with qtbot.waitSignal(state.attention_ready, timeout=SWEEP_TIMEOUT_MS):
+        state.set_text("The animal didn't cross the street because it was too tired. " * 4)
+    page.window_spin.setValue(8)
+    assert panel.button.isEnabled() and "minilm, layer 0, this input, 58 tokens" in panel.caption.text()
+    with qtbot.waitSignal(page.sweep.qkv_measured, timeout=SWEEP_TIMEOUT_MS):
+        qtbot.mouseClick(panel.button, Qt.LeftButton)
+    rows = {panel.table.item(r, 0).text(): [panel.table.item(r, c).text() for c in range(1, 4)]
+            for r in range(panel.table.rowCount())}
+    assert set(rows) == set(ALL)
+    assert rows["naive"][:2] == ["reference", "reference"]
+    assert float(rows["window"][0]) < float(rows["window"][1]) / 2  # far closer on the model's q, k, v
+    assert "(layer 0, this input)" in panel.title.text() and "window w = 8" in panel.caption.text()
+
+    # another layer: the table described layer 0, so it goes
+    with qtbot.waitSignal(page.sweep.qkv_cleared, timeout=5000):
+        state.select(layer=1)
+    assert panel.table.rowCount() == 0 and "layer 1" in panel.caption.text()
+
+
+# --- layout ----------------------------------------------------------------------------------------
+
+
+def clipped(page: CostPage) -> list[str]:
+    """Widgets on the page that are cut off: narrower than they need, taller text than room, or outside."""
+    bad = []
+    need = page.minimumSizeHint()
+    if need.width() > page.width() or need.height() > page.height():  # the window would have to grow
+        bad.append(f"the page needs {need.width()}×{need.height()} px, has {page.width()}×{page.height()}")
+    plots = page.plots.time_plot
+    plots_bottom = plots.mapTo(page, QPoint(0, plots.height())).y()
+    for label in page.plots.legend.findChildren(QLabel) + [page.plots.fit_note]:
+        if label.isVisible() and label.mapTo(page, QPoint(0, 0)).y() < plots_bottom:
+            bad.append(f"{label.text()[:30]!r} lies under the plots")
+    widgets = [page.live_box, page.run_button, page.cancel_button, page.readout, page.n_label, page.eta_label,
+               page.plots.fit_note, page.plots.noise_label, *page.variant_boxes.values(),
+               *(cell for cells in page.plots.legend_cells.values() for cell in cells)]
+    for w in widgets:
+        if w.isHidden():
+            continue
+        top_left, bottom_right = w.mapTo(page, QPoint(0, 0)), w.mapTo(page, QPoint(w.width(), w.height()))
+        if top_left.x() < 0 or bottom_right.x() > page.width() or bottom_right.y() > page.height():
+            bad.append(f"{w.objectName() or type(w).__name__} {w.text()[:30] if hasattr(w, 'text') else ''}: outside")
+        if w.height() < min(w.minimumSizeHint().height(), w.sizeHint().height()):
+            bad.append(f"{type(w).__name__} {getattr(w, 'text', lambda: '')()[:30]!r}: squashed to {w.height()} px")
+        if isinstance(w, QLabel) and w.wordWrap() and w.text() and w.heightForWidth(w.width()) > w.height():
+            bad.append(f"label {w.text()[:30]!r}: {w.heightForWidth(w.width())} px of text in {w.height()}")
+        elif not (isinstance(w, QLabel) and w.wordWrap()) and w.width() < w.minimumSizeHint().width():
+            bad.append(f"{type(w).__name__} {getattr(w, 'text', lambda: '')()[:30]!r}: {w.width()} < "
+                       f"{w.minimumSizeHint().width()} px")
+    return bad
+
+
+@pytest.mark.parametrize("size", [PAGE_AT_1024x700, PAGE_AT_1920x1080])
+def test_nothing_is_clipped_before_and_after_a_sweep(qtbot, page, size, monkeypatch):
+    from attn_explorer.cost import measure
+
+    page.resize(*size)
+    qtbot.wait(50)
+    assert (page.width(), page.height()) == size
+    assert clipped(page) == []
+    # fill every row of the legend and raise the noise warning: the fullest the page gets
+    monkeypatch.setattr(measure, "timed_call", jittery())
+    page.repeats_spin.setValue(3)
+    page.n_values = [64, 128, 256]
+    assert run(qtbot, page) == "done"
+    assert not page.plots.noise_label.isHidden()
+    qtbot.wait(50)
+    assert (page.width(), page.height()) == size
+    assert clipped(page) == []
