@@ -1,9 +1,11 @@
 """Our MiniLM forward (with every attention map) against transformers' BertModel, eager, output_attentions=True.
 
-Same weights, same process, interleaved, 2 threads. Prints a markdown table of medians and ratios, and
-the cold start of `python main.py export` (whole process, median of 5 runs).
+Same weights, same process, interleaved, 2 threads. Prints a markdown table of medians and the same-run
+ratio at n = 16 ... 512, with a third column for our forward on plain F.linear (core.linear's prepacked
+oneDNN path off) to show what that path is worth; then the cold start of `python main.py export`
+(whole process, median of 5 runs).
 
-    python benchmarks/bench_forward.py [--repeats 30] [--out docs/bench_forward.md]
+    python benchmarks/bench_forward.py [--repeats 30] [--no-cold] [--out docs/bench_forward.md]
 """
 from __future__ import annotations
 
@@ -20,39 +22,49 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+SIZES = (16, 32, 64, 128, 256, 512)
 
-def _time(fn, repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
+
+def _ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
 
 
 def forward_table(repeats: int) -> str:
     import attn_explorer as ax
+    from attn_explorer.core import linear
     from attn_explorer.hub.load import minilm_folder
     from transformers import BertModel
 
     torch.set_num_threads(2)
     ours = ax.load_model("minilm", device="cpu")
     hf = BertModel.from_pretrained(str(minilm_folder()), attn_implementation="eager").eval()
-    rows = ["| n | ours ms (median) | HF eager ms (median) | ours / HF | max abs diff |", "|---:|---:|---:|---:|---:|"]
-    for n in (16, 64, 128, 256, 512):
+    rows = ["| n | ours ms | HF eager ms | **ours / HF** | ours on F.linear ms | F.linear / HF | max abs diff |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in SIZES:
         ids = torch.randint(1000, 20000, (1, n))
+
+        def run_plain():
+            linear.fast_path_enabled = False
+            try:
+                return ours.module(input_ids=ids, output_attentions=True)
+            finally:
+                linear.fast_path_enabled = True
+
         with torch.inference_mode():
             run_ours = lambda: ours.module(input_ids=ids, output_attentions=True)  # noqa: E731
             run_hf = lambda: hf(input_ids=ids, output_attentions=True)  # noqa: E731
             for _ in range(3):
-                run_ours(), run_hf()
-            a, b = [], []
-            for _ in range(repeats):  # interleaved, so drift hits both alike
-                a += _time(run_ours, 1)
-                b += _time(run_hf, 1)
+                run_ours(), run_hf(), run_plain()
+            a, b, c = [], [], []
+            for _ in range(repeats):  # interleaved, so drift hits all three alike
+                a.append(_ms(run_ours))
+                b.append(_ms(run_hf))
+                c.append(_ms(run_plain))
             diff = max((x - y).abs().max().item() for x, y in zip(run_ours().attentions.unbind(1), run_hf().attentions))
-        ma, mb = statistics.median(a), statistics.median(b)
-        rows.append(f"| {n} | {ma:.2f} | {mb:.2f} | {ma / mb:.2f} | {diff:.1e} |")
+        ma, mb, mc = statistics.median(a), statistics.median(b), statistics.median(c)
+        rows.append(f"| {n} | {ma:.2f} | {mb:.2f} | **{ma / mb:.2f}** | {mc:.2f} | {mc / mb:.2f} | {diff:.1e} |")
     return "\n".join(rows)
 
 
@@ -83,10 +95,12 @@ def cold_start_table(runs: int = 5) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold-start table (10 whole processes)")
     ap.add_argument("--out", default=None, help="also write the tables to this markdown file")
     args = ap.parse_args()
     text = "## Forward pass, MiniLM (6 layers x 12 heads), all attentions, 2 threads\n\n" + forward_table(args.repeats)
-    text += "\n\n## Cold start to a written .npz\n\n" + cold_start_table()
+    if not args.no_cold:
+        text += "\n\n## Cold start to a written .npz\n\n" + cold_start_table()
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

