@@ -36,6 +36,20 @@ echo "== bundle: $app ($size MB unpacked)"
 echo "== self-test of the frozen app"
 "$app/attn-explorer" --self-test
 
+echo "== a frozen export against the same export from source"
+text="The animal didn't cross the street because it was too tired."
+"$app/attn-explorer" export --model minilm --text "$text" --out "$work/frozen.npz"
+python3 main.py export --model minilm --text "$text" --out "$work/source.npz"
+python3 - "$work/frozen.npz" "$work/source.npz" <<'PY'
+import sys
+import numpy as np
+a, b = (np.load(p) for p in sys.argv[1:3])
+assert list(a["tokens"]) == list(b["tokens"]), "tokens differ"
+diff = float(np.abs(a["attentions"] - b["attentions"]).max())
+print(f"frozen vs source: {len(a['tokens'])} tokens, max abs difference {diff:.1e}")
+sys.exit(0 if diff <= 1e-5 else 1)
+PY
+
 archive=dist/attn-explorer-$version-linux-$arch.tar.gz
 tar -C dist -czf "$archive" attn-explorer
 echo "== archive: $archive ($(du -sm "$archive" | cut -f1) MB)"
