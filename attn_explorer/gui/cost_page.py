@@ -17,13 +17,12 @@ import math
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QProgressBar,
+from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QFrame, QHBoxLayout, QLabel, QProgressBar,
                                QPushButton, QSizePolicy, QSlider, QSpinBox, QSplitter, QTabWidget, QVBoxLayout,
                                QWidget)
 
 from attn_explorer.gui.cost_plots import N_MIN, CostPlots
 from attn_explorer.gui.cost_tables import QKVPanel, ResultsTable
-from attn_explorer.gui.flow_layout import FlowLayout
 from attn_explorer.session.cost_sweep import (FIT_GROWTH, FIT_RULE, VARIANTS, CostSweep, budget_bytes, fitted_slopes,
                                               human_bytes, largest_fitting_n, matrix_bytes, noise_line)
 
@@ -39,8 +38,17 @@ def _log_n_values(n_max: int) -> list[int]:
     return values
 
 
+class _PageLayout(QVBoxLayout):
+    """The page's own layout. It keeps its wrapped labels' height-for-width to itself: a scroll area
+    (the main window puts tall pages in one) would otherwise size the page by the sum of every
+    part's preferred height and scroll, instead of fitting it to the window."""
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 - Qt's name
+        return False
+
+
 def _pair(*widgets: QWidget) -> QWidget:
-    """Widgets that wrap together as one item of the flow layout (a label and its box, say)."""
+    """Widgets that stay together in a row (a label and its box)."""
     box = QWidget()
     lay = QHBoxLayout(box)
     lay.setContentsMargins(0, 0, 0, 0)
@@ -122,24 +130,34 @@ class CostPage(QWidget):
         self.qkv_panel = QKVPanel(VARIANTS)
 
         # layout --------------------------------------------------------------------------
-        controls = QGroupBox("Sweep")
+        controls = QFrame()
+        controls.setFrameShape(QFrame.StyledPanel)
         grid = QVBoxLayout(controls)
-        grid.setSpacing(4)
+        grid.setContentsMargins(6, 4, 6, 4)
+        grid.setSpacing(3)
         row = QHBoxLayout()
         row.addWidget(QLabel("n"))
         row.addWidget(self.n_slider, 1)
         row.addWidget(self.n_label)
         grid.addLayout(row)
-        flow = FlowLayout(spacing=8)  # wraps at narrow widths instead of clipping
+        # fixed rows sized for the ~620 px the page gets beside the side panels at 1024×700
+        row = QHBoxLayout()
         for text, w in (("heads", self.heads_spin), ("d_k", self.dk_spin), ("window w", self.window_spin),
                         ("repeats", self.repeats_spin), ("device", self.device_box)):
-            flow.addWidget(_pair(QLabel(text), w))
-        flow.addWidget(self.live_box)
-        flow.addWidget(_pair(QLabel("variants"), *self.variant_boxes.values()))
-        grid.addLayout(flow)
+            row.addWidget(_pair(QLabel(text), w))
+            row.addSpacing(4)
+        row.addStretch(1)
+        grid.addLayout(row)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("variants"))
+        for box in self.variant_boxes.values():
+            row.addWidget(box)
+        row.addStretch(1)
+        grid.addLayout(row)
         row = QHBoxLayout()
         row.addWidget(self.run_button)
         row.addWidget(self.cancel_button)
+        row.addWidget(self.live_box)
         row.addWidget(self.progress_bar)
         row.addWidget(self.status_label, 1)
         row.addWidget(self.eta_label)
@@ -153,9 +171,9 @@ class CostPage(QWidget):
         split.addWidget(self.plots)
         split.addWidget(self.bottom_tabs)
         split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 1)
+        split.setStretchFactor(1, 2)
         split.setChildrenCollapsible(False)
-        lay = QVBoxLayout(self)
+        lay = _PageLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(controls)
         lay.addWidget(split, 1)
@@ -323,8 +341,12 @@ class CostPage(QWidget):
     # --- points --------------------------------------------------------------------------
 
     def clear(self) -> None:
+        """Forget the measured points, and every line that described them."""
         self.points.clear()
         self.table.setRowCount(0)
+        if not self.is_running:
+            self.progress_bar.setValue(0)
+            self.status_label.setText("Press Run to measure.")
         self._redraw()
 
     def _add_point(self, rec: dict) -> None:

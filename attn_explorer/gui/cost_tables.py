@@ -30,12 +30,14 @@ def _setup(table: QTableWidget, headers: list[str]) -> QTableWidget:
     return table
 
 
-def _set_row(table: QTableWidget, row: int, cells: list[str], colour: str | None, failed: bool) -> None:
+def _set_row(table: QTableWidget, row: int, cells: list[str], colour: str | None, failed: bool,
+             name_col: int = 1, text_cols: tuple[int, ...] = ()) -> None:
+    """One row: numbers right-aligned; the variant's name (column name_col) in its colour."""
     for col, text in enumerate(cells):
         item = QTableWidgetItem(text)
-        if col != 1 and col != len(cells) - 1:
+        if col != name_col and col not in text_cols:
             item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
-        if col == 1 and colour:
+        if col == name_col and colour:
             item.setForeground(QBrush(QColor(colour)))
         if failed:
             item.setForeground(QBrush(QColor(FAILED_COLOUR)))
@@ -80,7 +82,8 @@ class ResultsTable(QTableWidget):
                  f"{rec['peak_bytes'] / 1e6:.3g}" if ok and rec.get("peak_bytes") is not None else "–", err_text,
                  "" if ok else (rec.get("message") if rec["status"] == "skipped"
                                 else f"failed: {rec.get('message') or 'unknown error'}")]
-        _set_row(self, row, cells, self.variants.get(rec["impl"], {}).get("colour"), not ok)
+        _set_row(self, row, cells, self.variants.get(rec["impl"], {}).get("colour"), not ok,
+                 text_cols=(len(cells) - 1,))
         self.scrollToItem(self.item(row, 0))
 
 
@@ -146,8 +149,7 @@ class QKVPanel(QWidget):
             self.table.insertRow(row)
             fmt = (lambda e: "reference" if e is None else f"{e:.2e}")
             _set_row(self.table, row, [r["impl"], fmt(r["rel_error"]), fmt(r["random_rel_error"]), f"{r['ms']:.3g}"],
-                     self.variants.get(r["impl"], {}).get("colour"), False)
-            self.table.item(row, 0).setTextAlignment(Qt.AlignLeft | Qt.AlignVCenter)
+                     self.variants.get(r["impl"], {}).get("colour"), False, name_col=0)
         self.button.setEnabled(True)
 
     def show_error(self, message: str) -> None:

@@ -20,9 +20,9 @@ from attn_explorer.gui.cost_page import N_MIN, CostPage  # noqa: E402
 
 SWEEP_TIMEOUT_MS = 60000
 ALL = ("naive", "chunked", "window", "linear", "sdpa")
-# What the page gets inside the main window at 1024×700: the side panels take ~460 px, the menu,
-# toolbar, tabs and status bar ~110 px (measured on docs/screenshots/cost.png).
-PAGE_AT_1024x700 = (560, 590)
+# What the page gets inside the main window at 1024×700: the side panels take ~400 px, the menu,
+# toolbar, tabs and status bar ~115 px (measured on `main.py --view cost --size 1024x700 --screenshot`).
+PAGE_AT_1024x700 = (610, 585)
 PAGE_AT_1920x1080 = (1460, 960)
 
 
@@ -119,8 +119,11 @@ def test_noisy_timings_are_flagged_on_the_page(qtbot, page, monkeypatch):
     assert not page.plots.noise_label.isHidden()
     assert page.plots.noise_label.text().startswith("⚠ These timings are noisy")
     assert page.plots.noise_label.toolTip().startswith("These timings are noisy (")
-    page.clear()  # what it described is gone: so is the warning
+    page.window_spin.setValue(32)  # other settings: the points, and every line about them, go
+    assert page.points == [] and page.table.rowCount() == 0
     assert page.plots.noise_label.isHidden()
+    assert page.status_label.text() == "Press Run to measure." and page.progress_bar.value() == 0
+    assert all(not cell.isVisible() for cells in page.plots.legend_cells.values() for cell in cells[1:])
 
 
 def test_the_error_column_says_what_the_number_is(page):
