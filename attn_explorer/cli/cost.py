@@ -262,6 +262,8 @@ def run_real_qkv(args: argparse.Namespace) -> int:
     layer = int(args.layer) if str(args.layer).strip().lstrip("-").isdigit() else None
     if layer is None or layer < 0:
         raise UserError(f"--layer must be a layer number from 0, got {args.layer!r}")
+    if args.json is not None and not Path(args.json).parent.is_dir():
+        raise UserError(f"--json: folder {str(Path(args.json).parent)!r} does not exist")
     import attn_explorer as ax
     from attn_explorer.api.probe import layer_qkv
     from attn_explorer.cost.real import compare_on_qkv, window_for
@@ -285,4 +287,8 @@ def run_real_qkv(args: argparse.Namespace) -> int:
     fmt = (lambda e: "reference" if e is None else f"{e:.2e}")
     for r in rows:
         print(f"{r.impl:<8} {fmt(r.rel_error):>21} {fmt(r.random_rel_error):>16} {r.ms:>10.3f}")
+    if args.json is not None:
+        write_json_atomic(args.json, _finite({"model": model.info.name, "layer": layer, "text": text, "heads": H,
+                                              "n": N, "d_k": d_k, "window": w, "rows": [r.to_dict() for r in rows]}))
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0

@@ -175,10 +175,13 @@ def test_quiet_timings_print_no_warning(monkeypatch, capsys):
     assert "naive          2.00" in captured.out  # the scripted n² comes back as its slope
 
 
-def test_real_qkv_puts_the_models_errors_next_to_random_ones(capsys):
+def test_real_qkv_puts_the_models_errors_next_to_random_ones(capsys, tmp_path):
     text = "The animal didn't cross the street because it was too tired. " * 4
     assert main(["cost", "--real-qkv", "--model", "minilm", "--text", text, "--layer", "0", "--window", "8",
-                 "--repeats", "1"]) == 0
+                 "--repeats", "1", "--json", str(tmp_path / "qkv.json")]) == 0
+    data = json.loads((tmp_path / "qkv.json").read_text())
+    assert (data["model"], data["layer"], data["window"]) == ("minilm", 0, 8)
+    assert {r["impl"] for r in data["rows"]} == {"naive", "chunked", "window", "linear", "sdpa"}
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("# minilm, layer 0: 12 heads × ") and "window w = 8" in out[0]
     rows = {ln.split()[0]: ln.split() for ln in out[3:]}
