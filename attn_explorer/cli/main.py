@@ -42,6 +42,8 @@ def _add_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--view", default=None, help="page to show: grid, head, tokens, overlay, cost")
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window, save it as PNG and exit")
     p.add_argument("--size", metavar="WxH", help="window size in pixels, for example 1024x700")
+    p.add_argument("--lesson", metavar="NAME", help="open a lesson: by-hand, inside-a-head, projections, "
+                   "multi-head, order, scaling, block, coreference, train-vit")
     p.add_argument("--self-test", action="store_true",
                    help="check this installation offscreen (models, stored values, every page) and exit")
 

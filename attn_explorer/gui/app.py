@@ -74,6 +74,16 @@ def build_window(args, settings: QSettings | None = None, loader=None):
 
             raise UserError(f"unknown view {view!r}: choose from {', '.join(window.pages)}")
         window.show_page(view, pin=True)
+    lesson = getattr(args, "lesson", None)
+    if lesson:
+        from attn_explorer.session.lessons import LESSONS
+
+        if lesson not in LESSONS:
+            from attn_explorer.errors import UserError
+
+            raise UserError(f"unknown lesson {lesson!r}: choose from {', '.join(LESSONS)}")
+        window.show_page("lessons", pin=True)
+        window.pages["lessons"].show_lesson(lesson)
     elif image:
         window.show_page("overlay")
     state.load_model(src, want_image=bool(image))

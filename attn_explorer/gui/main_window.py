@@ -51,6 +51,14 @@ def _register_cost_page() -> None:
     register_page("cost", "Cost of attention", lambda state: CostPage(state))
 
 
+def _register_lessons_page() -> None:
+    """The primer's lessons, one tab; each lesson's module loads when it is first shown."""
+    if "lessons" not in PAGES:
+        from attn_explorer.gui.lessons import LessonsPage
+
+        register_page("lessons", "Lessons", LessonsPage)
+
+
 class MainWindow(WindowActions, QMainWindow):
     """The explorer window. `state` and `settings` are injected (tests give temporary ones)."""
 
@@ -69,6 +77,7 @@ class MainWindow(WindowActions, QMainWindow):
 
         # pages
         _register_cost_page()
+        _register_lessons_page()
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.pages: dict[str, QWidget] = {}
