@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not linear._ONEDNN, reason="this torch has no on
 
 
 def _packed(layer: Linear) -> bool:
-    return layer.packed._w is not None
+    return layer.packed.is_packed
 
 
 def test_same_numbers_as_f_linear():
@@ -93,7 +93,7 @@ def test_separate_qkv_run_as_one_product_and_follow_edits():
     x = torch.randn(1, 6, 24)
     with torch.no_grad():
         a, _ = mha(x, AttentionOptions(need_weights=True))
-        assert mha.packed_qkv._w is not None and not _packed(mha.query)  # one packed copy, not four
+        assert mha.packed_qkv.is_packed and not _packed(mha.query)  # one packed copy, not four
         mha.key.weight.mul_(-1.0)
         b, pb = mha(x, AttentionOptions(need_weights=True))
         linear.fast_path_enabled = False
