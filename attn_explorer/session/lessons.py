@@ -1,10 +1,25 @@
-"""What the GUI's Lessons page needs from the lessons floor, so `gui/` never imports below `session/`.
+"""The doorway from the GUI's lesson pages to the lessons floor, so `gui/` never imports below `session/`.
 
-The lesson pages compute through the functions re-exported here; heavy work (training, real-model
-forward passes) runs through `session.workers.launch`.
+`session.lessons.by_hand` is `attn_explorer.lessons.by_hand`, imported on first use (with torch, so
+never at start-up). Lesson functions return NumPy arrays and plain data; anything slow (a real
+model's forward pass, training) runs in a worker: `SessionState.submit` or `workers.launch`.
 """
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from attn_explorer.lessons import LESSONS, lesson_names
 
-__all__ = ["LESSONS", "lesson_names"]
+__all__ = ["LESSONS", "lesson_names", "calc"]
+
+
+def calc(name: str) -> ModuleType:
+    """The pure module of one lesson ("by-hand" or "by_hand" -> attn_explorer.lessons.by_hand)."""
+    return importlib.import_module(f"attn_explorer.lessons.{name.replace('-', '_')}")
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name.replace("_", "-") in LESSONS or name in ("common",):
+        return calc(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -346,6 +346,17 @@ class SessionState(QObject):
         x, kw = self.run_input()
         return self.sweep.start(self._model, self.info, x, kw, self.result, repeats, lengths)
 
+    def submit(self, fn, *args, on_result=None, on_error=None, on_yield=None) -> Any:
+        """Run `fn(model, *args)` on the current model in a worker (lessons, analyses): a generator
+        function streams through on_yield. Returns the worker (`quit()` stops it), or None without a
+        model. Errors arrive as one line through on_error, or as `error_raised` when none is given."""
+        if self._model is None:
+            return None
+        from attn_explorer.session.workers import launch
+
+        return launch(fn, self._model, *args, on_result=on_result, on_yield=on_yield,
+                      on_error=on_error or self.error_raised.emit)
+
     def cancel_sweep(self) -> None:
         """Stop the sweep: no more steps start, and the one in flight reports nothing."""
         self.sweep.cancel()
