@@ -125,6 +125,11 @@ VISION_CASES = [
     ("dinov2", 14, 56, (56, 56), 3),
     ("dinov2", 14, 56, (70, 42), 3),  # non-square, interpolated
     ("dinov2", 8, 32, (48, 48), 2),  # other patch size, bigger grid
+    # non-square grids with the table's own patch count (2×8 and 8×2 where the table is 4×4): they
+    # must be interpolated, not take the native table as it is
+    ("vit", 4, 16, (8, 32), 2),
+    ("deit", 4, 16, (32, 8), 3),
+    ("dinov2", 14, 56, (28, 112), 3),
 ]
 
 
