@@ -1,0 +1,127 @@
+"""Lesson "Finding the 'it' head": which head links "it" to "animal" rather than to "street"?
+
+In the primer's sentence "The animal didn't cross the street because it was too tired.", "it" means
+the animal. For every (layer, head) of a model we read one number from a single forward pass:
+
+    score = weight("it" -> "animal") - weight("it" -> "street")
+
+and rank the heads by it. Any sentence and any three words work: a query Q, a target A and a rival B.
+A word cut into pieces ("tired" -> "tire", "##d") counts as one: the query's rows are averaged and
+the weights to a target's pieces are added up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attn_explorer.errors import UserError
+
+PRIMER_SENTENCE = "The animal didn't cross the street because it was too tired."
+PRIMER_WORDS = ("it", "animal", "street")  # query, target A, rival B
+
+
+@dataclass
+class Word:
+    text: str  # the word as the pieces spell it ("tired")
+    indices: list[int]  # its token positions
+    special: bool  # [CLS], [SEP] and the like
+
+    @property
+    def label(self) -> str:
+        where = str(self.indices[0]) if len(self.indices) == 1 else f"{self.indices[0]}–{self.indices[-1]}"
+        return f"{self.text}  (token {where})" if len(self.indices) == 1 else f"{self.text}  (tokens {where})"
+
+
+def _bare(token: str) -> str:
+    return token.lstrip("Ġ▁").replace("##", "", 1) if token.startswith("##") else token.lstrip("Ġ▁")
+
+
+def words_of(tokens: list[str], special: list[bool] | np.ndarray) -> list[Word]:
+    """Group word pieces into words: "##x" (BERT) joins the word before; with "Ġ"/"▁" markers (GPT-2,
+    RoBERTa, SentencePiece) a piece without one joins the word before. Punctuation stands alone."""
+    special = [bool(s) for s in special]
+    marked = any(t.startswith(("Ġ", "▁")) for t in tokens)
+    words: list[Word] = []
+    for i, (t, sp) in enumerate(zip(tokens, special)):
+        bare = _bare(t)
+        punct = bare != "" and not any(c.isalnum() for c in bare)
+        joins = (t.startswith("##") or (marked and not t.startswith(("Ġ", "▁")) and not punct))
+        if words and joins and not sp and not words[-1].special and not _is_punct(words[-1].text):
+            words[-1].text += bare
+            words[-1].indices.append(i)
+        else:
+            words.append(Word(bare if not sp else t, [i], sp))
+    return words
+
+
+def _is_punct(text: str) -> bool:
+    return text != "" and not any(c.isalnum() for c in text)
+
+
+def find_word(words: list[Word], text: str) -> int | None:
+    """Index in `words` of the first word spelled `text` (case-insensitive), or None."""
+    for i, w in enumerate(words):
+        if not w.special and w.text.lower() == text.lower():
+            return i
+    return None
+
+
+@dataclass
+class HeadScore:
+    layer: int
+    head: int
+    score: float  # to_a - to_b
+    to_a: float  # weight from the query to the target A (summed over its pieces)
+    to_b: float  # weight from the query to the rival B
+
+
+def head_scores(attentions: np.ndarray, query: list[int], a: list[int], b: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(weight to A, weight to B), each (L, H), from attentions (L, H, N, N): query rows averaged,
+    target columns summed."""
+    att = np.asarray(attentions, dtype=np.float64)
+    if att.ndim != 4 or att.shape[-1] != att.shape[-2]:
+        raise UserError(f"attentions must be (layers, heads, N, N), got shape {att.shape}")
+    n = att.shape[-1]
+    for name, idx in (("query", query), ("target A", a), ("rival B", b)):
+        if not idx or any(not 0 <= i < n for i in idx):
+            raise UserError(f"the {name} must be tokens 0..{n - 1}")
+    if set(a) & set(b):
+        raise UserError("the target A and the rival B must be different words")
+    rows = att[:, :, query, :].mean(axis=2)  # (L, H, N)
+    return rows[..., a].sum(-1), rows[..., b].sum(-1)
+
+
+def rank_heads(attentions: np.ndarray, query: list[int], a: list[int], b: list[int]) -> list[HeadScore]:
+    """Every (layer, head), best first: the most weight to A rather than to B."""
+    to_a, to_b = head_scores(attentions, query, a, b)
+    score = to_a - to_b
+    order = np.lexsort((np.arange(score.size), -score.ravel()))  # ties: earlier head first
+    L, H = score.shape
+    return [HeadScore(int(i // H), int(i % H), float(score.flat[i]), float(to_a.flat[i]), float(to_b.flat[i]))
+            for i in order]
+
+
+@dataclass
+class Ranking:
+    model: str  # ModelInfo.name
+    trained: bool
+    tokens: list[str]  # the tokens the model saw
+    query: list[int]
+    a: list[int]
+    b: list[int]
+    heads: list[HeadScore]  # best first
+
+    @property
+    def best(self) -> HeadScore:
+        return self.heads[0]
+
+
+def find_heads(model, text: str, query: list[int], a: list[int], b: list[int], run_kw: dict | None = None) -> Ranking:
+    """Worker function (state.submit): run `model` (an api Model) once on text and rank its heads."""
+    if model.info.modality != "text":
+        raise UserError(f"{model.info.name} is an image model; load a text model (minilm) to find the 'it' head")
+    kw = {k: v for k, v in (run_kw or {}).items() if k in ("max_tokens", "dk_scale", "dk_layers")}
+    r = model.run(text, **kw)
+    heads = rank_heads(r.attentions, list(query), list(a), list(b))
+    return Ranking(model.info.name, bool(model.info.trained), list(r.tokens), list(query), list(a), list(b), heads)
