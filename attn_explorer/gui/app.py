@@ -84,7 +84,7 @@ def build_window(args, settings: QSettings | None = None, loader=None):
             raise UserError(f"unknown lesson {lesson!r}: choose from {', '.join(LESSONS)}")
         window.show_page("lessons", pin=True)
         window.pages["lessons"].show_lesson(lesson)
-    elif image:
+    elif image and not view:
         window.show_page("overlay")
     state.load_model(src, want_image=bool(image))
     return window, state

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Signal
+from PySide6.QtCore import QRectF, QTimer, Signal
 from PySide6.QtGui import QPen, QColor
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
@@ -72,6 +72,11 @@ class HeadGridView(LazyPage, QWidget):
         lay.addWidget(self.stack, 1)
 
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        self._fit_timer = QTimer(self)
+        self._fit_timer.setSingleShot(True)
+        self._fit_timer.setInterval(0)
+        self._fit_timer.timeout.connect(self._fit_view)
+        self.plot.vb.sigResized.connect(self._fit_timer.start)
         state.attention_ready.connect(lambda *_: self.stack.show_canvas())
         state.attention_ready.connect(self.show_result)
         state.model_loading.connect(self._loading)
@@ -118,6 +123,27 @@ class HeadGridView(LazyPage, QWidget):
             ys += [0, L * c]
         self.separators.setData(np.array(xs, float), np.array(ys, float))
         self.plot.setRange(xRange=(0, H * c), yRange=(0, L * c), padding=0.01)
+        self._fit_timer.start()
+
+    def _fit_view(self) -> None:
+        """Shrink the plot (by layout margins) until its view box has the mosaic's shape, so the axes hug
+        the square tiles instead of framing empty space (the aspect lock alone pads the view)."""
+        L, H = self._shape
+        if not L or not H:
+            return
+        lay = self.canvas.ci.layout
+        ml, mt, mr, mb = lay.getContentsMargins()
+        vb = self.plot.vb.size()
+        total_w, total_h = vb.width() + ml + mr, vb.height() + mt + mb
+        if total_w <= 0 or total_h <= 0:
+            return
+        want = H / L  # width / height of the mosaic in cells
+        if total_w / total_h > want:
+            side, top = (total_w - total_h * want) / 2, 0.0
+        else:
+            side, top = 0.0, (total_h - total_w / want) / 2
+        if abs(side - ml) > 1 or abs(top - mt) > 1:
+            lay.setContentsMargins(side, top, side, top)
 
     def _move_highlight(self, layer: int, head: int) -> None:
         if self._shape == (0, 0):

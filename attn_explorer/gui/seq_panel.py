@@ -79,7 +79,7 @@ class SeqLenPanel(QGroupBox):
         self.debounce.setInterval(30)
         self.fit: np.ndarray | None = None
         self.no_fit_reason = ""
-        for w in (self.slider, self.sweep_button):  # nothing to cut or time before the first result
+        for w in (self.slider, self.sweep_button):  # nothing to cut or time before a model is there
             w.setEnabled(False)
         self._image_mode = False
 
@@ -129,6 +129,7 @@ class SeqLenPanel(QGroupBox):
             self.state.set_max_tokens(v if v < self.slider.maximum() else None)
 
     def _model_loaded(self, info) -> None:
+        self.sweep_button.setEnabled(not self.state.sweeping)  # a model is there to time
         self.fit = None
         self.sweep_readout.setText("")
         self.progress.setRange(0, 1)

@@ -43,7 +43,7 @@ def sound_fit(ns, ms) -> tuple[np.ndarray | None, str]:
     t = np.asarray(ms, dtype=np.float64).ravel()
     distinct = np.unique(n[n > 0])
     if distinct.size < FIT_MIN_LENGTHS:
-        return None, f"no fit: it needs {FIT_MIN_LENGTHS} different n, there are {distinct.size}"
+        return None, f"no fit yet: it needs {FIT_MIN_LENGTHS} different n (so far {distinct.size})"
     span = distinct[-1] / distinct[0]
     if span < FIT_MIN_SPAN:
         return None, f"no fit: n spans {span:.1f}×, a fit needs {FIT_MIN_SPAN:.0f}×"

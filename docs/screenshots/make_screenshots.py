@@ -31,6 +31,7 @@ VIEWS = {  # file -> main.py arguments
     "tokens.png": ["--view", "tokens"],
     "overlay.png": ["--view", "overlay", "--image", str(SAMPLE)],
     "grid-image.png": ["--view", "grid", "--image", str(SAMPLE)],
+    "head-1024x700.png": ["--view", "head", "--size", "1024x700"],  # a small screen: everything still legible
 }
 MAX_BYTES = 300_000
 
