@@ -73,6 +73,12 @@ class Model:
                                 notes=prep.notes, total_tokens=prep.total_tokens)
         return self._image_result(out, ms, prep, dk_scale, hidden)
 
+    def generate(self, prompt: str, max_new_tokens=32, temperature=0.0, top_k=None, chat: bool = False, seed=None):
+        """Steps of generating text after prompt, each with its attention (decoders; see api.generate)."""
+        from attn_explorer.api.generate import generate
+
+        return generate(self, prompt, max_new_tokens, temperature, top_k, chat, seed)
+
     def prepare(self, x, max_tokens: int | None = None, image_size: int | None = None) -> Prepared:
         """x made ready for the module, as run makes it (for analyses that run the module themselves)."""
         if self.info.modality == "text":

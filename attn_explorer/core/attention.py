@@ -17,6 +17,38 @@ from attn_explorer.core.linear import Linear, PackedLinears
 from attn_explorer.core.positional import apply_rope
 
 
+class LayerKV:
+    """One layer's keys and values of the tokens seen so far, (B, H_kv, n, d_k) each (after RoPE, before
+    grouped-query repetition), so each new token computes only its own k and v."""
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new tokens' k and v; returns every token's k and v."""
+        if self.k is not None:
+            k, v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
+        self.k, self.v = k, v
+        return k, v
+
+
+class KVCache:
+    """Every layer's LayerKV: what a decoder keeps between generation steps."""
+
+    def __init__(self, num_layers: int):
+        self.layers = [LayerKV() for _ in range(num_layers)]
+
+    @property
+    def length(self) -> int:
+        """Tokens already in the cache (the position of the next one)."""
+        return self.layers[0].length
+
+
 @dataclass
 class AttentionOptions:
     """What an attention layer needs besides its input; travels down the stack as one argument."""
@@ -28,6 +60,7 @@ class AttentionOptions:
     rope: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin) from positional.rope_tables
     capture: dict | None = None  # receives q, k, values, head_outputs (see MultiHeadAttention.forward)
     probs_out: torch.Tensor | None = None  # contiguous (B, H, N, M) buffer to compute the probabilities in
+    kv: LayerKV | None = None  # past keys and values: the N new tokens attend to M = past + N keys
 
 
 def attention_scale(d_k: int, dk_scale: float = 1.0, scale: float | None = None) -> float:
@@ -181,7 +214,8 @@ class MultiHeadAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, opts: AttentionOptions | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, N, D). Returns (output (B, N, D), probs (B, H, N, N) or None).
+        """x: (B, N, D). Returns (output (B, N, D), probs (B, H, N, M) or None); M = N without a cache,
+        past + N with one (opts.kv).
 
         opts.capture: if a dict is given, it receives per head q and k (B, H, N, d_k; after RoPE,
         before scaling), the values (B, H, N, d_k) and the per-head outputs (B, H, N, D: each
@@ -195,9 +229,11 @@ class MultiHeadAttention(nn.Module):
         v = self._split(v, self.num_kv_heads)
         if o.rope is not None:
             q, k = apply_rope(q, o.rope), apply_rope(k, o.rope)
+        if o.kv is not None:
+            k, v = o.kv.extend(k, v)  # (B, H_kv, M, d_k)
         if self.num_kv_heads != self.num_heads:
             rep = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, H, N, d_k)
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, H, M, d_k)
         cap = o.capture
         if o.need_weights:
             ctx, probs = scaled_dot_product_attention(

@@ -6,7 +6,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention
+from attn_explorer.core.attention import AttentionOptions, KVCache, MultiHeadAttention
 from attn_explorer.core.layers import MLP, LayerScale, SwiGLU, make_norm
 
 
@@ -81,11 +81,13 @@ class BlockStack(nn.Module):
         dk_layers=None,
         output_attentions: bool = False,
         captures: list | dict | None = None,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Returns (x, attentions (B, L, H, N, N) or None).
+        """Returns (x, attentions (B, L, H, N, M) or None); M = N, or past + N with a cache.
 
         opts: mask, causal, rope and dk_scale for every layer (need_weights, capture and probs_out
-        are set here, per layer). captures (see MultiHeadAttention.forward): a list that receives one
+        are set here, per layer). cache: each layer's past keys and values, extended by x's tokens.
+        captures (see MultiHeadAttention.forward): a list that receives one
         dict per layer, or a dict {layer: {}} whose dicts are filled for those layers only.
         """
         opts = AttentionOptions() if opts is None else opts
@@ -96,7 +98,8 @@ class BlockStack(nn.Module):
             # no per-layer n×n allocation and no final stack.
             B, N, _ = x.shape
             H = self.layers[0].attn.num_heads
-            attn = x.new_empty(len(self.layers), B, H, N, N)
+            M = N + (cache.length if cache is not None else 0)
+            attn = x.new_empty(len(self.layers), B, H, N, M)
         for i, block in enumerate(self.layers):
             if captures is None:
                 cap = None
@@ -108,6 +111,7 @@ class BlockStack(nn.Module):
             o = replace(
                 opts, dk_scale=opts.dk_scale if layers is None or i in layers else 1.0,
                 need_weights=output_attentions, capture=cap, probs_out=None if attn is None else attn[i],
+                kv=None if cache is None else cache.layers[i],
             )
             x, _ = block(x, o)
-        return x, (attn.transpose(0, 1) if attn is not None else None)  # (B, L, H, N, N)
+        return x, (attn.transpose(0, 1) if attn is not None else None)  # (B, L, H, N, M)

@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from attn_explorer.core.attention import AttentionOptions
+from attn_explorer.core.attention import AttentionOptions, KVCache
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 
@@ -53,12 +54,24 @@ class GPT2(nn.Module):
         dk_layers=None,
         output_attentions: bool = False,
         captures: list | dict | None = None,
+        cache: KVCache | None = None,
         **_,
     ) -> ModelOutput:
+        """cache: the new tokens sit after the cached ones (positions past..past+N-1) and attend to them too."""
         N = input_ids.shape[1]
-        pos = torch.arange(N, device=input_ids.device)
+        past = 0 if cache is None else cache.length
+        if past + N > self.cfg.max_positions:
+            raise ValueError(f"{past + N} positions; the model has {self.cfg.max_positions}")
+        pos = torch.arange(past, past + N, device=input_ids.device)
         x = self.wte(input_ids) + self.wpe(pos)[None]
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         x, attn = self.blocks(x, AttentionOptions(mask=mask, causal=True, dk_scale=dk_scale), dk_layers=dk_layers,
-                              output_attentions=output_attentions, captures=captures)
+                              output_attentions=output_attentions, captures=captures, cache=cache)
         return ModelOutput(hidden=self.ln_f(x), attentions=attn)
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.cfg.num_layers)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits (..., vocab): GPT-2's LM head is the token embedding (tied)."""
+        return F.linear(hidden, self.wte.weight)

