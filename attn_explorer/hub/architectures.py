@@ -5,15 +5,17 @@ optional transform), the task-head prefixes to strip, and the keys we knowingly 
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from attn_explorer.core.encoder import EncoderConfig, TextEncoder
 from attn_explorer.core.gpt2 import GPT2, GPT2Config
+from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
-from attn_explorer.core.llama import Llama, LlamaConfig
 
 ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu"}
 
@@ -157,8 +159,6 @@ DINOV2_BLOCK = [
     (_V + r"layer_scale(1|2)\.lambda1", _B + r"ls\2.lambda1"),
 ]
 
-ARCHITECTURES: dict[str, Architecture] = {
-    "bert": Architecture("bert", "text", TextEncoder, _encoder_config, ENCODER_RULES, ("bert.",), TEXT_HEADS),
 # ---- Llama (SmolLM2): RMSNorm, RoPE, grouped-query attention, SwiGLU ---------------------------
 
 def _llama_config(cfg: dict) -> LlamaConfig:
@@ -198,6 +198,8 @@ LLAMA_RULES = [
     (r"lm_head\.weight", "lm_head.weight"),  # untied only: a tied model has no place for it
 ]
 
+ARCHITECTURES: dict[str, Architecture] = {
+    "bert": Architecture("bert", "text", TextEncoder, _encoder_config, ENCODER_RULES, ("bert.",), TEXT_HEADS),
     "roberta": Architecture("roberta", "text", TextEncoder, _encoder_config, ENCODER_RULES, ("roberta.",), TEXT_HEADS),
     "gpt2": Architecture(
         "gpt2", "text", GPT2, _gpt2_config, GPT2_RULES, ("transformer.",),
@@ -221,14 +223,94 @@ LLAMA_RULES = [
         "dinov2", "image", VisionTransformer, _dinov2_config, VISION_COMMON + DINOV2_BLOCK, ("dinov2.",),
         ignore=(r"classifier\..*",),
     ),
-}
-# Same layout, other names.
     "llama": Architecture(
         "llama", "text", Llama, _llama_config, LLAMA_RULES, ("model.",),
         ignore=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq"),
     ),
+}
+# Same layout, other names.
 for alias, target in {"xlm-roberta": "roberta", "camembert": "roberta"}.items():
     ARCHITECTURES[alias] = ARCHITECTURES[target]
+
+
+# ---- checking a translated config ---------------------------------------------------------------------
+
+# Our config field -> the name config.json uses, per config class: messages name what the user can fix.
+HF_NAMES = {
+    "EncoderConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                      "mlp_hidden": "intermediate_size", "max_positions": "max_position_embeddings",
+                      "eps": "layer_norm_eps"},
+    "GPT2Config": {"dim": "n_embd", "num_layers": "n_layer", "num_heads": "n_head", "mlp_hidden": "n_inner",
+                   "max_positions": "n_positions", "eps": "layer_norm_epsilon"},
+    "ViTConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                  "mlp_hidden": "intermediate_size", "channels": "num_channels", "eps": "layer_norm_eps",
+                  "layerscale": "layerscale_value"},
+    "LlamaConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                    "num_kv_heads": "num_key_value_heads", "mlp_hidden": "intermediate_size",
+                    "max_positions": "max_position_embeddings", "eps": "rms_norm_eps"},
+}
+_MAY_BE_ZERO = {"num_labels", "pad_token_id", "position_offset"}  # every other int is a count or size >= 1
+
+
+def _json_kind(v: Any) -> str:
+    return {list: "a list", str: "a string", dict: "an object", bool: "true/false", type(None): "null"}.get(
+        type(v), "a number")
+
+
+def check_config(cfg: Any, where: str, names: dict[str, str] | None = None) -> Any:
+    """cfg (one of our config dataclasses) unchanged, or one UserError line naming the field as the user
+    wrote it (names: our field -> theirs): whole numbers >= 1 for sizes and counts, finite non-negative
+    epsilons, real true/false flags, a width the heads divide, patches no larger than the image."""
+    names = names or {}
+    shown = lambda f: names.get(f, f)  # noqa: E731
+    for f in dataclasses.fields(cfg):
+        v, kind = getattr(cfg, f.name), f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        if kind == "int":
+            low = 0 if f.name in _MAY_BE_ZERO else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise UserError(f"{where}: {shown(f.name)} must be a whole number >= {low}, got {v!r}")
+        elif kind in ("float", "float | None"):
+            if v is None and kind == "float | None":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise UserError(f"{where}: {shown(f.name)} must be a finite number >= 0, got {v!r}")
+        elif kind == "bool" and not isinstance(v, bool):
+            raise UserError(f"{where}: {shown(f.name)} must be true or false, got {v!r}")
+        elif kind == "str" and not isinstance(v, str):
+            raise UserError(f"{where}: {shown(f.name)} must be a string, got {v!r}")
+    if cfg.dim % cfg.num_heads:
+        raise UserError(f"{where}: {shown('dim')} {cfg.dim} is not divisible by {shown('num_heads')} {cfg.num_heads} "
+                        "(each head gets an equal share of the width)")
+    if getattr(cfg, "num_kv_heads", None) and cfg.num_heads % cfg.num_kv_heads:
+        raise UserError(f"{where}: {shown('num_heads')} {cfg.num_heads} is not a multiple of "
+                        f"{shown('num_kv_heads')} {cfg.num_kv_heads}")
+    if hasattr(cfg, "act") and cfg.act not in ACTS.values():
+        raise UserError(f"{where}: activation {cfg.act!r} is not supported (supported: {', '.join(sorted(set(ACTS.values())))})")
+    if hasattr(cfg, "patch_size") and cfg.patch_size > cfg.image_size:
+        raise UserError(f"{where}: patch_size {cfg.patch_size} is larger than image_size {cfg.image_size}")
+    return cfg
+
+
+def translate_config(arch: "Architecture", hf_cfg: dict, where: str) -> Any:
+    """config.json (already read) -> our config for arch, checked; every failure one UserError line."""
+    try:
+        cfg = arch.make_config(hf_cfg)
+    except KeyError as e:
+        raise UserError(f"{where}: missing field {e} for {arch.family}") from None
+    except (TypeError, ValueError) as e:  # a string where a number belongs: "eight" * 4
+        raise UserError(f"{where}: a field has the wrong type for {arch.family} ({e})") from None
+    return check_config(cfg, where, HF_NAMES.get(type(cfg).__name__))
+
+
+def config_from_fields(cls: type, stored: Any, where: str) -> Any:
+    """Our config class from the fields a checkpoint stored (missing ones take their defaults), checked."""
+    if not isinstance(stored, dict):
+        raise UserError(f"{where}: the stored config must be a JSON object, not {_json_kind(stored)}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(stored) - known)
+    if unknown:
+        raise UserError(f"{where}: unknown config field {unknown[0]!r} for {cls.__name__} (saved by a newer version?)")
+    return check_config(cls(**stored), where)
 
 
 def supported() -> str:
@@ -236,6 +318,8 @@ def supported() -> str:
 
 
 def architecture_for(cfg: dict, where: str) -> Architecture:
+    if not isinstance(cfg, dict):
+        raise UserError(f"{where}: config.json must be a JSON object {{\"model_type\": ...}}, not {_json_kind(cfg)}")
     mt = cfg.get("model_type")
     if mt is None:
         raise UserError(f"{where}: config.json has no model_type; supported architectures: {supported()}")
@@ -285,4 +369,10 @@ def map_state_dict(arch: Architecture, hf: dict, ours: dict, where: str) -> dict
     for k, t in out.items():
         if tuple(t.shape) != tuple(ours[k].shape):
             raise UserError(f"{where}: shape mismatch for {k!r}: checkpoint {tuple(t.shape)}, config {tuple(ours[k].shape)}")
+    hf_name = {id(t): k for k, t in hf.items()}
+    for k, t in out.items():
+        if not t.is_floating_point():  # integer weights would be copied in silently, or fail deep in torch
+            name = hf_name.get(id(t), k)
+            raise UserError(f"{where}: tensor {name!r} holds {str(t.dtype).replace('torch.', '')}; "
+                            "weights must be floating-point")
     return out

@@ -23,7 +23,7 @@ import torch
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError, first_line
-from attn_explorer.hub.architectures import architecture_for, map_state_dict
+from attn_explorer.hub.architectures import architecture_for, config_from_fields, map_state_dict, translate_config
 from attn_explorer.hub.images import ImagePreprocess
 from attn_explorer.hub.text import TextTokenizer
 
@@ -76,6 +76,42 @@ def _report(progress: Progress | None, frac: float, msg: str) -> None:
 
 def _num_params(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+# Parameters (float32) above this are refused before anything is allocated: the largest model this app
+# reads on a CPU (GPT-2 XL) needs 6.2 GB; a ~300-byte checkpoint asking for 17 GB took minutes to zero-fill.
+MAX_PARAM_BYTES = 8e9
+
+
+def _memory_available() -> float | None:
+    """Bytes the system can hand out now without swapping (Linux MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(float(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def check_param_bytes(build: Callable[[], torch.nn.Module], where: str) -> int:
+    """Build on the meta device (no memory), and refuse with one line when the real module would not fit:
+    over MAX_PARAM_BYTES, or over the memory free now. Returns the predicted bytes."""
+    with torch.device("meta"), _skip_init():
+        nbytes = sum(t.numel() * 4 for t in build().state_dict().values())  # float32 on the CPU first
+    free = _memory_available()
+    limit = min(MAX_PARAM_BYTES, free) if free is not None else MAX_PARAM_BYTES
+    if nbytes > limit:
+        why = f"at most {MAX_PARAM_BYTES / 1e9:g} GB" if limit == MAX_PARAM_BYTES else f"{free / 1e9:.1f} GB is free"
+        raise UserError(f"{where}: its config would need {nbytes / 1e9:.1f} GB for the weights alone ({why}); "
+                        "is the config right?")
+    return nbytes
+
+
+def _regular_file(path: Path, what: str) -> Path:
+    """path, or one UserError line when it is not a regular file: a FIFO would block the open, a folder fails."""
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "a device, pipe or socket"
+        raise UserError(f"{path}: the {what} is not a regular file ({kind})")
+    return path
 
 
 @dataclass
@@ -140,6 +176,8 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
 
     st = sorted(folder.glob("*.safetensors"))
     bin_ = folder / "pytorch_model.bin"
+    for f in st + ([bin_] if bin_.exists() else []):
+        _regular_file(f, "weights file")
     try:
         if st:
             sd = {}
@@ -164,6 +202,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
         raise UserError(f"{folder} is not a model folder: it has no config.json")
+    _regular_file(cfg_file, "config")
     try:
         hf_cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -172,10 +211,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     _report(progress, 0.1, "reading weights")
     hf_sd = read_state_dict(folder)
     _report(progress, 0.6, "mapping weights onto our modules")
-    try:
-        cfg = arch.make_config(hf_cfg)
-    except KeyError as e:
-        raise UserError(f"{cfg_file}: missing field {e} for {arch.family}") from None
+    cfg = translate_config(arch, hf_cfg, str(cfg_file))
     if hasattr(cfg, "pooler"):
         cfg.pooler = any(k.endswith("pooler.dense.weight") for k in hf_sd)
     if hasattr(cfg, "mask_token"):
@@ -232,6 +268,7 @@ def load_checkpoint(path: Path) -> Built:
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
+    _regular_file(path, "checkpoint")
     try:
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
@@ -245,8 +282,20 @@ def load_checkpoint(path: Path) -> Built:
     if family not in OWN_FAMILIES:
         raise UserError(f"{path.name}: unsupported family {family!r}; supported: {', '.join(OWN_FAMILIES)}")
     cfg_cls, model_cls = OWN_FAMILIES[family]
-    cfg = cfg_cls(**json.loads(meta["config"]))
+    if "config" not in meta:
+        raise UserError(f"{path.name}: no config stored in the checkpoint")
+    try:
+        stored = json.loads(meta["config"])
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path.name}: the stored config is not valid JSON ({e})") from None
+    cfg = config_from_fields(cfg_cls, stored, path.name)
+    check_param_bytes(lambda: model_cls(cfg), path.name)
     module = model_cls(cfg)
+    ours = module.state_dict()
+    bad = next((k for k, t in sd.items() if k in ours and t.shape != ours[k].shape), None)
+    if bad is not None:
+        raise UserError(f"{path.name}: checkpoint does not match its config (shape of {bad!r}: stored "
+                        f"{tuple(sd[bad].shape)}, config {tuple(ours[bad].shape)})")
     missing, unexpected = module.load_state_dict(sd, strict=False)
     if missing or unexpected:
         k = (missing or unexpected)[0]
@@ -334,6 +383,11 @@ def build(src: str | os.PathLike, progress: Progress | None = None) -> Built:
 
         folder = dinov2_small_folder(progress=(lambda f, m: _report(progress, 0.5 * f, m)) if progress else None)
         return load_folder(folder, "dinov2-small", progress, note=NOTE)
+    if s == "smollm2-135m":
+        from attn_explorer.hub.gguf import NOTE as SMOLLM2_NOTE, smollm2_folder
+
+        folder = smollm2_folder(progress=(lambda f, m: _report(progress, 0.6 * f, m)) if progress else None)
+        return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE)
     path = Path(s).expanduser()
     if path.is_dir():
         return load_folder(path, s, progress)
@@ -350,8 +404,3 @@ def build(src: str | os.PathLike, progress: Progress | None = None) -> Built:
 
 
 __all__ = ["build", "Built", "load_folder", "save_checkpoint", "builtin_models", "default_image_model"]
-    if s == "smollm2-135m":
-        from attn_explorer.hub.gguf import NOTE as SMOLLM2_NOTE, smollm2_folder
-
-        folder = smollm2_folder(progress=(lambda f, m: _report(progress, 0.6 * f, m)) if progress else None)
-        return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE)
