@@ -49,3 +49,16 @@ class RunResult:
     @property
     def num_tokens(self) -> int:
         return len(self.tokens)
+
+    def to_bertviz(self):
+        """(attention, tokens) as bertviz's `head_view` and `model_view` take them: a tuple of L torch
+        tensors shaped (1, H, N, N), one per layer, and the N tokens (torch is imported here, on first use).
+
+        >>> from bertviz import head_view
+        >>> attention, tokens = model.run("The animal didn't cross the street.").to_bertviz()
+        >>> head_view(attention, tokens)
+        """
+        import torch
+
+        att = torch.from_numpy(np.array(self.attentions, dtype=np.float32))  # (L, H, N, N), a copy
+        return tuple(att[i].unsqueeze(0) for i in range(att.shape[0])), list(self.tokens)
