@@ -86,7 +86,9 @@ def trace_block(text: str, dim: int = 64, num_heads: int = 4, mlp_hidden: int = 
     def keep(key: str, pre: bool = False):
         if pre:  # the sub-module's input: a point on the residual stream
             return lambda mod, args: seen.__setitem__(key, args[0].detach().clone())
-        return lambda mod, args, out: seen.__setitem__(key, (out[0] if isinstance(out, tuple) else out).detach().clone())
+        def after(mod, args, out):
+            seen[key] = (out[0] if isinstance(out, tuple) else out).detach().clone()  # MHA returns (out, probs)
+        return after
 
     hooks = [block.norm1.register_forward_pre_hook(keep("x", pre=True)),
              block.norm1.register_forward_hook(keep("ln1")),

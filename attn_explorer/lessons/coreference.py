@@ -74,6 +74,7 @@ class HeadScore:
     score: float  # to_a - to_b
     to_a: float  # weight from the query to the target A (summed over its pieces)
     to_b: float  # weight from the query to the rival B
+    others_to_a: float  # mean weight to A from every other token: is the query special, or does everyone look at A?
 
 
 def head_scores(attentions: np.ndarray, query: list[int], a: list[int], b: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -96,10 +97,13 @@ def rank_heads(attentions: np.ndarray, query: list[int], a: list[int], b: list[i
     """Every (layer, head), best first: the most weight to A rather than to B."""
     to_a, to_b = head_scores(attentions, query, a, b)
     score = to_a - to_b
+    att = np.asarray(attentions)
+    others = [i for i in range(att.shape[-1]) if i not in set(query) | set(a) | set(b)]
+    base = att[:, :, others][..., a].sum(-1).mean(-1) if others else np.zeros_like(score)  # (L, H)
     order = np.lexsort((np.arange(score.size), -score.ravel()))  # ties: earlier head first
     L, H = score.shape
-    return [HeadScore(int(i // H), int(i % H), float(score.flat[i]), float(to_a.flat[i]), float(to_b.flat[i]))
-            for i in order]
+    return [HeadScore(int(i // H), int(i % H), float(score.flat[i]), float(to_a.flat[i]), float(to_b.flat[i]),
+                      float(base.flat[i])) for i in order]
 
 
 @dataclass

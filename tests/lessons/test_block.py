@@ -18,7 +18,8 @@ def test_points_equal_a_direct_computation():
     assert blk.norm_first
     words, x = block.embed_words(TEXT, 64)
     assert t.words == words and len(words) == 12
-    np.testing.assert_array_equal(x[0, 1].numpy(), (word_vector("animal", 64) + sinusoidal_positions(12, 64)[1]).numpy())
+    animal = word_vector("animal", 64) + sinusoidal_positions(12, 64)[1]
+    np.testing.assert_array_equal(x[0, 1].numpy(), animal.numpy())
     with torch.inference_mode():
         ln1 = blk.norm1(x)
         mha, _ = blk.attn(ln1)
@@ -67,7 +68,8 @@ def test_stream_norms_of_a_pre_ln_model_grow():
     import attn_explorer as ax
     from attn_explorer.resources import resource_path
 
-    s = block.stream_norms(ax.load_model("textbook-vit", device="cpu"), str(resource_path("samples", "chelsea-cat.jpg")))
+    cat = str(resource_path("samples", "chelsea-cat.jpg"))
+    s = block.stream_norms(ax.load_model("textbook-vit", device="cpu"), cat)
     assert s.norm_first and not s.trained
     assert len(s.norms) == 7 and s.num_tokens == 197
     assert s.norms[-1] > s.norms[0]

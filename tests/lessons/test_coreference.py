@@ -71,3 +71,11 @@ def test_minilm_ranking_for_the_primer_sentence():
 def test_image_model_is_refused_in_one_line():
     with pytest.raises(UserError):
         co.find_heads(ax.load_model("textbook-vit", device="cpu"), "x", [0], [1], [2])
+
+
+def test_others_to_a_is_the_mean_weight_from_every_other_token():
+    att = np.zeros((1, 1, 5, 5))
+    att[0, 0, :, 1] = [0.2, 0.0, 0.4, 0.9, 0.6]  # token 1 is A, 2 is B, 3 is the query
+    h = co.rank_heads(att, [3], [1], [2])[0]
+    assert h.to_a == pytest.approx(0.9)
+    assert h.others_to_a == pytest.approx((0.2 + 0.6) / 2)  # tokens 0 and 4

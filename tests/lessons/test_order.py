@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from attn_explorer.core.positional import sinusoidal_positions
 from attn_explorer.errors import UserError
@@ -54,4 +53,3 @@ def test_encoding_table_and_similarity_are_core_sinusoids():
     assert sim[5, 6] > sim[5, 15]  # near positions are more alike than far ones
     with pytest.raises(UserError):
         order.encoding_table(10, 7)
-    assert torch.is_tensor(sinusoidal_positions(2, 2))

@@ -1,0 +1,172 @@
+"""Lesson page "scaling": why attention divides its scores by √d_k.
+
+Three plots over d_k = 4…1024 (log x axis), each with two curves, scaled (÷√d_k) and unscaled: the
+spread of the scores, the softmax's entropy, and the size of its gradient. The numbers come from
+`lessons.scaling` (core's scaled_dot_product_attention; autograd for the gradient), computed in the GUI
+thread: nine small random matrices take milliseconds. A table below lists every number drawn.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QAbstractItemView, QAbstractScrollArea, QBoxLayout, QHBoxLayout, QHeaderView, QSpinBox,
+                               QTableWidget, QTableWidgetItem, QWidget)
+
+from attn_explorer.errors import UserError, error_message
+from attn_explorer.gui.lessons.number_tables import explanation, message_label, scrolling_page
+from attn_explorer.session import lessons as L
+from attn_explorer.session.state import SessionState
+
+INTRO = (
+    "<b>Why divide by √d_k?</b> A score is a dot product q·k: d_k products added up. If each number in q "
+    "and k is random with spread 1, the sum has spread √d_k. So the longer the vectors, the further apart "
+    "the scores. Softmax turns big gaps into near-certainty: one key gets almost all the weight. "
+    "The softmax <i>saturates</i>, and its gradient vanishes, so learning stalls.<br>"
+    "Dividing by √d_k brings the spread back to about 1 at every d_k. Here q and k are random (seeded); "
+    "each query chooses among the keys. <span style='color:#1f77b4'><b>Blue</b></span>: scaled by 1/√d_k. "
+    "<span style='color:#d62728'><b>Red</b></span>: not scaled."
+)
+SCALED, UNSCALED = "#1f77b4", "#d62728"
+SIDE_BY_SIDE_PX = 900
+COLUMNS = ["d_k", "spread ÷√d_k", "spread", "entropy ÷√d_k", "entropy", "gradient ÷√d_k", "gradient"]
+
+
+def _plot(title: str, y_label: str, log_y: bool, legend_at: tuple[int, int]) -> pg.PlotWidget:
+    """legend_at: pyqtgraph's legend offset (x > 0: from the left; y < 0: from the bottom), where the curves are not."""
+    w = pg.PlotWidget(title=title)
+    w.setMinimumSize(220, 240)
+    w.setMaximumHeight(340)
+    p = w.getPlotItem()
+    p.getAxis("left").enableAutoSIPrefix(False)  # no "(x0.001)" beside log ticks
+    p.addLegend(offset=legend_at, labelTextSize="8pt")
+    p.setLogMode(x=True, y=log_y)
+    p.setLabel("bottom", "d_k (log scale)")
+    p.setLabel("left", y_label)
+    p.showGrid(x=True, y=True, alpha=0.25)
+    p.setMouseEnabled(False, False)
+    p.hideButtons()
+    return w
+
+
+class LessonPage(QWidget):
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.calc = L.calc("scaling")
+        self.curves = None  # the ScalingCurves on screen
+        lay = scrolling_page(self)
+        lay.addWidget(explanation(INTRO))
+        knobs = QHBoxLayout()
+        self.keys = QSpinBox()
+        self.keys.setRange(2, 1024)
+        self.keys.setValue(16)
+        self.keys.setPrefix("keys: ")
+        self.keys.setToolTip("How many keys each query chooses among (the most entropy is log₂ of it)")
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 9999)
+        self.seed.setPrefix("seed: ")
+        self.seed.setToolTip("Another seed draws other random q and k")
+        for w in (self.keys, self.seed):
+            knobs.addWidget(w)
+        knobs.addStretch(1)
+        lay.addLayout(knobs)
+        self.message = message_label()
+        lay.addWidget(self.message)
+
+        self.spread_plot = _plot("Spread (std) of the scores", "std", log_y=True, legend_at=(8, 8))
+        self.entropy_plot = _plot("Softmax entropy", "bits", log_y=False, legend_at=(8, -8))
+        self.grad_plot = _plot("Softmax gradient size", "|∂loss/∂score|", log_y=True, legend_at=(8, -8))
+        self.plots = QBoxLayout(QBoxLayout.TopToBottom)
+        for w in (self.spread_plot, self.entropy_plot, self.grad_plot):
+            self.plots.addWidget(w)
+        lay.addLayout(self.plots)
+        self.summary = explanation("")
+        lay.addWidget(self.summary)
+        lay.addWidget(explanation(
+            "<b>What the numbers are.</b> <i>Spread</i>: the standard deviation of the scores the softmax "
+            "receives. <i>Entropy</i>: how spread out one query's weights are, in bits, averaged over queries "
+            "(log₂ of the number of keys when all are equal, 0 when one key takes everything). "
+            "<i>Gradient</i>: for a random loss on the weights, the length of its gradient with respect to "
+            "the scores, for the typical (median) query, by torch autograd."))
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setSelectionMode(QAbstractItemView.NoSelection)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.table.setSizeAdjustPolicy(QAbstractScrollArea.AdjustToContents)
+        lay.addWidget(self.table, 0, Qt.AlignLeft)
+        lay.addStretch(1)
+
+        self.keys.valueChanged.connect(self.recompute)
+        self.seed.valueChanged.connect(self.recompute)
+        self.recompute()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        wide = event.size().width() >= SIDE_BY_SIDE_PX
+        self.plots.setDirection(QBoxLayout.LeftToRight if wide else QBoxLayout.TopToBottom)
+
+    def recompute(self) -> None:
+        try:
+            c = self.calc.scaling_curves(num_keys=self.keys.value(), seed=self.seed.value())
+        except UserError as e:
+            self.curves = None
+            self.message.setText(error_message(e))
+            for w in (self.spread_plot, self.entropy_plot, self.grad_plot):
+                w.getPlotItem().clear()
+            self.table.setRowCount(0)
+            self.summary.setText("")
+            return
+        self.curves = c
+        self.message.setText("")
+        self._draw(c)
+        self._fill_table(c)
+        last = -1
+        self.summary.setText(
+            f"At d_k = {c.dims[last]}: without scaling the scores spread {c.spread.unscaled[last]:.1f} "
+            f"(√d_k = {np.sqrt(c.dims[last]):.0f}), the entropy falls to {c.entropy.unscaled[last]:.2f} bits of "
+            f"at most {c.max_entropy:.2f}, and the gradient to {c.gradient.unscaled[last]:.1e}. "
+            f"With ÷√d_k: spread {c.spread.scaled[last]:.2f}, entropy {c.entropy.scaled[last]:.2f} bits, "
+            f"gradient {c.gradient.scaled[last]:.2f}. "
+            f"({c.num_queries} random queries, {c.num_keys} keys, seed {c.seed}.)")
+
+    def _draw(self, c) -> None:
+        x = c.dims.astype(float)
+        for w, curve in ((self.spread_plot, c.spread), (self.entropy_plot, c.entropy), (self.grad_plot, c.gradient)):
+            p = w.getPlotItem()
+            p.clear()
+            p.legend.clear()
+            log_y = p.ctrl.logYCheck.isChecked()
+            floor = 1e-12 if log_y else -np.inf  # log axes cannot show 0
+            for ys, colour, name in ((curve.scaled, SCALED, "÷√d_k"), (curve.unscaled, UNSCALED, "not scaled")):
+                p.plot(x, np.maximum(ys, floor), pen=pg.mkPen(colour, width=2), symbol="o", symbolSize=6,
+                       symbolBrush=colour, symbolPen=None, name=name)
+            if w is self.entropy_plot:
+                top = pg.InfiniteLine(c.max_entropy, angle=0, pen=pg.mkPen("#777", style=Qt.DashLine),
+                                      label=f"most: log₂ {c.num_keys} = {c.max_entropy:.2f}",
+                                      labelOpts={"position": 0.25, "color": "#555"})
+                p.addItem(top)
+                p.setYRange(0, c.max_entropy * 1.08, padding=0)
+            else:
+                p.enableAutoRange()
+
+    def _fill_table(self, c) -> None:
+        rows = [c.dims, c.spread.scaled, c.spread.unscaled, c.entropy.scaled, c.entropy.unscaled,
+                c.gradient.scaled, c.gradient.unscaled]
+        fmts = ["{:.0f}", "{:.2f}", "{:.2f}", "{:.2f}", "{:.2f}", "{:.3f}", "{:.1e}"]
+        self.table.setRowCount(len(c.dims))
+        for i in range(len(c.dims)):
+            for j, (col, fmt) in enumerate(zip(rows, fmts)):
+                item = QTableWidgetItem(fmt.format(float(col[i])))
+                item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                self.table.setItem(i, j, item)
+        h = self.table.horizontalHeader().height() + sum(self.table.rowHeight(i) for i in range(len(c.dims)))
+        self.table.setFixedHeight(h + 2 * self.table.frameWidth() + 2)
+
+    def cell_texts(self) -> list[list[str]]:
+        """The table as drawn (tests)."""
+        return [[self.table.item(i, j).text() for j in range(self.table.columnCount())]
+                for i in range(self.table.rowCount())]

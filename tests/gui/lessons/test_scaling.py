@@ -1,0 +1,55 @@
+"""Lesson page "scaling": curves and table show the pure numbers and follow the knobs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attn_explorer.lessons import scaling
+from attn_explorer.session.state import SessionState
+
+
+@pytest.fixture
+def page(qtbot):
+    from attn_explorer.gui.lessons.scaling import LessonPage
+
+    state = SessionState(device="cpu")
+    p = LessonPage(state)
+    qtbot.addWidget(p)
+    p.resize(1000, 800)
+    p.show()
+    yield p
+    state.shutdown()
+
+
+def _curve_y(plot, index: int) -> np.ndarray:
+    item = plot.getPlotItem().listDataItems()[index]
+    y = item.getData()[1]
+    return 10 ** y if plot.getPlotItem().ctrl.logYCheck.isChecked() else y  # log mode stores log10 values
+
+
+def test_plots_and_table_equal_the_pure_curves(page):
+    want = scaling.scaling_curves(num_keys=16, seed=0)
+    np.testing.assert_allclose(_curve_y(page.spread_plot, 0), want.spread.scaled, rtol=1e-6)
+    np.testing.assert_allclose(_curve_y(page.spread_plot, 1), want.spread.unscaled, rtol=1e-6)
+    np.testing.assert_allclose(_curve_y(page.entropy_plot, 1), want.entropy.unscaled, rtol=1e-6)
+    np.testing.assert_allclose(_curve_y(page.grad_plot, 1), want.gradient.unscaled, rtol=1e-6)
+    rows = page.cell_texts()
+    assert [r[0] for r in rows] == [str(d) for d in scaling.DIMS]
+    assert rows[-1][2] == f"{want.spread.unscaled[-1]:.2f}"
+    assert rows[-1][4] == f"{want.entropy.unscaled[-1]:.2f}"
+    assert rows[-1][6] == f"{want.gradient.unscaled[-1]:.1e}"
+    assert f"{want.entropy.unscaled[-1]:.2f} bits" in page.summary.text()
+
+
+def test_changing_keys_and_seed_recomputes_everything(page):
+    page.keys.setValue(64)
+    want = scaling.scaling_curves(num_keys=64, seed=0)
+    assert page.curves.num_keys == 64
+    np.testing.assert_allclose(_curve_y(page.entropy_plot, 0), want.entropy.scaled, rtol=1e-6)
+    assert page.cell_texts()[0][3] == f"{want.entropy.scaled[0]:.2f}"
+    assert "log₂ 64" in " ".join(i.label.toPlainText() for i in page.entropy_plot.getPlotItem().items
+                                  if hasattr(i, "label") and hasattr(i.label, "toPlainText"))
+    page.seed.setValue(7)
+    again = scaling.scaling_curves(num_keys=64, seed=7)
+    np.testing.assert_allclose(_curve_y(page.spread_plot, 1), again.spread.unscaled, rtol=1e-6)
+    assert "seed 7" in page.summary.text()
