@@ -9,7 +9,7 @@ its label.
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QRectF
+from PySide6.QtCore import QRectF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
@@ -30,7 +30,10 @@ def head_matrix(r, layer: int, head: int, hide_special: bool) -> tuple[np.ndarra
 
 
 class HeadView(LazyPage, QWidget):
-    """One large heatmap of the selected head."""
+    """One large heatmap of the selected head. Double-clicking a row asks to look inside the head for that
+    query token (`inside_requested(token index)`; the window opens the "Inside a head" lesson)."""
+
+    inside_requested = Signal(int)
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
@@ -61,6 +64,7 @@ class HeadView(LazyPage, QWidget):
         lay.addWidget(self.readout)
 
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
+        self.canvas.scene().sigMouseClicked.connect(self._clicked)
         state.attention_ready.connect(self.refresh)
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self._options)
@@ -105,6 +109,18 @@ class HeadView(LazyPage, QWidget):
     def describe(self, i: int, j: int) -> str:
         """`query "it" → key "animal": 0.43` for row i, column j."""
         return f'query "{self.tokens[i]}" → key "{self.tokens[j]}": {self.matrix[i, j]:.2f}'
+
+    def _clicked(self, ev) -> None:
+        r = self.state.result
+        if not ev.double() or self.matrix is None or r is None:
+            return
+        i = int(np.floor(self.plot.vb.mapSceneToView(ev.scenePos()).y()))
+        shown = np.arange(r.num_tokens)
+        if len(self.tokens) < r.num_tokens:  # special tokens hidden: row i is the i-th kept token
+            shown = shown[~np.asarray(r.special, dtype=bool)]
+        if 0 <= i < len(shown):
+            self.state.set_query(int(shown[i]))
+            self.inside_requested.emit(int(shown[i]))
 
     def _hovered(self, scene_pos):
         if self.matrix is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):

@@ -105,6 +105,8 @@ class MainWindow(WindowActions, QMainWindow):
         self.token_view = self.pages["tokens"]
         self.overlay = self.pages["overlay"]
         self.grid.head_opened.connect(lambda *_: self.show_page("head"))
+        for view in (self.head_view, self.token_view):
+            view.inside_requested.connect(lambda *_: self.open_lesson("inside-a-head"))
         self.tabs.currentChanged.connect(self._page_switched)
 
         self.banner = Banner()
@@ -170,6 +172,11 @@ class MainWindow(WindowActions, QMainWindow):
             raise KeyError(name)
         self._page_pinned = self._page_pinned or pin
         self.tabs.setCurrentWidget(self._tab_of[name])
+
+    def open_lesson(self, name: str) -> None:
+        """Show the Lessons tab at lesson `name` (the views' "look inside this head" path)."""
+        self.show_page("lessons")
+        self.pages["lessons"].show_lesson(name)
 
     def _page_switched(self, _index: int) -> None:
         # the render time is measured from a result to the current page's paint; a switch breaks that

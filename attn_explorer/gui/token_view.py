@@ -13,7 +13,7 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListWidget, QListWidgetItem,
                                QVBoxLayout, QWidget)
 
@@ -75,6 +75,8 @@ class TokenStrip(QListWidget):
 
 
 class TokenFocusView(LazyPage, QWidget):
+    inside_requested = Signal(int)  # a token was double-clicked: look inside the selected head for it
+
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
@@ -110,7 +112,7 @@ class TokenFocusView(LazyPage, QWidget):
         self._centred: tuple | None = None  # (tokens, query, keys shown) the key window was centred for
 
         top = QHBoxLayout()
-        top.addWidget(QLabel("Click a token:"))
+        top.addWidget(QLabel("Click a token (double-click: look inside the head):"))
         top.addStretch(1)
         top.addWidget(self.hide_special)
         lay = QVBoxLayout(self)
@@ -122,6 +124,7 @@ class TokenFocusView(LazyPage, QWidget):
         lay.addWidget(self.sentence)
 
         self.strip.currentRowChanged.connect(self._strip_clicked)
+        self.strip.itemDoubleClicked.connect(self._strip_double_clicked)
         self.hide_special.toggled.connect(lambda on: state.set_options(hide_special=on))
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         state.attention_ready.connect(self.refresh)
@@ -137,6 +140,11 @@ class TokenFocusView(LazyPage, QWidget):
     def _strip_clicked(self, row: int) -> None:
         if row >= 0:
             self.state.set_query(row)
+
+    def _strip_double_clicked(self, item) -> None:
+        i = int(item.data(Qt.UserRole))
+        self.state.set_query(i)
+        self.inside_requested.emit(i)
 
     def _clicked(self, ev) -> None:
         info = self.state.info

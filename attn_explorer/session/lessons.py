@@ -11,12 +11,19 @@ from types import ModuleType
 
 from attn_explorer.lessons import LESSONS, lesson_names
 
-__all__ = ["LESSONS", "lesson_names", "calc"]
+__all__ = ["LESSONS", "lesson_names", "calc", "head_trace"]
 
 
 def calc(name: str) -> ModuleType:
     """The pure module of one lesson ("by-hand" or "by_hand" -> attn_explorer.lessons.by_hand)."""
     return importlib.import_module(f"attn_explorer.lessons.{name.replace('-', '_')}")
+
+
+def head_trace(model, x, layer: int, head: int, query: int, run_kw: dict):
+    """`api.probe.head_trace` for a worker (`state.submit`): the lessons floor may not import api/, nor may gui/."""
+    from attn_explorer.api.probe import head_trace as trace
+
+    return trace(model, x, layer, head, query, **run_kw)
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -1,0 +1,126 @@
+"""Lesson page "projections": X times W_Q, W_K, W_V gives Q, K, V; then the pattern and the output.
+
+Numbers from `lessons.projections` (our core's MultiHeadAttention with one head), computed in the GUI
+thread: a handful of 4×4 products. Bad cells give one line on the page; the last good numbers stay.
+"""
+from __future__ import annotations
+
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QWidget
+
+from attn_explorer.errors import UserError, error_message
+from attn_explorer.gui.lessons.number_tables import (EditableTable, MatrixBox, NumberTable, WrapRow, explanation,
+                                                     message_label, scrolling_page)
+from attn_explorer.session import lessons as L
+from attn_explorer.session.state import SessionState
+
+INTRO = (
+    "<b>Q, K and V are three roles.</b> Each token starts as one vector x (here 4 numbers, one row of X). "
+    "Three learned matrices turn it into three vectors: a query Q = X W<sub>Q</sub> (what it looks for), a "
+    "key K = X W<sub>K</sub> (what it offers to be found by) and a value V = X W<sub>V</sub> (what it passes "
+    "on). A row times a 4×4 matrix is again 4 numbers. Then attention runs as before: the pattern "
+    "softmax(Q Kᵀ / √d_k) has one row per token, and its rows average the values. The output has one row "
+    "per token and 4 numbers per row: the same shape as X, so the next layer can take it.<br>"
+    "These matrices are random (seeded), as before training. Edit X, type other words, or re-roll."
+)
+
+
+class LessonPage(QWidget):
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.calc = L.calc("projections")
+        self.result = None  # the last good Projected
+        lay = scrolling_page(self)
+        lay.addWidget(explanation(INTRO))
+
+        row = QHBoxLayout()
+        self.words = QLineEdit(self.calc.DEFAULT_WORDS)
+        self.words.setToolTip("Each word gets a fixed random vector (the same word, the same vector)")
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 99999)
+        self.seed.setPrefix("seed ")
+        self.reroll = QPushButton("Re-roll W")
+        row.addWidget(QLabel("Words:"))
+        row.addWidget(self.words, 1)
+        row.addWidget(self.seed)
+        row.addWidget(self.reroll)
+        lay.addLayout(row)
+        self.message = message_label()
+        lay.addWidget(self.message)
+
+        self.x_table = EditableTable()
+        self.w_tables = {k: NumberTable() for k in ("q", "k", "v")}
+        self.qkv_tables = {k: NumberTable() for k in ("q", "k", "v")}
+        self.pattern = NumberTable(digits=3, signed=False)
+        self.output = NumberTable()
+        self.x_box = MatrixBox("X", self.x_table)
+        self.w_boxes = {k: MatrixBox(f"W<sub>{k.upper()}</sub> (4×4)", t) for k, t in self.w_tables.items()}
+        self.qkv_boxes = {k: MatrixBox(k.upper(), t) for k, t in self.qkv_tables.items()}
+        self.pattern_box = MatrixBox("pattern", self.pattern)
+        self.output_box = MatrixBox("output", self.output)
+        self.rows = []
+        for title, boxes in (("Input and weights", [self.x_box, *self.w_boxes.values()]),
+                             ("Queries, keys, values", list(self.qkv_boxes.values())),
+                             ("Attention", [self.pattern_box, self.output_box])):
+            lay.addWidget(QLabel(f"<b>{title}</b>"))
+            wrap = WrapRow()
+            for b in boxes:
+                wrap.add(b)
+            self.rows.append(wrap)
+            lay.addWidget(wrap)
+        self.shapes = QLabel("")
+        self.shapes.setWordWrap(True)
+        lay.addWidget(self.shapes)
+        lay.addStretch(1)
+
+        self.words.editingFinished.connect(self.load_words)
+        self.seed.valueChanged.connect(self.recompute)
+        self.reroll.clicked.connect(lambda: self.seed.setValue(self.seed.value() + 1))
+        self.x_table.edited.connect(self.recompute)
+        self.load_words()
+
+    def load_words(self) -> None:
+        try:
+            words, x = self.calc.word_vectors(self.words.text())
+        except UserError as exc:
+            self.message.setText(error_message(exc) + " (the numbers below are from the last good input)")
+            return
+        self.x_table.set_matrix(x, words, ["1", "2", "3", "4"])
+        self.recompute()
+
+    def tokens(self) -> list[str]:
+        return [self.x_table.verticalHeaderItem(i).text() for i in range(self.x_table.rowCount())]
+
+    def recompute(self, *_) -> None:
+        try:
+            x = L.calc("by-hand").parse_table(self.x_table.texts(), "X")
+            w = self.calc.random_weights(self.seed.value())
+            p = self.calc.project(x, w)
+        except UserError as exc:
+            self.message.setText(error_message(exc) + " (the numbers below are from the last good input)")
+            return
+        self.message.setText("")
+        self.result = p
+        self._show(p, w)
+
+    def _show(self, p, w) -> None:
+        toks = self.tokens()
+        n, d = p.x.shape
+        dims = [str(j + 1) for j in range(d)]
+        self.x_box.title.setText(f"<b>X</b> ({n}×{d}: one row per token)")
+        for key, m in (("q", w.w_q), ("k", w.w_k), ("v", w.w_v)):
+            self.w_tables[key].set_matrix(m, dims, dims)
+            self.w_boxes[key].title.setText(f"W<sub>{key.upper()}</sub> ({d}×{d}, seed {w.seed})")
+        for key, m in (("q", p.q), ("k", p.k), ("v", p.v)):
+            self.qkv_tables[key].set_matrix(m, toks, dims)
+            self.qkv_boxes[key].title.setText(
+                f"<b>{key.upper()}</b> = X W<sub>{key.upper()}</sub>: ({n}×{d})·({d}×{d}) = {n}×{m.shape[1]}")
+        self.pattern.set_matrix(p.pattern, toks, toks)
+        self.pattern_box.title.setText(f"<b>pattern</b> = softmax(Q Kᵀ / √{p.q.shape[1]}): {n}×{n}, rows sum to 1")
+        self.output.set_matrix(p.output, toks, dims)
+        self.output_box.title.setText(f"<b>output</b> = pattern · V: ({n}×{n})·({n}×{d}) = {n}×{p.output.shape[1]}")
+        same = p.output.shape == p.x.shape
+        self.shapes.setText(f"X is {n}×{d}; the output is {p.output.shape[0]}×{p.output.shape[1]}: "
+                            + ("the same shape, as promised." if same else "a different shape."))
+        for wrap in self.rows:
+            wrap.refit()
