@@ -24,7 +24,7 @@ from attn_explorer.gui.seq_panel import SeqLenPanel
 from attn_explorer.gui.token_view import TokenFocusView
 from attn_explorer.session.state import SessionState
 
-SCROLL_ABOVE_PX = 400  # pages whose minimum height is more than this sit in a scroll area (1024×700 screens)
+FITTED_PAGES = ("grid", "head", "tokens", "overlay")  # laid out to fit 1024×700 as they are; others scroll
 
 # name -> (tab title, factory(state) -> QWidget). Insertion order is tab order.
 PAGES: dict[str, tuple[str, Callable[[SessionState], QWidget]]] = {}
@@ -90,8 +90,9 @@ class MainWindow(WindowActions, QMainWindow):
             page.setObjectName(f"page-{name}")
             self.pages[name] = page
             holder = page
-            if page.minimumSizeHint().height() > SCROLL_ABOVE_PX:
-                # a page taller than a small screen scrolls instead of forcing the window taller
+            if name not in FITTED_PAGES:
+                # other pages scroll when they need more room than a small screen (1024×700) has,
+                # instead of forcing the window larger
                 holder = QScrollArea()
                 holder.setWidgetResizable(True)
                 holder.setFrameShape(QScrollArea.NoFrame)

@@ -107,6 +107,7 @@ class PatchOverlayView(LazyPage, QWidget):
                                         width=14)
         set_bar_label(self.colorbar, "weight")
         self.colorbar.axis.enableAutoSIPrefix(False)  # weights read as 0.012, not "12 (x0.001)"
+        self.colorbar.axis.setWidth(None)  # wide enough for "0.012" and the title beside it
         self.canvas.addItem(self.colorbar, row=0, col=2)
         for p in (self.small, self.big):
             p.invertY(True)
