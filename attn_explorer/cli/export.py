@@ -34,18 +34,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", help="float32 (default); bfloat16 or float16 on a GPU")
     p.add_argument("--max-tokens", default=None, help="keep only the first N tokens")
     p.add_argument("--image-size", default=None, help="square input side in pixels for image models")
+    p.add_argument("--analysis", default=None, help="add analyses to a .npz or .json, comma-separated: "
+                   f"{', '.join(EXPORT_ANALYSES)} (rollout: (L, N, N) through each layer; norms: (L, H, N, N) "
+                   "value-weighted norms and (L, H, N) value norms; stats: (L, H) per-head statistics)")
 
 
-def save_result(r, out: str | os.PathLike) -> Path:
-    """Save a RunResult as .npz, .json or .png (a picture of every head), atomically."""
+def save_result(r, out: str | os.PathLike, extra: dict[str, np.ndarray] | None = None) -> Path:
+    """Save a RunResult as .npz, .json or .png (a picture of every head), atomically. `extra`: more named
+    arrays (the analyses) for .npz and .json."""
     out = Path(out)
     ext = out.suffix.lower()
     if ext not in FORMATS:
         raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")
+    if extra and ext == ".png":
+        raise UserError("--analysis needs --out ending in .npz or .json")
+    if ext == ".npz" and extra:
+        arrays = {**result_arrays(r), **extra}
+
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, **arrays)
+
+        return atomic_write(out, write)
     if ext == ".npz":
         return save_npz(r, out)
     if ext == ".json":
-        d = {k: v.tolist() for k, v in result_arrays(r).items()}
+        d = {k: v.tolist() for k, v in {**result_arrays(r), **(extra or {})}.items()}
         d["notes"] = list(r.notes)
 
         def write(tmp):
@@ -112,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in FORMATS:
         raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")
+    analyses = analysis_names(getattr(args, "analysis", None))
+    if analyses and out.suffix.lower() == ".png":
+        raise UserError("--analysis needs --out ending in .npz or .json")
     check_output(out)  # before the model runs: a missing folder, or a folder or device named as --out
     text = read_text_file(args.text_file) if args.text_file is not None else args.text
     from attn_explorer.api.load import default_image_model, load_model
@@ -122,17 +139,62 @@ def run(args: argparse.Namespace) -> int:
         model = load_model(args.model or default_image_model(), device=args.device, dtype=args.dtype)
         if model.info.modality != "image":
             raise UserError(f"{model.info.name} is a text model; use --text or --text-file")
-        r = model.run(args.image, dk_scale=dk, image_size=image_size)
+        x, kw = args.image, {"dk_scale": dk, "image_size": image_size}
     else:
         model = load_model(args.model or "minilm", device=args.device, dtype=args.dtype)
         if model.info.modality != "text":
             raise UserError(f"{model.info.name} is an image model; use --image")
-        r = model.run(text, dk_scale=dk, max_tokens=max_tokens)
+        x, kw = text, {"dk_scale": dk, "max_tokens": max_tokens}
+    r = model.run(x, **kw)
     for note in r.notes:
         print(f"note: {note}", file=sys.stderr)
     if not model.info.trained:
         print(f"note: {model.info.name} is untrained ({model.info.note})", file=sys.stderr)
-    save_result(r, out)
+    extra = analysis_arrays(model, r, x, kw, analyses)
+    save_result(r, out, extra)
     L, H, N, _ = r.attentions.shape
-    print(f"wrote {out}: {L} layers x {H} heads x {N} tokens ({model.info.name}, dk_scale={dk:g})")
+    added = f"; with {', '.join(analyses)}" if analyses else ""
+    print(f"wrote {out}: {L} layers x {H} heads x {N} tokens ({model.info.name}, dk_scale={dk:g}){added}")
     return 0
+
+
+# ---- --analysis: the analysis floor's arrays beside the attention ------------------------------------
+
+EXPORT_ANALYSES = ("rollout", "norms", "stats")
+
+
+def analysis_names(text: str | None) -> list[str]:
+    """"rollout,stats" -> ["rollout", "stats"]; an unknown name is one line."""
+    if text is None:
+        return []
+    names = [t.strip().lower() for t in str(text).split(",") if t.strip()]
+    if not names:
+        raise UserError(f"--analysis needs at least one of {', '.join(EXPORT_ANALYSES)}")
+    for n in names:
+        if n not in EXPORT_ANALYSES:
+            raise UserError(f"unknown analysis {n!r}: choose from {', '.join(EXPORT_ANALYSES)}")
+    return list(dict.fromkeys(names))
+
+
+def analysis_arrays(model, r, x, run_kw: dict, names: list[str]) -> dict[str, np.ndarray]:
+    """The arrays each asked-for analysis adds (rollout and stats from r; norms from one more pass of model on x)."""
+    out: dict[str, np.ndarray] = {}
+    if "rollout" in names:
+        from attn_explorer.analysis.rollout import rollout_layers
+
+        out["rollout"] = rollout_layers(r.attentions)  # (L, N, N): through layers 0..l, heads averaged
+    if "norms" in names:
+        from attn_explorer.analysis.norms import model_norms
+
+        kw = {k: v for k, v in run_kw.items() if v is not None}
+        d = model_norms(model, x, None, **kw)
+        out["norms"], out["value_norms"] = d.norms, d.value_norms
+    if "stats" in names:
+        from attn_explorer.analysis.stats import STATISTICS, head_stats
+
+        patch = model.info.patch_size if r.grid is not None else None
+        s = head_stats(r.attentions, r.special, r.grid, r.patch_offset, patch)
+        for k in STATISTICS:
+            out[f"stats_{k}"] = np.asarray(s.get(k), dtype=np.float64)
+        out["stats_distance_unit"] = np.asarray(s.distance_unit, dtype=np.str_)
+    return out

@@ -59,6 +59,15 @@ def _register_lessons_page() -> None:
         register_page("lessons", "Lessons", LessonsPage)
 
 
+def _register_analysis_pages() -> None:
+    """The analyses (overview, rollout, norms, search, compare, lines): one tab each."""
+    from attn_explorer.gui.analysis_pages import ANALYSIS_PAGES
+
+    for name, title, factory in ANALYSIS_PAGES:
+        if name not in PAGES:
+            register_page(name, title, factory)
+
+
 class MainWindow(WindowActions, QMainWindow):
     """The explorer window. `state` and `settings` are injected (tests give temporary ones)."""
 
@@ -78,6 +87,7 @@ class MainWindow(WindowActions, QMainWindow):
         # pages
         _register_cost_page()
         _register_lessons_page()
+        _register_analysis_pages()
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.pages: dict[str, QWidget] = {}
@@ -108,6 +118,9 @@ class MainWindow(WindowActions, QMainWindow):
         self.grid.head_opened.connect(lambda *_: self.show_page("head"))
         for view in (self.head_view, self.token_view):
             view.inside_requested.connect(lambda *_: self.open_lesson("inside-a-head"))
+        for page in self.pages.values():  # analysis pages open a head too
+            if page is not self.grid and hasattr(page, "head_opened"):
+                page.head_opened.connect(lambda *_: self.show_page("head"))
         self.tabs.currentChanged.connect(self._page_switched)
 
         self.banner = Banner()
@@ -295,5 +308,5 @@ class MainWindow(WindowActions, QMainWindow):
 
     def closeEvent(self, ev):  # noqa: N802
         self.save_settings()
-        self.state.shutdown()
+        self.state.shutdown(wait=False)  # never hold the window open on a forward pass
         super().closeEvent(ev)

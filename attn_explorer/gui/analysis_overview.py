@@ -1,0 +1,155 @@
+"""The head overview page: one L×H grid per statistic, so every head's kind shows at a glance.
+
+Mean row entropy, the share on special and first tokens (sinks), mean attention distance (tokens, or
+pixels for images) and the share of rows whose top key is the previous or the next token. The lines
+above the grids name the clearest heads; clicking one of them, or any cell, opens that head.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF
+
+from attn_explorer.gui.analysis_common import AnalysisPage
+from attn_explorer.gui.heatmap import colormap, set_bar_label
+from attn_explorer.session.analysis import AnalysisSlot, calc
+from attn_explorer.session.state import SessionState
+
+GRIDS = ("entropy", "sink", "distance", "prev", "next")
+TITLES = {"entropy": "entropy (bits)", "sink": "on [CLS]/[SEP]/first", "distance": "mean distance",
+          "prev": "top key = previous", "next": "top key = next"}
+HINT = "Hover a cell for its value; click it to open that head."
+
+
+class HeadOverviewPage(AnalysisPage):
+    def __init__(self, state: SessionState, parent=None):
+        super().__init__(state, parent)
+        self.caption.setOpenExternalLinks(False)
+        self.caption.linkActivated.connect(self._link)
+        self.slot = AnalysisSlot(self._failed)
+        self.stats = None
+        self._for = None  # the result the stats describe
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.images: dict[str, pg.ImageItem] = {}
+        self.bars: dict[str, pg.ColorBarItem] = {}
+        for i, name in enumerate(GRIDS):
+            p = self.canvas.addPlot(row=i // 3, col=i % 3)
+            p.invertY(True)
+            p.setMenuEnabled(False)
+            p.hideButtons()
+            p.setMouseEnabled(x=False, y=False)
+            p.setLabel("left", "layer")
+            p.setLabel("bottom", "head")
+            img = pg.ImageItem(axisOrder="row-major")
+            p.addItem(img)
+            bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap("viridis"), interactive=False, width=10)
+            bar.setImageItem(img, insert_in=p)
+            bar.axis.enableAutoSIPrefix(False)
+            self.plots[name], self.images[name], self.bars[name] = p, img, bar
+        self.sel_box = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
+        self.finish_layout(None)
+        self.readout.setText(HINT)
+        self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        self.canvas.scene().sigMouseMoved.connect(self._hovered)
+        state.attention_ready.connect(self.refresh)
+        state.options_changed.connect(self.refresh)
+        state.selection_changed.connect(lambda *_: self._mark())
+
+    # ------------------------------------------------------------------------------- compute
+    def refresh(self, *_):
+        if not self.needs_draw():
+            return
+        r = self.state.result
+        if r is None:
+            return
+        if self._for is r and self.stats is not None:
+            self._draw()
+            return
+        self.stats, self._for = None, None
+        self.caption.setText("Measuring every head…")
+        info = self.state.info
+        patch = info.patch_size if info is not None and r.grid is not None else None
+        self.slot.start(calc("stats").head_stats, r.attentions, r.special, r.grid, r.patch_offset, patch,
+                        on_result=lambda s: self._arrived(r, s))
+
+    def _arrived(self, r, s) -> None:
+        if r is not self.state.result:
+            return  # a newer result is on its way and will be measured
+        self.stats, self._for = s, r
+        self._draw()
+
+    def _failed(self, message: str) -> None:
+        self.caption.setText("")
+        self.state.error_raised.emit(message)
+
+    # ------------------------------------------------------------------------------- drawing
+    def _draw(self) -> None:
+        s = self.stats
+        self.stack.show_canvas()
+        L, H = s.entropy.shape
+        cmap = colormap(self.state.colormap)
+        for name in GRIDS:
+            v = s.get(name)
+            hi = float(v.max()) if name in ("entropy", "distance") else 1.0
+            levels = (0.0, hi if hi > 0 else 1.0)
+            self.images[name].setImage(v.astype(np.float32), levels=levels, autoLevels=False)
+            self.images[name].setRect(QRectF(0, 0, H, L))
+            self.bars[name].setColorMap(cmap)
+            self.bars[name].setLevels(values=levels)
+            unit = {"entropy": "bits", "distance": s.distance_unit}.get(name, "share of rows" if name in ("prev", "next")
+                                                                           else "share of weight")
+            set_bar_label(self.bars[name], unit)
+            p = self.plots[name]
+            p.setTitle(TITLES[name] + (f" ({s.distance_unit})" if name == "distance" else ""))
+            p.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
+        self._mark()
+        lines = [f"<a href='{f.layer},{f.head}'>{f.text}</a>" if f.layer >= 0 else f.text
+                 for f in calc("stats").findings(s)]
+        info = self.state.info
+        tag = "" if info is None or info.trained else "<br><b>Untrained model (random weights): patterns mean nothing.</b>"
+        self.caption.setText("<b>Head overview</b> — " + "; ".join(lines) + "." + tag)
+
+    def _mark(self) -> None:
+        if self.stats is None:
+            return
+        l, h = self.state.layer, self.state.head
+        if self.sel_box.parentItem() is None or self.sel_box.getViewBox() is not self.plots["prev"].vb:
+            self.plots["prev"].addItem(self.sel_box)
+        self.sel_box.setData([h, h + 1, h + 1, h, h], [l, l, l + 1, l + 1, l])
+
+    # ------------------------------------------------------------------------------- input
+    def cell_at(self, scene_pos) -> tuple[str, int, int] | None:
+        """(statistic, layer, head) under a scene position, or None."""
+        if self.stats is None:
+            return None
+        L, H = self.stats.entropy.shape
+        for name, p in self.plots.items():
+            if p.vb.sceneBoundingRect().contains(scene_pos):
+                v = p.vb.mapSceneToView(scene_pos)
+                l, h = int(np.floor(v.y())), int(np.floor(v.x()))
+                if 0 <= l < L and 0 <= h < H:
+                    return name, l, h
+        return None
+
+    def cell_center(self, name: str, layer: int, head: int):
+        return self.plots[name].vb.mapViewToScene(pg.Point(head + 0.5, layer + 0.5))
+
+    def describe(self, name: str, l: int, h: int) -> str:
+        s = self.stats
+        parts = [f"entropy {s.entropy[l, h]:.2f} bits", f"sink {s.sink[l, h]:.0%}",
+                 f"distance {s.distance[l, h]:.1f} {s.distance_unit}", f"previous {s.prev[l, h]:.0%}",
+                 f"next {s.next[l, h]:.0%}"]
+        return f"L{l} H{h}: " + ", ".join(parts)
+
+    def _hovered(self, pos) -> None:
+        hit = self.cell_at(pos)
+        self.readout.setText(self.describe(*hit) if hit else HINT)
+
+    def _clicked(self, ev) -> None:
+        hit = self.cell_at(ev.scenePos())
+        if hit:
+            self.open_head(hit[1], hit[2])
+
+    def _link(self, href: str) -> None:
+        l, h = (int(x) for x in href.split(","))
+        self.open_head(l, h)

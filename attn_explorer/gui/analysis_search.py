@@ -1,0 +1,183 @@
+"""The head-search page: every head ranked by how well it follows a pattern you pick.
+
+Patterns: the previous or next token, the [CLS] sink, each token itself, a fixed offset (i → i+k), or
+one word to another ("it → animal"). A head's score is the share of its weight, on the pattern's rows,
+that lands on the pattern's keys. The L×H map shows every score; the list names the best heads, and
+clicking a cell or a line opens that head.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QSpinBox
+
+from attn_explorer.gui.analysis_common import AnalysisPage, untrained_tag
+from attn_explorer.gui.heatmap import colormap, set_bar_label
+from attn_explorer.session.analysis import AnalysisSlot, calc
+from attn_explorer.session.state import SessionState
+
+PATTERNS = [("pair", "query word → key word"), ("previous", "previous token"), ("next", "next token"),
+            ("cls", "[CLS] sink"), ("self", "itself"), ("offset", "offset i → i+k")]
+TOP = 10
+
+
+def search_job(att, special, tokens, pattern: str, query: str, key: str, offset: int):
+    """(target, ranking) for one pattern: pure, so it runs in a worker."""
+    search = calc("search")
+    n = att.shape[-1]
+    if pattern == "offset":
+        if offset == 0:
+            target = search.preset_target("self", n)
+        else:
+            target = np.zeros((n, n), dtype=np.float32)
+            i = np.arange(max(0, -offset), min(n, n - offset))
+            target[i, i + offset] = 1
+    else:
+        target = search.preset_target(pattern, n, list(tokens), query, key)
+    return target, search.head_scores(att, target), search.rank_heads(att, target, TOP)
+
+
+class HeadSearchPage(AnalysisPage):
+    def __init__(self, state: SessionState, parent=None):
+        super().__init__(state, parent)
+        self.slot = AnalysisSlot(self._failed)
+        self.pattern = QComboBox()
+        for key, title in PATTERNS:
+            self.pattern.addItem(title, key)
+        self.query_edit = QLineEdit("it")
+        self.key_edit = QLineEdit("animal")
+        for e in (self.query_edit, self.key_edit):
+            e.setMaximumWidth(120)
+        self.offset = QSpinBox()
+        self.offset.setRange(-64, 64)
+        self.offset.setValue(-1)
+        bar = QHBoxLayout()
+        for w in (QLabel("pattern"), self.pattern, QLabel("query"), self.query_edit, QLabel("→ key"), self.key_edit,
+                  QLabel("k"), self.offset):
+            bar.addWidget(w)
+        bar.addStretch(1)
+        self.plot = self.canvas.addPlot(row=0, col=0)
+        self.plot.invertY(True)
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.setLabel("left", "layer")
+        self.plot.setLabel("bottom", "head")
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.image)
+        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(state.colormap), interactive=False, width=12)
+        self.cbar.setImageItem(self.image, insert_in=self.plot)
+        set_bar_label(self.cbar, "score")
+        self.ranking = QListWidget()
+        self.ranking.setMaximumWidth(360)
+        body = QHBoxLayout()
+        self.finish_layout(bar)
+        # the list sits beside the map
+        self.page_layout.removeWidget(self.stack)
+        body.addWidget(self.stack, 1)
+        body.addWidget(self.ranking)
+        self.page_layout.insertLayout(2, body, 1)
+        self.scores: np.ndarray | None = None
+        self.ranked: list = []
+        self._enable_fields()
+        self.pattern.currentIndexChanged.connect(lambda *_: (self._enable_fields(), self.refresh()))
+        for e in (self.query_edit, self.key_edit):
+            e.editingFinished.connect(self.refresh)
+        self.offset.valueChanged.connect(lambda *_: self.refresh())
+        self.ranking.itemActivated.connect(self._picked)
+        self.ranking.itemClicked.connect(self._picked)
+        self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        self.canvas.scene().sigMouseMoved.connect(self._hovered)
+        state.attention_ready.connect(self.refresh)
+        state.options_changed.connect(self.refresh)
+        state.model_loaded.connect(self._model_loaded)
+
+    def _model_loaded(self, info) -> None:
+        if info.modality == "image" and self.pattern.currentData() == "pair":
+            self.pattern.blockSignals(True)  # patches have no words: start on the [CLS] sink
+            self.pattern.setCurrentIndex(self.pattern.findData("cls"))
+            self.pattern.blockSignals(False)
+            self._enable_fields()
+
+    def _enable_fields(self) -> None:
+        p = self.pattern.currentData()
+        self.query_edit.setEnabled(p == "pair")
+        self.key_edit.setEnabled(p == "pair")
+        self.offset.setEnabled(p == "offset")
+
+    def set_pattern(self, key: str, query: str = "", word: str = "", offset: int | None = None) -> None:
+        """Choose a pattern (tests and scripts): what the controls would do."""
+        if query:
+            self.query_edit.setText(query)
+        if word:
+            self.key_edit.setText(word)
+        if offset is not None:
+            self.offset.setValue(int(offset))
+        self.pattern.setCurrentIndex(self.pattern.findData(key))
+        self.refresh()
+
+    def refresh(self, *_):
+        self.readout.setText("")
+        if not self.needs_draw():
+            return
+        r = self.state.result
+        if r is None:
+            return
+        # the old ranking described another pattern or input: gone until the new one arrives
+        self.scores, self.ranked = None, []
+        self.ranking.clear()
+        self.caption.setText("Ranking the heads…")
+        args = (r.attentions, r.special, list(r.tokens), self.pattern.currentData(), self.query_edit.text(),
+                self.key_edit.text(), int(self.offset.value()))
+        self.slot.start(search_job, *args, on_result=lambda out: self._arrived(r, args[3:], out))
+
+    def _arrived(self, r, asked, out) -> None:
+        now = (self.pattern.currentData(), self.query_edit.text(), self.key_edit.text(), int(self.offset.value()))
+        if r is not self.state.result or tuple(asked) != now:
+            return
+        _target, self.scores, self.ranked = out
+        self.stack.show_canvas()
+        L, H = self.scores.shape
+        self.image.setImage(self.scores.astype(np.float32), levels=(0.0, 1.0), autoLevels=False)
+        self.image.setRect(QRectF(0, 0, H, L))
+        self.cbar.setColorMap(colormap(self.state.colormap))
+        self.plot.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
+        self.plot.setTitle(f"score per head: {self.pattern.currentText()}")
+        for s in self.ranked:
+            self.ranking.addItem(f"L{s.layer} H{s.head}   {s.score:.0%} of its weight on the pattern")
+        best = self.ranked[0]
+        self.caption.setText(f"<b>Head search</b> — best match: <b>L{best.layer} H{best.head}</b> puts {best.score:.0%} "
+                             "of its weight where the pattern says (mean over the pattern's rows). Click a head to "
+                             "open it." + untrained_tag(self.state.info))
+
+    def _failed(self, message: str) -> None:
+        self.caption.setText(message)  # a word that is not in the input: say so here, where it was typed
+        self.stack.show_message(message)
+
+    def _cell(self, pos):
+        if self.scores is None or not self.plot.vb.sceneBoundingRect().contains(pos):
+            return None
+        v = self.plot.vb.mapSceneToView(pos)
+        l, h = int(np.floor(v.y())), int(np.floor(v.x()))
+        L, H = self.scores.shape
+        return (l, h) if 0 <= l < L and 0 <= h < H else None
+
+    def cell_center(self, layer: int, head: int):
+        return self.plot.vb.mapViewToScene(pg.Point(head + 0.5, layer + 0.5))
+
+    def _hovered(self, pos) -> None:
+        hit = self._cell(pos)
+        if hit:
+            self.readout.setText(f"L{hit[0]} H{hit[1]}: score {self.scores[hit]:.3f}")
+
+    def _clicked(self, ev) -> None:
+        hit = self._cell(ev.scenePos())
+        if hit:
+            self.open_head(*hit)
+
+    def _picked(self, item) -> None:
+        row = self.ranking.row(item)
+        if 0 <= row < len(self.ranked):
+            s = self.ranked[row]
+            self.open_head(s.layer, s.head)

@@ -1,0 +1,129 @@
+"""The analysis pages as a user meets them: each one draws the current result, and clicks lead to a head."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPoint, Qt
+
+from tests.gui.conftest import sample
+
+TEXT = "The animal didn't cross the street because it was too tired."
+
+
+def _click_scene(qtbot, canvas, scene_pos):
+    view_pt = canvas.mapFromScene(scene_pos)
+    qtbot.mouseClick(canvas.viewport(), Qt.LeftButton, pos=QPoint(int(view_pt.x()), int(view_pt.y())))
+
+
+def test_overview_shows_every_head_and_a_click_opens_one(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="overview")
+    page = w.pages["overview"]
+    qtbot.waitUntil(lambda: page.stats is not None, timeout=30000)
+    r = w.state.result
+    assert page.stats.prev.shape == (6, 12) and page.stats.prev[0, 2] == 1.0
+    assert "L0 H2 attends most to the previous token in 100% of rows" in page.caption.text()
+    np.testing.assert_array_equal(page.images["prev"].image, page.stats.prev.astype(np.float32))
+    _click_scene(qtbot, page.canvas, page.cell_center("sink", 4, 9))
+    qtbot.waitUntil(lambda: w.current_page_name == "head")
+    assert (w.state.layer, w.state.head) == (4, 9) and (w.layer_spin.value(), w.head_spin.value()) == (4, 9)
+    np.testing.assert_array_equal(w.head_view.matrix, r.attentions[4, 9])
+    # the finding's link opens its head too: the previous-token head in one click
+    w.show_page("overview")
+    page.caption.linkActivated.emit("0,2")
+    assert w.current_page_name == "head" and (w.state.layer, w.state.head) == (0, 2)
+
+
+def test_overview_is_remeasured_for_a_new_input(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="overview")
+    page = w.pages["overview"]
+    qtbot.waitUntil(lambda: page.stats is not None, timeout=30000)
+    first = page.stats
+    w.state.set_text("Short one.")
+    qtbot.waitUntil(lambda: page.stats is not None and page.stats is not first, timeout=30000)
+    assert page._for is w.state.result and w.state.result.num_tokens == 5
+
+
+def test_rollout_page_text_heatmap_and_image_overlay(make_window, qtbot, sample_path):
+    w = make_window(model="minilm", text=TEXT, view="rollout")
+    page = w.pages["rollout"]
+    qtbot.waitUntil(lambda: page.shown is not None, timeout=30000)
+    assert page.panel.plot.isVisible() and not page.picture.isVisible()
+    np.testing.assert_allclose(page.shown.sum(-1), 1.0, atol=1e-4)
+    before = page.shown.copy()
+    page.fusion.setCurrentText("max")
+    qtbot.waitUntil(lambda: page.shown is not None and not np.allclose(page.shown, before), timeout=30000)
+    assert "fused by max" in page.caption.text()
+    w.state.set_image(sample_path)
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.grid is not None, timeout=60000)
+    w.show_page("rollout")
+    qtbot.waitUntil(lambda: page.picture.isVisible() and page.picture_img.image is not None, timeout=30000)
+    assert "[CLS]" in page.caption.text() and page.picture_img.image.shape[:2] == w.state.result.image.shape[:2]
+
+
+def test_norms_page_shows_raw_weights_beside_norms(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="norms")
+    page = w.pages["norms"]
+    qtbot.waitUntil(lambda: page.data is not None, timeout=30000)
+    w.state.select(3, 1)
+    np.testing.assert_array_equal(page.raw.matrix, w.state.result.attentions[3, 1])
+    assert page.norm.matrix.shape == (16, 16) and np.all(page.norm.matrix >= 0)
+    assert "L3 H1" in page.caption.text() and "on special tokens" in page.caption.text()
+
+
+def test_search_finds_the_previous_token_head_and_opens_it(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="search")
+    page = w.pages["search"]
+    page.set_pattern("previous")
+    qtbot.waitUntil(lambda: bool(page.ranked) and page.pattern.currentData() == "previous", timeout=30000)
+    assert (page.ranked[0].layer, page.ranked[0].head) == (0, 2)
+    assert page.ranking.item(0).text().startswith("L0 H2")
+    page._picked(page.ranking.item(0))
+    assert w.current_page_name == "head" and (w.state.layer, w.state.head) == (0, 2)
+    w.show_page("search")
+    page.set_pattern("pair", query="it", word="zebra")
+    qtbot.waitUntil(lambda: "no token 'zebra'" in page.caption.text(), timeout=30000)
+    assert page.ranked == [] and page.ranking.count() == 0  # no stale ranking under the message
+
+
+def test_compare_two_inputs_and_a_mismatch_in_one_line(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="compare")
+    page = w.pages["compare"]
+    qtbot.waitUntil(lambda: page.delta is not None, timeout=30000)
+    b = page.result_b
+    assert b.tokens[-3] == "wide"
+    np.testing.assert_allclose(page.delta, b.attentions - w.state.result.attentions, atol=1e-6)
+    l, h = w.state.layer, w.state.head
+    np.testing.assert_allclose(page.diff.matrix, b.attentions[l, h] - w.state.result.attentions[l, h], atol=1e-6)
+    page.b_input.setText("A much shorter one.")
+    page.compare()
+    qtbot.waitUntil(lambda: page.result_b is not None, timeout=30000)
+    assert page.delta is None and page.caption.text().startswith("cannot compare:")
+    assert "\n" not in page.caption.text() and "16" in page.caption.text()
+
+
+def test_lines_page_draws_heads_and_focuses_a_hovered_token(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="lines")
+    page = w.pages["lines"]
+    qtbot.waitUntil(lambda: len(page.view.lines) > 0, timeout=30000)
+    assert page.heads() == [w.state.head]
+    page.set_heads([0, 2])
+    heads = {h for h, *_ in page.view.lines}
+    assert heads == {0, 2}
+    att = w.state.result.attentions[w.state.layer]
+    assert len(page.view.lines) == int((att[[0, 2]] >= 0.02).sum())
+    it = w.state.result.tokens.index("it")
+    pos = page.view.mapFromScene(page.view.token_pos("query", it))
+    qtbot.mouseMove(page.view.viewport(), pos)
+    qtbot.waitUntil(lambda: "\"it\" looks at" in page.readout.text())
+    shown = [(i, j) for _h, i, j, item in page.view.lines if item.isVisible()]
+    assert shown and all(i == it for i, _ in shown)
+
+
+def test_every_analysis_page_draws_an_image_model(make_window, qtbot):
+    w = make_window(model="textbook-vit", image=sample("coffee"))
+    for name in ("overview", "rollout", "norms", "search", "lines"):
+        w.show_page(name)
+    qtbot.waitUntil(lambda: w.pages["overview"].stats is not None and w.pages["norms"].data is not None
+                    and bool(w.pages["search"].ranked), timeout=60000)
+    assert w.pages["overview"].stats.distance_unit == "px"
+    assert w.pages["search"].pattern.currentData() == "cls"
+    assert "Showing the first 96" in w.pages["lines"].caption.text() or w.state.result.num_tokens <= 96
