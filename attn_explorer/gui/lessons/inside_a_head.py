@@ -14,7 +14,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QSpinBox,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from attn_explorer.gui.lessons.number_tables import explanation, message_label, scrolling_page, shade
+from attn_explorer.gui.lessons.number_tables import (explanation, message_label, number_text, scrolling_page,
+                                                     shade)
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
 
@@ -237,12 +238,13 @@ class LessonPage(QWidget):
         self.kv_line.setText(
             f"<b>k</b> of \"{html.escape(t.tokens[j])}\" = {vector_text(t.k[j])}<br>"
             f"q·k = Σ q_i × k_i = {t.logits[j]:.3f}<br>"
-            f"<b>v</b> of \"{html.escape(t.tokens[j])}\" = {vector_text(t.v[j])}"
+            f"<b>v</b> of \"{html.escape(t.tokens[j])}\" = {vector_text(t.v[j])}<br>"
+            "<i>(click a row of the table for another key)</i>"
         )
 
 
 def vector_text(v) -> str:
     """All the numbers, two decimals, in a monospace run that wraps."""
-    nums = " ".join(f"{x:.2f}" for x in np.asarray(v).ravel())
+    nums = " ".join(number_text(x, 2) for x in np.asarray(v).ravel())
     return f'<span style="font-family: monospace;">[{nums}]</span>'
 

@@ -45,6 +45,10 @@ def test_page_shows_the_selected_head_and_follows_dk(make_window, qtbot):
     assert_matches_result(page, state)
     assert f'"{state.result.tokens[state.query]}"' in page.header.text()
     assert "1.00 / √32" in page.header.text()
+    page.table.setCurrentCell(2, 0)  # the learner clicks the third key
+    j = int(page.table.verticalHeaderItem(2).text())
+    assert f'of "{state.result.tokens[j]}"' in page.kv_line.text()
+    assert f"= {page.trace.logits[j]:.3f}" in page.kv_line.text()
     before = page.trace
     state.set_dk_scale(4.0)
     qtbot.waitUntil(lambda: page.trace is not before and page.trace.dk_scale == 4.0
