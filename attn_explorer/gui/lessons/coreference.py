@@ -31,6 +31,15 @@ INTRO = (
 COLUMNS = ["rank", "layer", "head", "A − B", "→ A", "→ B", "others → A"]
 
 
+def _compared(others: float, query: float) -> str:
+    """How the other tokens' weight to A compares with the query's, in words."""
+    if others < 0.3 * query:
+        return ": much less, so the link is special to the query."
+    if others < 0.8 * query:
+        return ": less, but the other tokens look at it too."
+    return ": about as much, so this head looks at it from everywhere, not only from the query."
+
+
 class LessonPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
@@ -183,9 +192,7 @@ class LessonPage(QWidget):
             f"to “{words['b']}” (A − B = {best.score:+.2f}). It is now selected, with “{words['q']}” as the "
             f"query; double-click a row to show another head. Every other token gives “{words['a']}” "
             f"{best.others_to_a:.2f} on average in this head"
-            + (": much less, so the link is special to the query." if best.others_to_a < 0.5 * best.to_a else
-               ": about as much, so this head looks at it from everywhere, not only from the query.")
-            + untrained)
+            + _compared(best.others_to_a, best.to_a) + untrained)
         self.jump(0)
 
     def _fill_table(self, ranking) -> None:
