@@ -97,6 +97,7 @@ class Generation:
         self.ids = list(self.prompt_ids)
         self.new_ids: list[int] = []
         self.text = ""
+        self._emitted = ""  # the part of `text` the steps have handed out
         specials = {i for i, t in tok.tok.get_added_tokens_decoder().items() if t.special}
         self._stop_ids = specials
         self._rng = torch.Generator().manual_seed(int(seed)) if seed is not None else torch.Generator().manual_seed(
@@ -143,15 +144,18 @@ class Generation:
                 row = out.attentions[0, :, :, -1, :].float().cpu().numpy()  # (L, H, n so far)
                 top = probs.topk(min(shown, probs.numel()))
                 chosen = self._choose(probs)
-            before = self.tok.tok.decode(self.new_ids, skip_special_tokens=False)
             self.ids.append(chosen)
             self.new_ids.append(chosen)
             self.text = self.tok.tok.decode(self.new_ids, skip_special_tokens=False)
-            added = self.text[len(before):] if self.text.startswith(before) else self.text
             last = chosen in self._stop_ids or index == self.max_new_tokens - 1
+            # A character split over several byte tokens decodes as U+FFFD until its last byte arrives:
+            # hold it back, except at the end, so the pieces joined are exactly `text`.
+            stable = self.text if last else self.text.rstrip("\ufffd")
+            added = stable[len(self._emitted):]
+            self._emitted = stable
             top_ids = [int(i) for i in top.indices]
             yield Step(index=index, token_id=chosen, token=self.tok.display([chosen])[0],
-                       text=added.rstrip("\ufffd"), position=len(self.ids) - 1, top_ids=top_ids,
+                       text=added, position=len(self.ids) - 1, top_ids=top_ids,
                        top_tokens=self.tok.display(top_ids), top_probs=[float(p) for p in top.values],
                        attention=np.ascontiguousarray(row, dtype=np.float32), ms=ms, last=last)
             if last:

@@ -18,6 +18,7 @@ from attn_explorer.errors import UserError
 # name -> (module, help). The module provides add_arguments(parser) and run(args).
 SUBCOMMANDS = {
     "export": ("attn_explorer.cli.export", "run a model on text or an image and save its attention (.npz, .json, .png)"),
+    "generate": ("attn_explorer.cli.generate", "let a decoder write after a prompt; save each new token's attention"),
     "cost": ("attn_explorer.cli.cost", "measure attention's time and memory against n for exact and efficient variants"),
 }
 
