@@ -14,6 +14,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSlider, QVBoxLayout, QWidget)
 
+from attn_explorer.gui.heatmap import follow_loading
 from attn_explorer.gui.stats import head_entropy_and_peak
 from attn_explorer.session.state import DK_MAX, DK_MIN, SessionState, sample_images
 
@@ -160,11 +161,7 @@ class DkPanel(QGroupBox):
         state.attention_ready.connect(deferred(self, self.refresh))
         state.selection_changed.connect(lambda *_: self.refresh())
         state.model_loaded.connect(lambda *_: self._show_value())
-        state.model_loading.connect(self._loading)
-
-    def _loading(self, src: str) -> None:
-        if self.state.result is None:
-            self.readout.setText(f"Loading {src or 'the model'}… the entropy of each head appears here.")
+        follow_loading(state, self.readout.setText)
 
     def _show_value(self) -> None:
         self.value.setText(f"{self.state.dk_scale:.2f}×")

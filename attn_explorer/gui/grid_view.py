@@ -20,7 +20,8 @@ from PySide6.QtCore import QRectF, QTimer, Signal
 from PySide6.QtGui import QPen, QColor
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, style_colorbar
+from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
+                                       style_colorbar)
 from attn_explorer.session.state import SessionState
 
 
@@ -80,6 +81,7 @@ class HeadGridView(LazyPage, QWidget):
         state.attention_ready.connect(lambda *_: self.stack.show_canvas())
         state.attention_ready.connect(self.show_result)
         state.model_loading.connect(self._loading)
+        follow_loading(state, self.stack.show_message)
         state.selection_changed.connect(self._move_highlight)
         state.options_changed.connect(self._options)
         state.model_loaded.connect(lambda info: self._load_ended())
@@ -153,8 +155,6 @@ class HeadGridView(LazyPage, QWidget):
 
     def _loading(self, src: str) -> None:
         self._coming = src
-        if self.state.result is None:
-            self.stack.show_message(f"Loading {src or 'the model'}…")
         self._set_title()
 
     def _load_ended(self) -> None:

@@ -13,7 +13,7 @@ from PySide6.QtCore import QRectF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
-                                       display_values, style_colorbar)
+                                       display_values, follow_loading, style_colorbar)
 from attn_explorer.gui.stats import without_specials
 from attn_explorer.session.state import SessionState
 
@@ -68,12 +68,8 @@ class HeadView(LazyPage, QWidget):
         state.attention_ready.connect(self.refresh)
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self._options)
-        state.model_loading.connect(self._loading)
-
-    def _loading(self, src: str) -> None:
-        self.readout.setText(HOVER_HINT)
-        if self.state.result is None:
-            self.stack.show_message(f"Loading {src or 'the model'}…")
+        state.model_loading.connect(lambda *_: self.readout.setText(HOVER_HINT))
+        follow_loading(state, self.stack.show_message)
 
     def refresh(self, *_):
         self.readout.setText(HOVER_HINT)  # it described the map being replaced

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -180,6 +181,16 @@ class TokenAxis(pg.AxisItem):
                 p.drawText(QRectF(right - 6 - box, px - fh / 2, box, fh), int(Qt.AlignRight | Qt.AlignVCenter),
                            text)
             p.restore()
+
+
+NO_MODEL = "No model is loaded: the message above says why. Pick one in the Model box."
+
+
+def follow_loading(state, show: Callable[[str], None]) -> None:
+    """Until a first result exists, keep `show(text)` saying what the window waits for: the model being
+    loaded, or (when that load failed and there is no model at all) that there is none."""
+    state.model_loading.connect(lambda src: show(f"Loading {src or 'the model'}…") if state.result is None else None)
+    state.error_raised.connect(lambda *_: show(NO_MODEL) if state.result is None and state.info is None else None)
 
 
 class CanvasStack(QStackedWidget):

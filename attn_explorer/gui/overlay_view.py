@@ -15,7 +15,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import LazyPage, PaintedGraphicsWidget, colormap, lut_rgb, set_bar_label
+from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, colormap, follow_loading, lut_rgb,
+                                       set_bar_label)
 from attn_explorer.session.state import SessionState
 
 OPEN_HINT = ("Open an image (File → Open image…, drag one in, or pick a sample) to see which patches each "
@@ -145,7 +146,7 @@ class PatchOverlayView(LazyPage, QWidget):
 
         self.alpha.valueChanged.connect(lambda v: state.set_options(alpha=v / 100.0))
         self.smooth.toggled.connect(lambda *_: self.refresh())
-        state.model_loading.connect(self._loading)
+        follow_loading(state, self.placeholder.setText)
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         state.attention_ready.connect(self.refresh)
         state.query_changed.connect(lambda *_: self.refresh())
@@ -153,10 +154,6 @@ class PatchOverlayView(LazyPage, QWidget):
         state.options_changed.connect(self.refresh)
 
     # ----------------------------------------------------------------------------------- drawing
-    def _loading(self, src: str) -> None:
-        if self.state.result is None:
-            self.placeholder.setText(f"Loading {src or 'the model'}…")
-
     def refresh(self, *_):
         if not self.needs_draw():
             return

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListW
                                QVBoxLayout, QWidget)
 
 from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
-                                       display_values, lut_rgb, style_colorbar)
+                                       display_values, follow_loading, lut_rgb, style_colorbar)
 from attn_explorer.gui.stats import renormalise_without
 from attn_explorer.session.state import SessionState
 
@@ -131,11 +131,7 @@ class TokenFocusView(LazyPage, QWidget):
         state.query_changed.connect(lambda *_: self.refresh())
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self._options)
-        state.model_loading.connect(self._loading)
-
-    def _loading(self, src: str) -> None:
-        if self.state.result is None:
-            self.stack.show_message(f"Loading {src or 'the model'}…")
+        follow_loading(state, self.stack.show_message)
 
     def _strip_clicked(self, row: int) -> None:
         if row >= 0:

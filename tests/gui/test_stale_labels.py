@@ -99,3 +99,27 @@ def test_page_switch_clears_the_render_time(make_window, qtbot):
     qtbot.wait(200)
     assert got == []  # the paint after a page switch is not a result's render time
     assert w.status_labels["render"].text() == ""
+
+
+def test_a_failed_first_load_does_not_keep_saying_loading(qtbot, settings):
+    import argparse
+
+    from attn_explorer.errors import UserError
+    from attn_explorer.gui.app import build_window, get_qapp
+
+    get_qapp()
+
+    def failing_loader(src, device="cpu", progress=None, want_image=False):
+        raise UserError(f"model {src!r} not found")
+
+    args = argparse.Namespace(model="nope", text=None, image=None, device="cpu", view=None, screenshot=None)
+    w, st = build_window(args, settings=settings, loader=failing_loader)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=20000)
+    for page in ("grid", "head", "tokens"):
+        text = w.pages[page].placeholder.text()
+        assert "Loading" not in text and "No model" in text, (page, text)
+    assert "Loading" not in w.dk_panel.readout.text() and "Loading" not in w.overlay.placeholder.text()
+    assert "loading" not in w.grid.title.text()
+    st.shutdown()
