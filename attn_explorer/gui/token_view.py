@@ -109,6 +109,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.rows: np.ndarray | None = None
         self.keys: np.ndarray | None = None
         self._tokens: list[str] = []
+        self._key_labels: list[str] = []  # the key axis' labels as last set
         self._centred: tuple | None = None  # (tokens, query, keys shown) the key window was centred for
 
         top = QHBoxLayout()
@@ -179,7 +180,10 @@ class TokenFocusView(LazyPage, QWidget):
         self.image.setImage(values, levels=levels, autoLevels=False)
         K = len(keys)
         self.image.setRect(QRectF(0, 0, K, L * H))
-        self.bottom_axis.set_labels([r.tokens[k] for k in keys])
+        labels = [r.tokens[k] for k in keys]
+        if labels != self._key_labels:  # measuring 512 labels and relaying the axis out is not free
+            self._key_labels = labels
+            self.bottom_axis.set_labels(labels)
         self.plot.getAxis("left").setTicks([[((l + 0.5) * H, f"L{l}") for l in range(L)], []])
         xs, ys = [], []
         for l in range(1, L):
