@@ -26,8 +26,9 @@ def transformed_value_norms(values, w_o) -> np.ndarray:
     w = np.asarray(w_o, dtype=np.float64)
     if v.ndim != 3 or w.ndim != 3 or w.shape[1:] != (v.shape[0], v.shape[2]):
         raise UserError(f"values (H, N, d) and W_O (D, H, d) do not fit: {v.shape} and {w.shape}")
-    gram = np.einsum("ehd,ehc->hdc", w, w)  # (H, d, d)
-    sq = np.einsum("hnd,hdc,hnc->hn", v, gram, v)  # (H, N)
+    wh = np.ascontiguousarray(w.transpose(1, 2, 0))  # (H, d, D)
+    gram = np.matmul(wh, wh.transpose(0, 2, 1))  # (H, d, d): W_O^hᵀ W_O^h
+    sq = (np.matmul(v, gram) * v).sum(-1)  # (H, N): v_j^T G v_j
     return np.sqrt(np.maximum(sq, 0.0))
 
 
