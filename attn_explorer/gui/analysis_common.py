@@ -120,3 +120,13 @@ class AnalysisPage(LazyPage, QWidget):
     def open_head(self, layer: int, head: int) -> None:
         self.state.select(layer, head)
         self.head_opened.emit(int(layer), int(head))
+
+
+def label_cells(plot: pg.PlotItem, rows: int, cols: int) -> None:
+    """Layer numbers down and head numbers across an L×H grid, each at its cell's centre."""
+    def ticks(n: int):
+        step = max(1, int(np.ceil(n / 12)))
+        return [[(i + 0.5, str(i)) for i in range(0, n, step)], []]
+
+    plot.getAxis("left").setTicks(ticks(rows))
+    plot.getAxis("bottom").setTicks(ticks(cols))

@@ -64,7 +64,8 @@ class ComparePage(AnalysisPage):
         src = self.b_model.text().strip()
         a = self._asked_for = st.result
         self.result_b, self.delta = None, None
-        self.caption.setText("Running B…")
+        self.caption.setText("")
+        self.stack.show_message("Running B…")
         if src and self._other is not None and self._other[0] == src:
             self.slot.start(run_job, self._other[1], b_x, kw, on_result=lambda rb: self._arrived(a, rb))
         elif src:

@@ -54,10 +54,11 @@ class NormsPage(AnalysisPage):
             self._draw()
             return
         self.data, self._for = None, None
-        self.caption.setText("Measuring value norms (one more forward pass)…")
+        self.caption.setText("")
+        self.stack.show_message("Measuring value norms (one more forward pass)…")
         x, kw = self.state.run_input()
         if not self.slot.start(norms_job, x, kw, None, on_result=lambda d: self._arrived(r, d), state=self.state):
-            self.caption.setText("")
+            self.stack.show_message("Load a model to measure value norms.")
 
     def _arrived(self, r, data) -> None:
         if r is not self.state.result:
@@ -68,7 +69,7 @@ class NormsPage(AnalysisPage):
         self._draw()
 
     def _failed(self, message: str) -> None:
-        self.caption.setText("")
+        self.stack.show_message(message)
         self.state.error_raised.emit(message)
 
     def _draw(self) -> None:

@@ -10,14 +10,14 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
-from attn_explorer.gui.analysis_common import AnalysisPage
+from attn_explorer.gui.analysis_common import AnalysisPage, label_cells
 from attn_explorer.gui.heatmap import colormap, set_bar_label
 from attn_explorer.session.analysis import AnalysisSlot, calc
 from attn_explorer.session.state import SessionState
 
 GRIDS = ("entropy", "sink", "distance", "prev", "next")
-TITLES = {"entropy": "entropy (bits)", "sink": "on [CLS]/[SEP]/first", "distance": "mean distance",
-          "prev": "top key = previous", "next": "top key = next"}
+TITLES = {"entropy": "entropy (bits)", "sink": "on [CLS]/[SEP]/first", "distance": "distance",
+          "prev": "top key: previous", "next": "top key: next"}
 HINT = "Hover a cell for its value; click it to open that head."
 
 
@@ -38,13 +38,15 @@ class HeadOverviewPage(AnalysisPage):
             p.setMenuEnabled(False)
             p.hideButtons()
             p.setMouseEnabled(x=False, y=False)
-            p.setLabel("left", "layer")
+            if i % 3 == 0:
+                p.setLabel("left", "layer")
             p.setLabel("bottom", "head")
             img = pg.ImageItem(axisOrder="row-major")
             p.addItem(img)
             bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap("viridis"), interactive=False, width=10)
             bar.setImageItem(img, insert_in=p)
             bar.axis.enableAutoSIPrefix(False)
+            set_bar_label(bar, "")  # the plot's title names the unit
             self.plots[name], self.images[name], self.bars[name] = p, img, bar
         self.sel_box = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
         self.finish_layout(None)
@@ -66,7 +68,8 @@ class HeadOverviewPage(AnalysisPage):
             self._draw()
             return
         self.stats, self._for = None, None
-        self.caption.setText("Measuring every head…")
+        self.caption.setText("")
+        self.stack.show_message("Measuring every head…")
         info = self.state.info
         patch = info.patch_size if info is not None and r.grid is not None else None
         self.slot.start(calc("stats").head_stats, r.attentions, r.special, r.grid, r.patch_offset, patch,
@@ -80,6 +83,7 @@ class HeadOverviewPage(AnalysisPage):
 
     def _failed(self, message: str) -> None:
         self.caption.setText("")
+        self.stack.show_message(message)
         self.state.error_raised.emit(message)
 
     # ------------------------------------------------------------------------------- drawing
@@ -96,12 +100,10 @@ class HeadOverviewPage(AnalysisPage):
             self.images[name].setRect(QRectF(0, 0, H, L))
             self.bars[name].setColorMap(cmap)
             self.bars[name].setLevels(values=levels)
-            unit = {"entropy": "bits", "distance": s.distance_unit}.get(name, "share of rows" if name in ("prev", "next")
-                                                                           else "share of weight")
-            set_bar_label(self.bars[name], unit)
             p = self.plots[name]
-            p.setTitle(TITLES[name] + (f" ({s.distance_unit})" if name == "distance" else ""))
+            p.setTitle(TITLES[name] + (f" ({s.distance_unit})" if name == "distance" else ""), size="10pt")
             p.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
+            label_cells(p, L, H)
         self._mark()
         lines = [f"<a href='{f.layer},{f.head}'>{f.text}</a>" if f.layer >= 0 else f.text
                  for f in calc("stats").findings(s)]

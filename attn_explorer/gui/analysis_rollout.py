@@ -81,7 +81,8 @@ class RolloutPage(AnalysisPage):
             self._draw()
             return
         self.layers, self._for = None, None
-        self.caption.setText("Rolling attention out through the layers…")
+        self.caption.setText("")
+        self.stack.show_message("Rolling attention out through the layers…")
         fusion, ratio = self.settings()
         self.slot.start(calc("rollout").rollout_layers, r.attentions, fusion, ratio,
                         on_result=lambda out: self._arrived(key, out))
@@ -94,6 +95,7 @@ class RolloutPage(AnalysisPage):
 
     def _failed(self, message: str) -> None:
         self.caption.setText("")
+        self.stack.show_message(message)
         self.state.error_raised.emit(message)
 
     def _draw(self) -> None:

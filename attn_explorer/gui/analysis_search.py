@@ -12,7 +12,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QSpinBox
 
-from attn_explorer.gui.analysis_common import AnalysisPage, untrained_tag
+from attn_explorer.gui.analysis_common import AnalysisPage, label_cells, untrained_tag
 from attn_explorer.gui.heatmap import colormap, set_bar_label
 from attn_explorer.session.analysis import AnalysisSlot, calc
 from attn_explorer.session.state import SessionState
@@ -70,7 +70,7 @@ class HeadSearchPage(AnalysisPage):
         self.cbar.setImageItem(self.image, insert_in=self.plot)
         set_bar_label(self.cbar, "score")
         self.ranking = QListWidget()
-        self.ranking.setMaximumWidth(360)
+        self.ranking.setMaximumWidth(290)
         body = QHBoxLayout()
         self.finish_layout(bar)
         # the list sits beside the map
@@ -127,7 +127,8 @@ class HeadSearchPage(AnalysisPage):
         # the old ranking described another pattern or input: gone until the new one arrives
         self.scores, self.ranked = None, []
         self.ranking.clear()
-        self.caption.setText("Ranking the heads…")
+        self.caption.setText("")
+        self.stack.show_message("Ranking the heads…")
         args = (r.attentions, r.special, list(r.tokens), self.pattern.currentData(), self.query_edit.text(),
                 self.key_edit.text(), int(self.offset.value()))
         self.slot.start(search_job, *args, on_result=lambda out: self._arrived(r, args[3:], out))
@@ -143,6 +144,7 @@ class HeadSearchPage(AnalysisPage):
         self.image.setRect(QRectF(0, 0, H, L))
         self.cbar.setColorMap(colormap(self.state.colormap))
         self.plot.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
+        label_cells(self.plot, L, H)
         self.plot.setTitle(f"score per head: {self.pattern.currentText()}")
         for s in self.ranked:
             self.ranking.addItem(f"L{s.layer} H{s.head}   {s.score:.0%} of its weight on the pattern")
