@@ -44,8 +44,18 @@ class ComparePage(AnalysisPage):
         self.b_model.returnPressed.connect(self.compare)
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
         state.attention_ready.connect(self._a_changed)
+        state.model_loaded.connect(self._model_loaded)
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self.refresh)
+
+    def _model_loaded(self, info) -> None:
+        """A sentence is no input for an image model, nor a file name for a text model: offer the right kind."""
+        image = info.modality == "image"
+        if image and self.b_input.text() == DEFAULT_B:
+            self.b_input.setText("")
+        elif not image and not self.b_input.text().strip():
+            self.b_input.setText(DEFAULT_B)
+        self.b_input.setPlaceholderText("an image file (empty: the same image)" if image else "the same text as A")
 
     def _a_changed(self, *_):
         if self.result_b is not None and self._b_for is not self.state.result:

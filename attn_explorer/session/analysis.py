@@ -57,43 +57,62 @@ def load_and_run_job(src: str, device: str, x, run_kw: dict, progress=None):
 
 
 class AnalysisSlot:
-    """One page's job in flight: `start` launches fn in a worker and quits the one before it; an
-    answer that arrives for an older start is dropped."""
+    """One page's analysis jobs: at most one in flight and one waiting. `start` while a job runs makes
+    the new one wait (replacing any other waiting one) and drops the running one's answer, so typing
+    fast never piles jobs up in the pool, and a page never draws an answer for an input it no longer shows."""
 
     def __init__(self, on_error: Callable[[str], None]):
         self._on_error = on_error
         self._gen = 0
         self._worker: Any = None
+        self._pending: tuple | None = None
+        self.launched = 0  # jobs started, in all (tests)
 
     @property
     def busy(self) -> bool:
-        return self._worker is not None
+        return self._worker is not None or self._pending is not None
 
     def cancel(self) -> None:
+        """Drop the waiting job and the running one's answer."""
         self._gen += 1
-        if self._worker is not None:
-            self._worker.quit()
-            self._worker = None
+        self._pending = None
 
     def start(self, fn, *args, on_result: Callable[[Any], None], state=None) -> bool:
         """fn(*args) in a worker, or fn(model, *args) on `state`'s model when state is given (False: no model)."""
+        if state is not None and not state.has_model:
+            return False
+        self._gen += 1
+        job = (self._gen, fn, args, on_result, state)
+        if self._worker is not None:
+            self._pending = job
+            return True
+        return self._launch(job)
+
+    def _launch(self, job: tuple) -> bool:
         from attn_explorer.session.workers import launch
 
-        self.cancel()
-        gen = self._gen
+        gen, fn, args, on_result, state = job
 
         def done(value):
+            self._worker = None
             if gen == self._gen:
-                self._worker = None
                 on_result(value)
+            self._next()
 
         def failed(message: str):
+            self._worker = None
             if gen == self._gen:
-                self._worker = None
                 self._on_error(message)
+            self._next()
 
+        self.launched += 1
         if state is not None:
             self._worker = state.submit(fn, *args, on_result=done, on_error=failed)
             return self._worker is not None
         self._worker = launch(fn, *args, on_result=done, on_error=failed)
         return True
+
+    def _next(self) -> None:
+        job, self._pending = self._pending, None
+        if job is not None:
+            self._launch(job)

@@ -98,6 +98,13 @@ def test_compare_two_inputs_and_a_mismatch_in_one_line(make_window, qtbot):
     qtbot.waitUntil(lambda: page.result_b is not None, timeout=30000)
     assert page.delta is None and page.caption.text().startswith("cannot compare:")
     assert "\n" not in page.caption.text() and "16" in page.caption.text()
+    # another model with other heads: the same one line, naming what differs
+    page.b_input.setText(TEXT)
+    page.b_model.setText("textbook")
+    page.compare()
+    qtbot.waitUntil(lambda: page.result_b is not None, timeout=60000)
+    assert page.result_b.model == "textbook" and page.caption.text().startswith("cannot compare:")
+    assert "layers" in page.caption.text() or "heads" in page.caption.text()
 
 
 def test_lines_page_draws_heads_and_focuses_a_hovered_token(make_window, qtbot):
