@@ -13,6 +13,8 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFrame, QHBoxLayout, QInputDialog, QLabel,
                                QSpinBox, QToolBar, QToolButton, QWidget)
 
+from attn_explorer.errors import UserError
+from attn_explorer.files import read_text_file
 from attn_explorer.gui.export import FORMATS, export_view
 from attn_explorer.gui.heatmap import COLORMAPS
 
@@ -197,20 +199,13 @@ class WindowActions:
         self.state.set_image(path)
 
     def open_text_file(self, path: str) -> bool:
-        """Put a UTF-8 text file into the text box (which runs it). Bad files go to the banner."""
+        """Put a UTF-8 text file into the text box (which runs it). Bad files go to the banner, in the words
+        of the command line's --text-file (the same reader: a pipe is refused, never waited on)."""
         p = Path(path)
         try:
-            if p.stat().st_size > MAX_TEXT_BYTES:
-                raise ValueError(f"{p.name} is larger than {MAX_TEXT_BYTES // 1_000_000} MB; open a shorter text")
-            text = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            self.show_error(f"{p.name} is not UTF-8 text")
-            return False
-        except (OSError, ValueError) as e:
-            self.show_error(str(e) if isinstance(e, ValueError) else f"cannot read {p.name}: {e.strerror or e}")
-            return False
-        if not text.strip():
-            self.show_error(f"{p.name} is empty")
+            text = read_text_file(p, MAX_TEXT_BYTES)
+        except UserError as e:
+            self.show_error(str(e))
             return False
         self.settings.setValue("paths/last_folder", str(p.parent))
         self.input_panel.text.setPlainText(text)  # textChanged -> the debounced run

@@ -155,4 +155,8 @@ def run_gui(args) -> int:
         window.resize(*size)
     window.show()
     QTimer.singleShot(0, window.raise_)
-    return int(app.exec())
+    code = int(app.exec())
+    from attn_explorer.session.workers import await_workers
+
+    await_workers(30000)  # a job the closed window stopped ends before Python does (its result is dropped)
+    return code

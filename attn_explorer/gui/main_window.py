@@ -308,5 +308,5 @@ class MainWindow(WindowActions, QMainWindow):
 
     def closeEvent(self, ev):  # noqa: N802
         self.save_settings()
-        self.state.shutdown()
+        self.state.shutdown(wait=False)  # never hold the window open on a forward pass
         super().closeEvent(ev)

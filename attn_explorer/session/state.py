@@ -361,10 +361,11 @@ class SessionState(QObject):
         """Stop the sweep: no more steps start, and the one in flight reports nothing."""
         self.sweep.cancel()
 
-    def shutdown(self) -> None:
-        """Stop every job and wait for the pool (closing the window, tests)."""
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop every job; wait for the pool (tests, the self-test), or not (closing the window: it goes at
+        once, and a forward pass in flight ends on its own with its result dropped; run_gui waits for it)."""
         self.sweep.cancel()
-        self.runner.shutdown()
+        self.runner.shutdown(10000 if wait else 0)
 
 
 def default_query(r: RunResult) -> int:

@@ -23,6 +23,7 @@ class Case:
     api: tuple | None = None  # ("load", src) | ("text", text, kw) | ("image", src, kw) | ("read", path)
     gui: tuple | None = None  # ("load", src) | ("image", src) | ("textfile", path) | ("type", text) | ("export", path)
     api_expect: str | None = None  # where the API's words differ (it has no --options)
+    gui_expect: str | None = None  # where the window's words differ (it exports .svg too)
 
 
 def _model(name: str, expect: str, gui: bool = True) -> Case:
@@ -149,9 +150,9 @@ OUTPUTS = [
     Case("out_missing_parent", ("--text", TEXT, "--out", "{root}/out/no/such/x.npz"), "does not exist",
          gui=("export", "{root}/out/no/such/x.npz")),
     Case("out_unknown_suffix", ("--text", TEXT, "--out", "{root}/out/x.docx"), "must end in",
-         gui=("export", "{root}/out/x.docx")),
+         gui=("export", "{root}/out/x.docx"), gui_expect="unknown export format '.docx'"),
     Case("out_no_suffix", ("--text", TEXT, "--out", "{root}/out/attention"), "must end in",
-         gui=("export", "{root}/out/attention")),
+         gui=("export", "{root}/out/attention"), gui_expect="unknown export format ''"),
 ]
 
 BAD = MODELS + IMAGES + TEXTS + NUMBERS + OUTPUTS

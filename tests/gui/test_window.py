@@ -135,7 +135,7 @@ def test_bad_text_files_show_a_banner_and_keep_the_view(make_window, qtbot, tmp_
     before = w.state.result
     (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     (tmp_path / "empty.txt").write_text("  \n")
-    for name, message in (("latin1.txt", "not UTF-8"), ("empty.txt", "empty"), ("missing.txt", "cannot read")):
+    for name, message in (("latin1.txt", "not UTF-8"), ("empty.txt", "empty"), ("missing.txt", "not found")):
         assert not w.open_text_file(str(tmp_path / name))
         assert message in w.banner.label.text() and w.banner.isVisible()
         assert message in w.statusBar().currentMessage()
