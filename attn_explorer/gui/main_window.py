@@ -51,6 +51,14 @@ def _register_cost_page() -> None:
     register_page("cost", "Cost of attention", lambda state: CostPage(state))
 
 
+def _register_generate_page() -> None:
+    """Generation with each new token's attention, for decoders: one tab."""
+    if "generate" not in PAGES:
+        from attn_explorer.gui.generate_page import GeneratePage
+
+        register_page("generate", "Generate", GeneratePage)
+
+
 def _register_lessons_page() -> None:
     """The primer's lessons, one tab; each lesson's module loads when it is first shown."""
     if "lessons" not in PAGES:
@@ -86,6 +94,7 @@ class MainWindow(WindowActions, QMainWindow):
 
         # pages
         _register_cost_page()
+        _register_generate_page()
         _register_lessons_page()
         _register_analysis_pages()
         self.tabs = QTabWidget()

@@ -70,3 +70,15 @@ def test_an_encoder_is_refused(cli, tmp_path):
                                                    num_attention_heads=2, intermediate_size=20)).save_pretrained(tmp_path)
     code, _, err = cli("generate", "--model", tmp_path, "--prompt", "hello")
     assert_one_error_line(code, err, "not a decoder")
+
+
+def test_export_of_a_decoder_is_causal(cli, folder, tmp_path):
+    out = tmp_path / "prompt.npz"
+    code, _, err = cli("export", "--model", folder, "--text", "The capital of France is Paris.", "--out", out,
+                       "--device", "cpu")
+    assert code == 0, err
+    att = np.load(out)["attentions"]
+    L, H, N, _ = att.shape
+    assert (L, H) == (2, 6) and N > 3
+    assert not np.triu(att, k=1).any()  # nothing above the diagonal: no token sees a later one
+    np.testing.assert_allclose(att.sum(-1), 1.0, atol=1e-5)

@@ -1,0 +1,263 @@
+"""The Generate page: a decoder writes after a prompt, one token at a time, and every step shows
+
+- the next-token probabilities as bars (the most likely first, at the current temperature);
+- the growing attention: the newest token's row in every head (one image row per layer × head, one
+  column per token so far, so each new token adds a column), or one head's rows of every step (a
+  triangle that grows by a row and a column per token);
+- the attention sink: how much of the attention goes to the first token, averaged over every layer
+  and head, step by step.
+
+Only decoders generate; for an encoder the page says so and offers to load smollm2-135m. The page
+only draws and forwards intent: the generation runs in session/generation.py.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
+                               QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
+
+from attn_explorer.session.generation import SUGGESTED_MODEL, GenerationSession
+
+TEMPERATURE_STEPS = 40  # the slider: 0 .. 2 in steps of 0.05
+MODES = ("All heads: the newest token's row", "One head: every new token's row")
+BARS = 10
+
+
+def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
+    w = pg.PlotWidget(background="w")
+    w.setTitle(title, color="k", size="9pt")
+    w.setLabel("left", left)
+    w.setLabel("bottom", bottom)
+    w.setMenuEnabled(False)
+    w.hideButtons()
+    w.setMinimumHeight(150)
+    return w
+
+
+class GeneratePage(QWidget):
+    def __init__(self, state: Any, session: GenerationSession | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.session = session or GenerationSession(state, parent=self)
+
+        # --- the notice for encoders (hidden for decoders)
+        self.notice = QLabel("")
+        self.notice.setWordWrap(True)
+        self.load_button = QPushButton(f"Load {SUGGESTED_MODEL}")
+        self.load_button.clicked.connect(lambda: state.load_model(SUGGESTED_MODEL, want_image=False))
+
+        # --- controls
+        self.prompt = QLineEdit("What is the capital of France?")
+        self.prompt.setPlaceholderText("a prompt for the model to continue")
+        self.prompt.returnPressed.connect(self.generate)
+        self.chat = QCheckBox("chat")
+        self.chat.setToolTip("wrap the prompt in the model's chat template, as one user message")
+        self.temperature = QSlider(Qt.Horizontal)
+        self.temperature.setRange(0, TEMPERATURE_STEPS)
+        self.temperature.setValue(0)
+        self.temperature.setFixedWidth(120)
+        self.temperature_label = QLabel("")
+        self.temperature.valueChanged.connect(self._temperature_changed)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 512)
+        self.max_tokens.setValue(24)
+        self.max_tokens.setPrefix("max ")
+        self.generate_button = QPushButton("Generate")
+        self.generate_button.clicked.connect(self.generate)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(lambda: self.session.stop())  # clicked(bool) would fill `report`
+
+        # --- output
+        self.output = QPlainTextEdit()
+        self.output.setReadOnly(True)
+        self.output.setMaximumHeight(90)
+        self.status = QLabel("")
+        self.status.setStyleSheet("font-family: monospace;")
+
+        # --- plots
+        self.bars_plot = _plot("next-token probabilities", "token", "probability")
+        self.bars_plot.getViewBox().invertY(True)
+        self.bars = pg.BarGraphItem(x0=[], y=[], height=0.7, width=[], brush=(70, 110, 190))
+        self.bars_plot.addItem(self.bars)
+        self.attn_plot = _plot("", "layer × head", "key token")
+        self.attn_plot.getViewBox().invertY(True)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image.setColorMap(pg.colormap.get("viridis"))
+        self.attn_plot.addItem(self.image)
+        self.mode = QComboBox()
+        self.mode.addItems(MODES)
+        self.layer = QSpinBox()
+        self.layer.setPrefix("layer ")
+        self.head = QSpinBox()
+        self.head.setPrefix("head ")
+        for w in (self.mode, self.layer, self.head):
+            (w.currentIndexChanged if w is self.mode else w.valueChanged).connect(self._draw_attention)
+        self.sink_plot = _plot("attention on the first token (mean of every head)", "share", "new token")
+        self.sink_plot.setYRange(0, 1)
+        self.sink_curve = self.sink_plot.plot([], [], pen=pg.mkPen((200, 80, 40), width=2), symbol="o", symbolSize=5)
+        self.sink_label = QLabel("")
+
+        self._layout()
+        self.session.started.connect(self._clear_views)
+        self.session.cleared.connect(self._clear_views)
+        self.session.prompt_ready.connect(self._prompt_ready)
+        self.session.step_arrived.connect(self._step)
+        self.session.finished.connect(self._finished)
+        state.model_loaded.connect(lambda _info: self._model_changed())
+        state.busy_changed.connect(lambda _busy: self._sync_buttons())
+        self._temperature_changed()
+        self._model_changed()
+
+    def _layout(self) -> None:
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Prompt"))
+        row.addWidget(self.prompt, 1)
+        row.addWidget(self.chat)
+        row.addWidget(QLabel("temperature"))
+        row.addWidget(self.temperature)
+        row.addWidget(self.temperature_label)
+        row.addWidget(self.max_tokens)
+        row.addWidget(self.generate_button)
+        row.addWidget(self.stop_button)
+        notice = QHBoxLayout()
+        notice.addWidget(self.notice, 1)
+        notice.addWidget(self.load_button)
+        pick = QHBoxLayout()
+        pick.addWidget(self.mode)
+        pick.addWidget(self.layer)
+        pick.addWidget(self.head)
+        pick.addStretch(1)
+        grid = QGridLayout()
+        grid.addWidget(self.bars_plot, 0, 0)
+        grid.addWidget(self.sink_plot, 1, 0)
+        grid.addWidget(self.sink_label, 2, 0)
+        grid.addLayout(pick, 0, 1)
+        grid.addWidget(self.attn_plot, 1, 1, 2, 1)
+        grid.setColumnStretch(0, 2)
+        grid.setColumnStretch(1, 3)
+        lay = QVBoxLayout(self)
+        lay.addLayout(notice)
+        lay.addLayout(row)
+        lay.addWidget(self.output)
+        lay.addWidget(self.status)
+        lay.addLayout(grid, 1)
+
+    # ------------------------------------------------------------------ intent
+    @property
+    def temperature_value(self) -> float:
+        return self.temperature.value() * 2.0 / TEMPERATURE_STEPS
+
+    def generate(self) -> None:
+        if not self.session.can_generate:
+            return
+        text = self.prompt.text()
+        if not text.strip():
+            self.state.error_raised.emit("the prompt is empty; type something for the model to continue")
+            return
+        self.session.start(text, chat=self.chat.isChecked(), temperature=self.temperature_value,
+                           max_new_tokens=self.max_tokens.value())
+        self._sync_buttons()
+
+    def _temperature_changed(self) -> None:
+        t = self.temperature_value
+        self.temperature_label.setText("0 (greedy)" if t == 0 else f"{t:.2f}")
+
+    # ------------------------------------------------------------------ drawing
+    def _model_changed(self) -> None:
+        info = self.state.info
+        ok = self.session.can_generate
+        if info is None:
+            self.notice.setText("No model is open yet.")
+        elif not ok:
+            self.notice.setText(f"{info.name} is an encoder: it reads the whole text at once and cannot write "
+                                f"one token at a time. Generation needs a decoder such as {SUGGESTED_MODEL} or a "
+                                "GPT-2 folder.")
+        else:
+            self.notice.setText(f"{info.name}: {info.num_layers} layers × {info.num_heads} heads, decoder."
+                                + (f" {info.note}" if info.note else ""))
+        self.load_button.setVisible(info is not None and not ok)
+        if info is not None and ok:
+            self.layer.setRange(0, info.num_layers - 1)
+            self.head.setRange(0, info.num_heads - 1)
+            self.chat.setEnabled(True)
+        self._sync_buttons()
+
+    def _sync_buttons(self) -> None:
+        ok = self.session.can_generate and not self.state.busy
+        self.generate_button.setEnabled(ok)
+        self.prompt.setEnabled(self.session.can_generate)
+        self.stop_button.setEnabled(self.session.running)
+
+    def _clear_views(self) -> None:
+        self.output.setPlainText("")
+        self.status.setText("")
+        self.bars.setOpts(x0=[], y=[], width=[])
+        self.bars_plot.getAxis("left").setTicks([[]])
+        self.image.clear()
+        self.attn_plot.setTitle("")
+        self.sink_curve.setData([], [])
+        self.sink_label.setText("")
+        self._sync_buttons()
+
+    def _prompt_ready(self, prompt) -> None:
+        self.status.setText(f"prompt: {len(prompt.ids)} tokens; generating…")
+
+    def _step(self, step) -> None:
+        cursor = self.output.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        cursor.insertText(step.text)
+        k = min(BARS, len(step.top_probs))
+        labels = [repr(t)[1:-1] for t in step.top_tokens[:k]]
+        self.bars.setOpts(x0=np.zeros(k), y=np.arange(k), width=np.asarray(step.top_probs[:k]), height=0.7)
+        self.bars_plot.getAxis("left").setTicks([list(enumerate(labels))])
+        self.bars_plot.setXRange(0, max(1e-3, max(step.top_probs[:k], default=1.0)) * 1.05)
+        self.bars_plot.setYRange(-0.5, k - 0.5)
+        t = self.temperature_value
+        self.bars_plot.setTitle(f"step {step.index + 1}: next-token probabilities "
+                                f"({'T = 1, greedy pick' if t == 0 else f'T = {t:.2f}'}); chose {step.token!r}",
+                                color="k", size="9pt")
+        sink = self.session.sink
+        self.sink_curve.setData(np.arange(1, len(sink) + 1), np.asarray(sink))
+        self.sink_label.setText(f"step {len(sink)}: {sink[-1]:.0%} of the attention is on the first token "
+                                f"({self.session.prompt.tokens[0] if self.session.prompt else ''!r})")
+        self.status.setText(f"step {step.index + 1}: {step.token!r} (p = {step.top_probs[0]:.2f} for the top "
+                            f"token), {step.ms:.0f} ms")
+        self._draw_attention()
+
+    def _draw_attention(self) -> None:
+        by_head = self.mode.currentIndex() == 1
+        self.layer.setEnabled(by_head)
+        self.head.setEnabled(by_head)
+        m = (self.session.head_rows(self.layer.value(), self.head.value()) if by_head
+             else self.session.newest_rows())
+        if m is None:
+            self.image.clear()
+            return
+        self.image.setImage(np.nan_to_num(m, nan=0.0), levels=(0.0, max(float(np.nanmax(m)), 1e-6)))
+        self.image.setRect(0, 0, m.shape[1], m.shape[0])
+        vb = self.attn_plot.getViewBox()
+        vb.setRange(xRange=(0, m.shape[1]), yRange=(0, m.shape[0]), padding=0)
+        if by_head:
+            self.attn_plot.setLabel("left", "new token (step)")
+            self.attn_plot.setTitle(f"layer {self.layer.value()}, head {self.head.value()}: each new token's row",
+                                    color="k", size="9pt")
+        else:
+            self.attn_plot.setLabel("left", "layer × head")
+            self.attn_plot.setTitle(f"the newest token's row in all {m.shape[0]} heads, over {m.shape[1]} tokens",
+                                    color="k", size="9pt")
+
+    def _finished(self, how: str) -> None:
+        n = len(self.session.steps)
+        tokens = f"{n} token{'' if n == 1 else 's'}"
+        if how == "stopped":
+            self.status.setText(f"stopped after {tokens}")
+        elif how == "done":
+            self.status.setText(f"done: {tokens}" + (
+                f"; last step {self.session.steps[-1].ms:.0f} ms" if self.session.steps else ""))
+        else:
+            self.status.setText(how)
+        self._sync_buttons()

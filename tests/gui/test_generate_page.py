@@ -1,0 +1,109 @@
+"""The Generate page under pytest-qt, with a tiny random Llama folder (not SmolLM2)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from tests.tiny_llama import make_llama_folder  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    return str(make_llama_folder(tmp_path_factory.mktemp("llama")))
+
+
+def _page(window):
+    window.show_page("generate")
+    return window.pages["generate"]
+
+
+def test_generation_adds_one_column_per_new_token(make_window, llama_folder, qtbot):
+    window = make_window(model=llama_folder, text="The capital of France")
+    page = _page(window)
+    assert page.session.can_generate and page.generate_button.isEnabled()
+    assert not page.load_button.isVisible()
+    page.prompt.setText("The capital of")
+    page.max_tokens.setValue(6)
+    widths, ends = [], []
+    page.session.step_arrived.connect(lambda _s: widths.append(page.image.image.shape[1]))
+    page.session.finished.connect(ends.append)
+    qtbot.mouseClick(page.generate_button, qtbot_button())
+    qtbot.waitUntil(lambda: bool(ends), timeout=30000)
+    steps = page.session.steps
+    n0 = len(page.session.prompt.ids)
+    assert ends == ["done"] and 1 <= len(steps) <= 6
+    assert widths == list(range(n0, n0 + len(steps)))  # one column more per new token
+    assert page.image.image.shape[0] == 2 * 6  # L·H rows
+    np.testing.assert_allclose(page.image.image, steps[-1].attention.reshape(12, -1))
+    assert page.output.toPlainText() == page.session.text
+    assert len(page.sink_curve.getData()[0]) == len(steps)
+    np.testing.assert_allclose(page.sink_curve.getData()[1][-1], steps[-1].attention[:, :, 0].mean(), rtol=1e-6)
+    assert f"step {len(steps)}" in page.sink_label.text()
+    assert len(page.bars.opts["width"]) == 10
+    np.testing.assert_allclose(page.bars.opts["width"], steps[-1].top_probs[:10])
+    # one head's rows: a triangle with one row per step
+    page.mode.setCurrentIndex(1)
+    page.layer.setValue(1)
+    page.head.setValue(4)
+    tri = page.image.image
+    assert tri.shape == (len(steps), n0 + len(steps) - 1)
+    np.testing.assert_allclose(tri[0, :n0], steps[0].attention[1, 4])
+    assert not tri[0, n0:].any()
+
+
+def test_stop_ends_the_stream(make_window, llama_folder, qtbot, monkeypatch):
+    window = make_window(model=llama_folder, text="The capital of France")
+    page = _page(window)
+    module = window.state._model.module
+    plain = module.logits
+
+    def no_end(hidden):  # the special tokens (ids 0..2) never win: only Stop ends this generation
+        logits = plain(hidden).clone()
+        logits[..., :3] = float("-inf")
+        return logits
+
+    monkeypatch.setattr(module, "logits", no_end)
+    page.max_tokens.setValue(100)
+    ends = []
+    page.session.finished.connect(ends.append)
+    # press Stop as soon as the first step is drawn: steps the worker already made must not arrive
+    page.session.step_arrived.connect(lambda _s: page.stop_button.isEnabled() and page.stop_button.click())
+    page.generate()
+    assert page.stop_button.isEnabled()
+    qtbot.waitUntil(lambda: bool(ends), timeout=30000)
+    qtbot.wait(500)
+    assert ends == ["stopped"] and len(page.session.steps) == 1
+    assert "stopped" in page.status.text() and not page.stop_button.isEnabled()
+
+
+def test_an_encoder_gets_a_plain_notice(make_window, qtbot):
+    window = make_window(model="textbook")
+    page = _page(window)
+    assert "encoder" in page.notice.text() and "smollm2-135m" in page.notice.text()
+    assert page.load_button.isVisible() and not page.generate_button.isEnabled()
+    page.generate()
+    assert page.session.steps == [] and not page.session.running
+
+
+def test_a_new_model_clears_what_was_generated(make_window, llama_folder, qtbot):
+    window = make_window(model=llama_folder, text="The capital of France")
+    page = _page(window)
+    page.max_tokens.setValue(3)
+    ends = []
+    page.session.finished.connect(ends.append)
+    page.generate()
+    qtbot.waitUntil(lambda: bool(ends), timeout=30000)
+    assert page.output.toPlainText()
+    window.state.load_model("textbook")
+    qtbot.waitUntil(lambda: window.state.info.name == "textbook", timeout=30000)
+    assert page.output.toPlainText() == "" and page.image.image is None and page.session.steps == []
+    assert len(page.sink_curve.getData()[0] if page.sink_curve.getData()[0] is not None else []) == 0
+    assert "encoder" in page.notice.text()
+
+
+def qtbot_button():
+    from PySide6.QtCore import Qt
+
+    return Qt.MouseButton.LeftButton
