@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QPointF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QCheckBox, QGraphicsScene, QGraphicsView, QHBoxLayout, QLabel, QVBoxLayout, QWidget)
 
 from attn_explorer.gui.analysis_common import untrained_tag
@@ -18,6 +18,7 @@ from attn_explorer.session.state import SessionState
 
 MAX_TOKENS = 96  # beyond this the columns are too tall to read
 MIN_WEIGHT = 0.02  # lighter lines are not drawn (they would be invisible anyway)
+TOP_PER_ROW = 12  # and at most this many keys per query and head: painting is what costs
 ROW = 20  # pixels per token
 GAP = 260  # pixels between the two columns
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -29,9 +30,13 @@ def head_colour(h: int) -> QColor:
 
 
 class LineCanvas(QGraphicsView):
-    """The two token columns and their lines. `hovered(side, index)`: side is "query", "key" or ""."""
+    """The two token columns and their lines. `hovered(side, index)`: side is "query", "key" or "".
+
+    Lines are drawn as one path per head and opacity level (LEVELS of them), not one item per line, so
+    twelve heads of 96 tokens stay quick; hovering rebuilds the paths from the hovered token's links only."""
 
     hovered = Signal(str, int)
+    LEVELS = 16
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -42,42 +47,73 @@ class LineCanvas(QGraphicsView):
         self.setBackgroundBrush(QColor("white"))
         self.n = 0
         self.label_w = 120
-        self.lines: list[tuple[int, int, int, object]] = []  # (head, query, key, item)
+        self.links = np.zeros((0, 4))  # (head, query, key, weight) of every line at or above MIN_WEIGHT
+        self.shown = np.zeros((0, 4))  # the links drawn now (all of them, or one token's)
         self.labels: list[tuple[object, object]] = []  # (query text, key text) per token
+        self._paths: list = []
+        self._focus = ("", -1)
 
     def draw(self, att: np.ndarray, heads: list[int], tokens: list[str]) -> None:
         """att: (H, n, n) of one layer, cut to the tokens shown."""
         sc = self.scene()
         sc.clear()
-        self.lines, self.labels = [], []
+        self.labels, self._paths = [], []
         n = self.n = len(tokens)
         font = QFont()
         font.setPointSize(10)
-        texts = [short(t, 18) for t in tokens]
         w = self.label_w = 120
-        for i, t in enumerate(texts):
+        for i, t in enumerate(short(t, 18) for t in tokens):
             left = sc.addText(t, font)
             left.setPos(w - left.boundingRect().width(), i * ROW - 4)
             right = sc.addText(t, font)
             right.setPos(w + GAP, i * ROW - 4)
             self.labels.append((left, right))
-        x0, x1 = w + 4, w + GAP - 4
+        rows = []
         for h in heads:
-            colour = head_colour(h)
-            ii, jj = np.nonzero(att[h] >= MIN_WEIGHT)
-            for i, j in zip(ii.tolist(), jj.tolist()):
-                c = QColor(colour)
-                c.setAlphaF(float(min(1.0, att[h, i, j])))
-                pen = QPen(c, 2)
-                y0, y1 = i * ROW + ROW / 2, j * ROW + ROW / 2
-                item = sc.addLine(x0, y0, x1, y1, pen)
-                self.lines.append((h, i, j, item))
+            m = att[h]
+            if m.shape[-1] > TOP_PER_ROW:
+                kth = -np.partition(-m, TOP_PER_ROW - 1, axis=-1)[:, TOP_PER_ROW - 1: TOP_PER_ROW]  # (n, 1)
+                m = np.where(m >= kth, m, 0.0)
+            ii, jj = np.nonzero(m >= MIN_WEIGHT)
+            rows.append(np.stack([np.full(ii.size, h), ii, jj, att[h, ii, jj]], axis=1))
+        self.links = np.concatenate(rows) if rows else np.zeros((0, 4))
         sc.setSceneRect(-10, -10, 2 * w + GAP + 20, n * ROW + 20)
+        self._focus = ("", -1)
+        self._draw_links(self.links)
+
+    def _draw_links(self, links: np.ndarray) -> None:
+        sc = self.scene()
+        for item in self._paths:
+            sc.removeItem(item)
+        self._paths = []
+        self.shown = links
+        x0, x1 = self.label_w + 4, self.label_w + GAP - 4
+        width = 2.0 if len(links) <= 2000 else 1.0  # wide antialiased lines paint slowly by the thousand
+        level = np.minimum((links[:, 3] * self.LEVELS).astype(int), self.LEVELS - 1) if len(links) else []
+        for h in np.unique(links[:, 0]).astype(int) if len(links) else []:
+            for lv in range(self.LEVELS):
+                sel = links[(links[:, 0] == h) & (level == lv)]
+                if not len(sel):
+                    continue
+                path = QPainterPath()
+                for _h, i, j, _w in sel:
+                    path.moveTo(x0, i * ROW + ROW / 2)
+                    path.lineTo(x1, j * ROW + ROW / 2)
+                c = head_colour(h)
+                c.setAlphaF(min(1.0, (lv + 0.5) / self.LEVELS))
+                pen = QPen(c, width)
+                pen.setCosmetic(True)
+                item = sc.addPath(path, pen)
+                item.setZValue(lv)  # stronger lines on top
+                self._paths.append(item)
 
     def focus(self, side: str, index: int) -> None:
         """Show only the lines of one token (side "query" or "key"), or every line (side "")."""
-        for _h, i, j, item in self.lines:
-            item.setVisible(not side or (i if side == "query" else j) == index)
+        if (side, index) == self._focus:
+            return
+        self._focus = (side, index)
+        links = self.links if not side else self.links[self.links[:, 1 if side == "query" else 2] == index]
+        self._draw_links(links)
         for k, (left, right) in enumerate(self.labels):
             bold = (side == "query" and k == index, side == "key" and k == index)
             for item, b in zip((left, right), bold):
@@ -187,7 +223,8 @@ class LinesPage(LazyPage, QWidget):
                if n < r.num_tokens else "")
         names = ", ".join(f"H{h}" for h in heads) or "none (tick a head above)"
         self.caption.setText(f"<b>Layer {layer}</b>, heads {names}: query tokens on the left, keys on the right; "
-                             f"a line's opacity is its weight (below {MIN_WEIGHT} not drawn).{cut}"
+                             f"a line's opacity is its weight (lines below {MIN_WEIGHT}, and beyond each query's {TOP_PER_ROW} strongest "
+                             f"keys, are not drawn).{cut}"
                              + untrained_tag(self.state.info))
 
     def _hovered(self, side: str, i: int) -> None:

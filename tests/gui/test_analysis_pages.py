@@ -110,19 +110,22 @@ def test_compare_two_inputs_and_a_mismatch_in_one_line(make_window, qtbot):
 def test_lines_page_draws_heads_and_focuses_a_hovered_token(make_window, qtbot):
     w = make_window(model="minilm", text=TEXT, view="lines")
     page = w.pages["lines"]
-    qtbot.waitUntil(lambda: len(page.view.lines) > 0, timeout=30000)
+    qtbot.waitUntil(lambda: len(page.view.links) > 0, timeout=30000)
     assert page.heads() == [w.state.head]
     page.set_heads([0, 2])
-    heads = {h for h, *_ in page.view.lines}
-    assert heads == {0, 2}
+    assert set(page.view.links[:, 0].astype(int)) == {0, 2}
     att = w.state.result.attentions[w.state.layer]
-    assert len(page.view.lines) == int((att[[0, 2]] >= 0.02).sum())
+    kept = sum(min(12, int((row >= 0.02).sum())) for h in (0, 2) for row in att[h])  # 12 strongest keys per row
+    assert len(page.view.links) == len(page.view.shown) == kept
+    h, i, j, weight = page.view.links[-1]
+    assert weight == att[int(h), int(i), int(j)]
     it = w.state.result.tokens.index("it")
     pos = page.view.mapFromScene(page.view.token_pos("query", it))
     qtbot.mouseMove(page.view.viewport(), pos)
     qtbot.waitUntil(lambda: "\"it\" looks at" in page.readout.text())
-    shown = [(i, j) for _h, i, j, item in page.view.lines if item.isVisible()]
-    assert shown and all(i == it for i, _ in shown)
+    shown = page.view.shown
+    assert len(shown) and np.all(shown[:, 1] == it)
+    assert len(shown) == sum(min(12, int((att[h, it] >= 0.02).sum())) for h in (0, 2))
 
 
 def test_every_analysis_page_draws_an_image_model(make_window, qtbot):
