@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PROMPT = "What is the capital of France?"
+MARKER = "<!-- results: written by benchmarks/bench_smollm2.py -->"
 
 
 def _gguf():
@@ -167,8 +168,11 @@ def main() -> None:
     parts += [generation_table(a.tokens, a.threads), ""]
     text = "\n".join(parts)
     print(text)
-    if a.out:
-        Path(a.out).write_text(text, encoding="utf-8")
+    if a.out:  # the prose above the marker stays; the tables below it are replaced
+        out = Path(a.out)
+        old = out.read_text(encoding="utf-8") if out.exists() else ""
+        head = old.split(MARKER)[0] + MARKER + "\n\n" if MARKER in old else ""
+        out.write_text(head + text, encoding="utf-8")
 
 
 if __name__ == "__main__":
