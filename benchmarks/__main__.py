@@ -25,6 +25,7 @@ SCRIPTS = {  # name -> (script, title, extra args for a quick run)
     "gui": ("bench_gui.py", "Keystroke to paint, cold start", ["--quick"]),
     "dinov2": ("bench_dinov2.py", "DINOv2-S", ["--runs", "2"]),
     "cost": ("bench_cost.py", "The cost of attention against n", ["--quick"]),
+    "train_vit": ("bench_train_vit.py", "Training the tiny ViT: our modules against torch's", ["--quick"]),
 }
 TEXT = "The animal didn't cross the street because it was too tired."
 
