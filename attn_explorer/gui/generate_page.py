@@ -17,14 +17,22 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
-                               QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
+                               QSizePolicy, QSlider, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from attn_explorer.session.generation import SUGGESTED_MODEL, GenerationSession
 
 TEMPERATURE_STEPS = 40  # the slider: 0 .. 2 in steps of 0.05
-MODES = ("All heads: the newest token's row", "One head: every new token's row")
+MODES = ("all heads: newest row", "one head: every step")
 BARS = 10
+
+
+class _PageLayout(QVBoxLayout):
+    """Keeps its wrapped labels' height-for-width to itself, so a scroll area fits the page to the window
+    instead of sizing it by the labels' height at a narrow width (as the Cost page does)."""
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 - Qt's name
+        return False
 
 
 def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
@@ -34,7 +42,9 @@ def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     w.setLabel("bottom", bottom)
     w.setMenuEnabled(False)
     w.hideButtons()
-    w.setMinimumHeight(150)
+    w.setMinimumSize(160, 90)
+    for side in ("left", "bottom"):
+        w.getAxis(side).enableAutoSIPrefix(False)  # probabilities read as 0.4, not 400 × 0.001
     return w
 
 
@@ -59,7 +69,7 @@ class GeneratePage(QWidget):
         self.temperature = QSlider(Qt.Horizontal)
         self.temperature.setRange(0, TEMPERATURE_STEPS)
         self.temperature.setValue(0)
-        self.temperature.setFixedWidth(120)
+        self.temperature.setFixedWidth(90)
         self.temperature_label = QLabel("")
         self.temperature.valueChanged.connect(self._temperature_changed)
         self.max_tokens = QSpinBox()
@@ -74,7 +84,7 @@ class GeneratePage(QWidget):
         # --- output
         self.output = QPlainTextEdit()
         self.output.setReadOnly(True)
-        self.output.setMaximumHeight(90)
+        self.output.setMaximumHeight(60)
         self.status = QLabel("")
         self.status.setStyleSheet("font-family: monospace;")
 
@@ -84,6 +94,8 @@ class GeneratePage(QWidget):
         self.bars = pg.BarGraphItem(x0=[], y=[], height=0.7, width=[], brush=(70, 110, 190))
         self.bars_plot.addItem(self.bars)
         self.attn_plot = _plot("", "layer × head", "key token")
+        self.attn_plot.setToolTip("colour runs up to the largest weight off the first token, so the first "
+                                  "column (the attention sink) saturates; its share is plotted on the left")
         self.attn_plot.getViewBox().invertY(True)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.image.setColorMap(pg.colormap.get("viridis"))
@@ -96,10 +108,13 @@ class GeneratePage(QWidget):
         self.head.setPrefix("head ")
         for w in (self.mode, self.layer, self.head):
             (w.currentIndexChanged if w is self.mode else w.valueChanged).connect(self._draw_attention)
-        self.sink_plot = _plot("attention on the first token (mean of every head)", "share", "new token")
+        self.sink_plot = _plot("share on the first token (all heads)", "share", "new token")
         self.sink_plot.setYRange(0, 1)
         self.sink_curve = self.sink_plot.plot([], [], pen=pg.mkPen((200, 80, 40), width=2), symbol="o", symbolSize=5)
         self.sink_label = QLabel("")
+        for label in (self.status, self.sink_label):  # long read-outs wrap instead of widening the page
+            label.setWordWrap(True)
+            label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
 
         self._layout()
         self.session.started.connect(self._clear_views)
@@ -113,38 +128,51 @@ class GeneratePage(QWidget):
         self._model_changed()
 
     def _layout(self) -> None:
-        row = QHBoxLayout()
-        row.addWidget(QLabel("Prompt"))
-        row.addWidget(self.prompt, 1)
-        row.addWidget(self.chat)
-        row.addWidget(QLabel("temperature"))
-        row.addWidget(self.temperature)
-        row.addWidget(self.temperature_label)
-        row.addWidget(self.max_tokens)
-        row.addWidget(self.generate_button)
-        row.addWidget(self.stop_button)
+        """Two short rows of controls over the plots, so the page fits beside the side panel at 1024×700."""
         notice = QHBoxLayout()
         notice.addWidget(self.notice, 1)
         notice.addWidget(self.load_button)
+        ask = QHBoxLayout()
+        ask.addWidget(QLabel("Prompt"))
+        ask.addWidget(self.prompt, 1)
+        ask.addWidget(self.chat)
+        ask.addWidget(self.generate_button)
+        ask.addWidget(self.stop_button)
+        knobs = QHBoxLayout()
+        knobs.addWidget(QLabel("temperature"))
+        knobs.addWidget(self.temperature)
+        knobs.addWidget(self.temperature_label)
+        knobs.addWidget(self.max_tokens)
+        knobs.addStretch(1)
         pick = QHBoxLayout()
         pick.addWidget(self.mode)
         pick.addWidget(self.layer)
         pick.addWidget(self.head)
         pick.addStretch(1)
-        grid = QGridLayout()
-        grid.addWidget(self.bars_plot, 0, 0)
-        grid.addWidget(self.sink_plot, 1, 0)
-        grid.addWidget(self.sink_label, 2, 0)
-        grid.addLayout(pick, 0, 1)
-        grid.addWidget(self.attn_plot, 1, 1, 2, 1)
-        grid.setColumnStretch(0, 2)
-        grid.setColumnStretch(1, 3)
-        lay = QVBoxLayout(self)
+        right = QWidget()
+        right_lay = QVBoxLayout(right)
+        right_lay.setContentsMargins(0, 0, 0, 0)
+        right_lay.addLayout(pick)
+        right_lay.addWidget(self.attn_plot, 1)
+        left = QWidget()
+        left_lay = QVBoxLayout(left)
+        left_lay.setContentsMargins(0, 0, 0, 0)
+        left_lay.addWidget(self.bars_plot, 3)
+        left_lay.addWidget(self.sink_plot, 2)
+        left_lay.addWidget(self.sink_label)
+        plots = QSplitter(Qt.Horizontal)
+        plots.addWidget(left)
+        plots.addWidget(right)
+        plots.setStretchFactor(0, 2)
+        plots.setStretchFactor(1, 3)
+        lay = _PageLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(notice)
-        lay.addLayout(row)
+        lay.addLayout(ask)
+        lay.addLayout(knobs)
         lay.addWidget(self.output)
         lay.addWidget(self.status)
-        lay.addLayout(grid, 1)
+        lay.addWidget(plots, 1)
 
     # ------------------------------------------------------------------ intent
     @property
@@ -217,8 +245,7 @@ class GeneratePage(QWidget):
         self.bars_plot.setXRange(0, max(1e-3, max(step.top_probs[:k], default=1.0)) * 1.05)
         self.bars_plot.setYRange(-0.5, k - 0.5)
         t = self.temperature_value
-        self.bars_plot.setTitle(f"step {step.index + 1}: next-token probabilities "
-                                f"({'T = 1, greedy pick' if t == 0 else f'T = {t:.2f}'}); chose {step.token!r}",
+        self.bars_plot.setTitle(f"step {step.index + 1}: next token, {'T = 1 (greedy)' if t == 0 else f'T = {t:.2f}'}",
                                 color="k", size="9pt")
         sink = self.session.sink
         self.sink_curve.setData(np.arange(1, len(sink) + 1), np.asarray(sink))
@@ -237,18 +264,20 @@ class GeneratePage(QWidget):
         if m is None:
             self.image.clear()
             return
-        self.image.setImage(np.nan_to_num(m, nan=0.0), levels=(0.0, max(float(np.nanmax(m)), 1e-6)))
+        # The first token's column (the sink) would take the whole colour range: scale to the rest, and
+        # let that column saturate; its share has its own plot.
+        top = float(np.nanmax(m[:, 1:])) if m.shape[1] > 1 else float(np.nanmax(m))
+        self.image.setImage(np.nan_to_num(m, nan=0.0), levels=(0.0, max(top, 1e-6)))
         self.image.setRect(0, 0, m.shape[1], m.shape[0])
         vb = self.attn_plot.getViewBox()
         vb.setRange(xRange=(0, m.shape[1]), yRange=(0, m.shape[0]), padding=0)
         if by_head:
             self.attn_plot.setLabel("left", "new token (step)")
-            self.attn_plot.setTitle(f"layer {self.layer.value()}, head {self.head.value()}: each new token's row",
-                                    color="k", size="9pt")
+            self.attn_plot.setTitle(f"L{self.layer.value()} H{self.head.value()}: each new token's row", color="k",
+                                    size="9pt")
         else:
             self.attn_plot.setLabel("left", "layer × head")
-            self.attn_plot.setTitle(f"the newest token's row in all {m.shape[0]} heads, over {m.shape[1]} tokens",
-                                    color="k", size="9pt")
+            self.attn_plot.setTitle(f"newest row: {m.shape[0]} heads × {m.shape[1]} tokens", color="k", size="9pt")
 
     def _finished(self, how: str) -> None:
         n = len(self.session.steps)
