@@ -9,6 +9,7 @@ it: the last token's row in every layer and head, over every token so far.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -39,7 +40,8 @@ class Step:
     last: bool = False  # an end token (special, such as <|im_end|>) or the last of max_new_tokens
 
 
-def _temperature(value) -> float:
+def temperature_value(value) -> float:
+    """A sampling temperature: 0 (greedy) up to MAX_TEMPERATURE."""
     try:
         t = float(value)
     except (TypeError, ValueError):
@@ -47,6 +49,17 @@ def _temperature(value) -> float:
     if not math.isfinite(t) or t < 0 or t > MAX_TEMPERATURE:
         raise UserError(f"temperature must be from 0 (greedy) to {MAX_TEMPERATURE:g}, got {value!r}")
     return t
+
+
+def seed_value(value) -> int:
+    """A sampling seed: a whole number from 0 to 2**63 - 1."""
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = -1
+    if not 0 <= n < 2**63:
+        raise UserError(f"seed must be a whole number from 0 to 2**63 - 1, got {value!r}")
+    return n
 
 
 def render_chat(template: str, prompt: str) -> str:
@@ -75,7 +88,7 @@ class Generation:
             raise UserError(f"the prompt must be text, not {type(prompt).__name__}")
         visible_text(prompt)
         self.max_new_tokens = positive_int(max_new_tokens, "max_new_tokens")
-        self.temperature = _temperature(temperature)
+        self.temperature = temperature_value(temperature)
         self.top_k = None if top_k is None else positive_int(top_k, "top_k")
         tok = model.tokenizer
         if tok is None:
@@ -100,8 +113,9 @@ class Generation:
         self._emitted = ""  # the part of `text` the steps have handed out
         specials = {i for i, t in tok.tok.get_added_tokens_decoder().items() if t.special}
         self._stop_ids = specials
-        self._rng = torch.Generator().manual_seed(int(seed)) if seed is not None else torch.Generator().manual_seed(
-            torch.seed() & 0xFFFF_FFFF)
+        # Its own generator: sampling never touches torch's global random state.
+        self._rng = torch.Generator().manual_seed(seed_value(seed) if seed is not None
+                                                  else int.from_bytes(os.urandom(8), "little") >> 1)
         self._steps = self._run()
 
     def __iter__(self):

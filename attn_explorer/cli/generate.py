@@ -31,15 +31,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
 
 
-def _seed(value) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise UserError(f"--seed must be a whole number, got {value!r}") from None
-
-
 def record(gen, steps: list) -> dict:
     """What a generation saves: tokens and text, and per step the attention row (padded to the longest,
     `lengths` says how much of each is real) and the most likely next tokens."""
@@ -90,16 +81,16 @@ def save_generation(gen, steps: list, out: str | Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     max_new = positive_int(args.max_new_tokens, "--max-new-tokens")
-    seed = _seed(args.seed)
     top_k = None if args.top_k is None else positive_int(args.top_k, "--top-k")
     if args.out is not None:
         if Path(args.out).suffix.lower() not in FORMATS:
             raise UserError(f"--out must end in {', '.join(FORMATS)}; got {Path(args.out).name!r}")
         check_output(args.out)  # before the model loads
-    from attn_explorer.api.generate import _temperature
+    from attn_explorer.api.generate import seed_value, temperature_value
     from attn_explorer.api.load import load_model
 
-    temperature = _temperature(args.temperature)
+    temperature = temperature_value(args.temperature)  # all checked before the model loads
+    seed = None if args.seed is None else seed_value(args.seed)
     model = load_model(args.model, device=args.device)
     gen = model.generate(args.prompt, max_new_tokens=max_new, temperature=temperature, top_k=top_k,
                          chat=args.chat, seed=seed)

@@ -59,6 +59,14 @@ def test_sampling_is_repeatable_with_a_seed_and_respects_top_k(model):
         assert abs(sum(s.top_probs) - 1.0) < 1e-5  # renormalised over the top 3
 
 
+def test_sampling_leaves_torch_global_random_state_alone(model):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    list(model.generate("Attention lets", 3, temperature=1.0))  # no seed: drawn from the OS
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_temperature_flattens_the_distribution(model):
     cold = next(iter(model.generate("The capital", 1, temperature=0.5, seed=0)))
     hot = next(iter(model.generate("The capital", 1, temperature=5.0, seed=0)))
@@ -95,6 +103,8 @@ def test_chat_template_and_stop_at_a_special_token(model, monkeypatch):
     (dict(top_k=0), "top_k"),
     (dict(max_new_tokens=500), "positions"),
     (dict(prompt=42), "text"),
+    (dict(seed=-3), "seed"),
+    (dict(seed=2**64), "seed"),
 ])
 def test_bad_arguments_are_one_line_user_errors(model, kw, words):
     args = dict(prompt="hello", max_new_tokens=3) | kw

@@ -53,7 +53,8 @@ def test_generate_json_chat_with_sampling(cli, folder, tmp_path):
     (("--max-new-tokens", "0"), "--max-new-tokens"),
     (("--temperature", "-2"), "temperature"),
     (("--top-k", "x"), "--top-k"),
-    (("--seed", "abc"), "--seed"),
+    (("--seed", "abc"), "seed"),
+    (("--seed", "-1"), "seed"),
     (("--out", "gen.png"), ".npz"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(cli, folder, tmp_path, extra, words):
