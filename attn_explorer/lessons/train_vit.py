@@ -73,8 +73,10 @@ class TrainRecord:
     loss: float | None = None  # this step's mean cross-entropy on its batch
     train_acc: float | None = None  # share of this epoch's training images classified right so far
     test_acc: float | None = None  # share of held-out images right: at step 0 and each epoch's end
-    attention: np.ndarray | None = None  # (k, rows, cols): [CLS] attention to each patch, last layer, head mean
+    attention: np.ndarray | None = None  # (k, L, rows, cols): [CLS] attention to each patch, per block, head mean
     predicted: np.ndarray | None = None  # (k,) the model's class for each example, with `attention`
+    ink: np.ndarray | None = None  # (L,) share of that attention on patches with ink (see ink_share)
+    inked: float = 0.0  # share of the examples' patches that hold ink
     epoch_end: bool = False
     done: bool = False  # the last record of a run that trained every epoch
     # only at step 0: what is being learned
@@ -143,13 +145,37 @@ def accuracy(model: VisionTransformer, images: np.ndarray, labels: np.ndarray) -
 
 @torch.no_grad()
 def cls_attention(model: VisionTransformer, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """How much [CLS] looks at each patch in the last layer, averaged over heads: (k, rows, cols),
+    """How much [CLS] looks at each patch in every block, averaged over the heads: (k, L, rows, cols),
     each map summing to 1 over the patches and [CLS] itself; and the predicted classes (k,)."""
     out = model(normalise(torch.from_numpy(images)), output_attentions=True)
     rows, cols = out.grid
-    last = out.attentions[:, -1].mean(1)  # (k, N, N), mean over heads
-    maps = last[:, 0, model.cfg.num_extra_tokens:].reshape(-1, rows, cols)
+    mean = out.attentions.mean(2)  # (k, L, N, N), mean over heads
+    maps = mean[:, :, 0, model.cfg.num_extra_tokens:].reshape(len(images), -1, rows, cols)
     return maps.numpy().astype(np.float32), out.logits.argmax(-1).numpy()
+
+
+INK = 0.2  # a patch "holds ink" when its mean brightness (0..1) is above this
+
+
+def ink_share(maps: np.ndarray, images: np.ndarray) -> tuple[np.ndarray, float]:
+    """Share of [CLS]'s attention to the patches that goes to patches holding ink, per block, averaged over
+    the images; and the share of patches that hold ink (what looking everywhere alike would give).
+
+    maps (k, L, rows, cols) from cls_attention; images (k, 3, side, side) in [0, 1].
+    """
+    k, _, rows, cols = maps.shape
+    p = images.shape[-1] // rows
+    ink = images.mean(1).reshape(k, rows, p, cols, p).mean((2, 4)) > INK  # (k, rows, cols)
+    to_patches = maps.sum((2, 3))  # (k, L)
+    share = (maps * ink[:, None]).sum((2, 3)) / np.maximum(to_patches, 1e-12)
+    return share.mean(0).astype(np.float32), float(ink.mean())
+
+
+def snapshot(rec: TrainRecord, model: VisionTransformer, images: np.ndarray) -> TrainRecord:
+    """Fill rec's attention, predicted, ink and inked for the example images."""
+    rec.attention, rec.predicted = cls_attention(model, images)
+    rec.ink, rec.inked = ink_share(rec.attention, images)
+    return rec
 
 
 class one_thread:
@@ -232,12 +258,13 @@ class Trainer:
             opt, lambda i: (i + 1) / warm if i < warm else 0.5 * (1 + math.cos(math.pi * (i - warm) / max(1, total - warm))))
         ex_images, ex_true = self.examples()
         t0 = time.perf_counter()
+        first = TrainRecord(0, total, 0.0, 0.0, images=to_uint8(ex_images), true=ex_true, classes=d.classes,
+                            about=self.about(), notes=list(d.notes))
         with one_thread():
-            maps, pred = cls_attention(model, ex_images)
-            self.test_acc = accuracy(model, d.x_test, d.y_test)
-        yield TrainRecord(0, total, 0.0, time.perf_counter() - t0, test_acc=self.test_acc, attention=maps,
-                          predicted=pred, images=to_uint8(ex_images), true=ex_true, classes=d.classes,
-                          about=self.about(), notes=list(d.notes))
+            snapshot(first, model, ex_images)
+            first.test_acc = self.test_acc = accuracy(model, d.x_test, d.y_test)
+        first.elapsed_s = time.perf_counter() - t0
+        yield first
         for epoch in range(s.epochs):
             order = torch.randperm(len(y_train), generator=gen)
             right = seen = 0
@@ -250,7 +277,7 @@ class Trainer:
                     rec.train_acc = right / seen
                     rec.epoch_end = b == per_epoch - 1
                     if self.steps % s.attention_every == 0 or rec.epoch_end:
-                        rec.attention, rec.predicted = cls_attention(model, ex_images)
+                        snapshot(rec, model, ex_images)
                     if rec.epoch_end:
                         rec.test_acc = self.test_acc = accuracy(model, d.x_test, d.y_test)
                         rec.done = epoch == s.epochs - 1
@@ -307,10 +334,10 @@ def load_trained(path: str | Path, settings: TrainSettings | None = None) -> tup
     t.trained = bool(built.info.get("trained", True))
     ex_images, ex_true = t.examples()
     t0 = time.perf_counter()
-    with one_thread():
-        t.test_acc = accuracy(model, d.x_test, d.y_test)
-        maps, pred = cls_attention(model, ex_images)
-    rec = TrainRecord(0, 0, 0.0, time.perf_counter() - t0, test_acc=t.test_acc, attention=maps, predicted=pred,
-                      images=to_uint8(ex_images), true=ex_true, classes=d.classes, about=t.about(),
+    rec = TrainRecord(0, 0, 0.0, 0.0, images=to_uint8(ex_images), true=ex_true, classes=d.classes, about=t.about(),
                       notes=list(d.notes) + [f"loaded {Path(path).name}: {built.info.get('note', '')}"])
+    with one_thread():
+        rec.test_acc = t.test_acc = accuracy(model, d.x_test, d.y_test)
+        snapshot(rec, model, ex_images)
+    rec.elapsed_s = time.perf_counter() - t0
     return t, rec

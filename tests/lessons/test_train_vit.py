@@ -152,9 +152,21 @@ def test_cls_attention_is_the_last_layers_cls_row_averaged_over_heads():
     maps, pred = T.cls_attention(m, imgs)
     with torch.no_grad():
         att = m(T.normalise(torch.from_numpy(imgs)), output_attentions=True).attentions  # (B, L, H, N, N)
-    want = att[:, 1, :, 0, 1:].mean(1).reshape(3, 4, 4).numpy()
+    want = att[:, :, :, 0, 1:].mean(2).reshape(3, 2, 4, 4).numpy()  # every block, mean over heads
     np.testing.assert_allclose(maps, want, rtol=1e-6)
     assert pred.shape == (3,)
+
+
+def test_ink_share_counts_the_attention_on_patches_with_ink():
+    images = np.zeros((1, 3, 8, 8), np.float32)
+    images[0, :, 0:2, 0:2] = 1.0  # patch (0, 0) holds ink
+    images[0, :, 6:8, 2:4] = 0.3  # patch (3, 1) too (mean 0.3 > 0.2)
+    images[0, :, 4, 4] = 0.5  # patch (2, 2): mean 0.125, not ink
+    maps = np.full((1, 2, 4, 4), 0.05, np.float32)
+    maps[0, 0, 0, 0] = 0.2
+    share, inked = T.ink_share(maps, images)
+    assert inked == pytest.approx(2 / 16)
+    assert share[0] == pytest.approx((0.2 + 0.05) / (0.2 + 15 * 0.05)) and share[1] == pytest.approx(2 / 16)
 
 
 def test_a_short_run_lowers_the_loss_and_changes_the_cls_attention(short_run):
@@ -168,8 +180,11 @@ def test_a_short_run_lowers_the_loss_and_changes_the_cls_attention(short_run):
     snaps = [r for r in recs if r.attention is not None]
     assert [r.step for r in snaps] == [0] + [s for s in range(1, t.steps + 1) if s % 5 == 0 or s % 23 == 0]
     before, after = snaps[0].attention, snaps[-1].attention
-    assert np.abs(after - before).max() > 0.02
-    np.testing.assert_array_less(after.sum((1, 2)), 1.0 + 1e-5)  # the rest goes to [CLS] itself
+    assert after.shape == (6, 2, 4, 4) and np.abs(after - before).max() > 0.02
+    np.testing.assert_array_less(after.sum((2, 3)), 1.0 + 1e-5)  # the rest goes to [CLS] itself
+    # untrained, [CLS] spreads its attention about evenly; trained, block 1 puts more of it on the ink
+    assert abs(snaps[0].ink[0] - snaps[0].inked) < 0.05
+    assert snaps[-1].ink[0] > snaps[0].ink[0] + 0.1, (snaps[0].ink, snaps[-1].ink)
     assert [r.test_acc is not None for r in steps].count(True) == 3  # one per epoch
 
 

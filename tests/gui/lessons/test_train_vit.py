@@ -52,9 +52,14 @@ def test_start_trains_and_every_view_follows(page, qtbot):
 
     images, _ = t.examples()
     maps, pred = T.cls_attention(t.model, images)
-    np.testing.assert_allclose(page.strip.attention, maps * 16, rtol=1e-5)
+    np.testing.assert_allclose(page.strip.attention, maps[:, 1] * 16, rtol=1e-5)  # the last block by default
     np.testing.assert_array_equal(page.strip.predicted, pred)
-    assert page.strip.step == 46 and "after step 46" in page.strip.title.text()
+    assert page.strip.step == 46 and "block 2, after step 46" in page.strip.title.text()
+    share, inked = T.ink_share(maps, images)
+    assert f"<b>{100 * share[1]:.0f} %</b>" in page.strip.title.text() and f"{100 * inked:.0f} %" in page.strip.title.text()
+    page.strip.block.setCurrentIndex(0)  # block 1: the map and the read-out follow
+    np.testing.assert_allclose(page.strip.attention, maps[:, 0] * 16, rtol=1e-5)
+    assert "block 1," in page.strip.title.text() and f"<b>{100 * share[0]:.0f} %</b>" in page.strip.title.text()
     assert page.save_button.isEnabled() and page.start_button.isEnabled()
 
 
