@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
 from attn_explorer.api.result import ModelInfo, RunResult
@@ -67,11 +68,33 @@ class Model:
         (rounded down to whole patches)."""
         dk_scale, dk_layers = self._check_dk(dk_scale, dk_layers)
         prep = self.prepare(x, max_tokens=max_tokens, image_size=image_size)
+        self._check_memory(prep)
         out, ms = self._forward(prep.inputs, dk_scale, dk_layers)
         if self.info.modality == "text":
             return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
                                 notes=prep.notes, total_tokens=prep.total_tokens)
         return self._image_result(out, ms, prep, dk_scale, hidden)
+
+    def token_count(self, prep: Prepared) -> int:
+        """How many tokens the module will see for this prepared input."""
+        if prep.tokens is not None:
+            return len(prep.tokens)
+        pixels = prep.inputs["pixels"]
+        p = self.info.patch_size
+        extra = 1 + (self.info.family == "deit")
+        return (pixels.shape[-2] // p) * (pixels.shape[-1] // p) + extra
+
+    def _check_memory(self, prep: Prepared) -> None:
+        """Refuse, before running, an input whose attention maps would not fit in memory (the same
+        budget the Cost page uses: half of the free memory on the CPU, 80 % on a GPU)."""
+        n = self.token_count(prep)
+        i = self.info
+        need = attention_maps_bytes(n, i.num_layers, i.num_heads, elem=self.dtype.itemsize)
+        budget = default_budget(self.device)
+        if need > budget:
+            raise UserError(f"{n:,} tokens would need {human_bytes(need)} for the attention maps of "
+                            f"{i.num_layers} layers × {i.num_heads} heads; only {human_bytes(budget)} can be spared "
+                            f"now: use fewer tokens or a smaller image size")
 
     def generate(self, prompt: str, max_new_tokens=32, temperature=0.0, top_k=None, chat: bool = False, seed=None):
         """Steps of generating text after prompt, each with its attention (decoders; see api.generate)."""

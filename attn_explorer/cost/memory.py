@@ -30,15 +30,9 @@ from typing import Any, Callable
 # point would bury the CLI's table in them. Level 9 silences it (only if the user set nothing).
 os.environ.setdefault("KINETO_LOG_LEVEL", "9")
 
-
-def human_bytes(b: float | None) -> str:
-    """12.3 GB, 45.6 MB, 7.8 kB: decimal units, three significant figures."""
-    if b is None:
-        return "-"
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(b) >= size:
-            return f"{b / size:.3g} {unit}"
-    return f"{int(b)} B"
+# The budget is shared with the model API's guard (one rule for "would this fit?"): see attn_explorer/budget.py.
+from attn_explorer.budget import (BUDGET_SHARE, FALLBACK_BUDGET, available_bytes, default_budget,  # noqa: E402,F401
+                                  device_type, human_bytes, matrix_bytes)
 
 
 ELEM_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float64": 8}
@@ -49,11 +43,6 @@ def elem_bytes(dtype: Any) -> int:
     if isinstance(dtype, str):
         return ELEM_BYTES[dtype.lower()]
     return dtype.itemsize
-
-
-def device_type(device: Any) -> str:
-    """'cpu', 'cuda', ... from a torch.device or a string such as 'cuda:1'."""
-    return getattr(device, "type", None) or str(device).split(":")[0]
 
 
 # --- measuring ------------------------------------------------------------------------------
@@ -101,50 +90,3 @@ def run_measuring_memory(fn: Callable[[], Any], device: Any) -> tuple[Any, int |
 
 
 # --- sizes ---------------------------------------------------------------------------------
-
-
-def matrix_bytes(n: int, heads: int, batch: int = 1, elem: int = 4) -> int:
-    """Bytes of the exact (B, H, n, n) attention matrix: what the quadratic cost is about."""
-    return batch * heads * n * n * elem
-
-
-# --- budgeting ------------------------------------------------------------------------------
-
-
-def available_bytes(device: Any = "cpu") -> int | None:
-    """Memory free for new tensors now: MemAvailable (Linux) or psutil on CPU, free memory on CUDA."""
-    kind = device_type(device)
-    if kind == "cuda":
-        import torch
-
-        free, _total = torch.cuda.mem_get_info(torch.device(device))
-        return int(free)
-    if kind != "cpu":
-        return None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        import psutil  # optional: only where /proc/meminfo is missing (macOS, Windows)
-
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        return None
-
-
-# Share of free memory a sweep may use: the machine keeps running other things, and on CUDA
-# the allocator needs slack for fragmentation.
-BUDGET_SHARE = {"cpu": 0.5, "cuda": 0.8}
-FALLBACK_BUDGET = 2 * 2**30  # when the free memory cannot be read
-
-
-def default_budget(device: Any = "cpu") -> int:
-    """A safe budget in bytes: half of MemAvailable on CPU, 80 % of free memory on CUDA."""
-    free = available_bytes(device)
-    if free is None:
-        return FALLBACK_BUDGET
-    return int(free * BUDGET_SHARE.get(device_type(device), 0.5))
