@@ -195,6 +195,10 @@ def test_smollm2_greedy_tokens_equal_transformers(smollm2_folder, monkeypatch):
     src = hub_gguf.find_smollm2_gguf()
     ref = transformers.AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32).eval()
     m = ax.load_model("smollm2-135m", device="cpu")
+    ref_tok = transformers.AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    for text in ("<|im_start|>system\nYou are helpful<|im_end|>\n", "  Héllo,   wörld!! 1234567 \t\n\n x",
+                 "def f(x):\n    return x ** 2  # 😀 日本語"):
+        assert m.tokenizer.tok.encode(text).ids == ref_tok(text)["input_ids"], text
     for prompt, chat in (("What is the capital of France?", True), ("The three primary colours are", False)):
         g = m.generate(prompt, max_new_tokens=10, chat=chat)
         ours = [s.token_id for s in g]
