@@ -152,7 +152,8 @@ class Generation:
             with torch.inference_mode():
                 t0 = time.perf_counter()
                 out = module(input_ids=torch.tensor([feed], device=dev), output_attentions=True, cache=cache)
-                logits = module.logits(out.hidden[0, -1])
+                # sampled on the CPU, with the CPU generator, whatever device the model is on
+                logits = module.logits(out.hidden[0, -1]).float().cpu()
                 probs = self.distribution(logits)
                 ms = (time.perf_counter() - t0) * 1000
                 row = out.attentions[0, :, :, -1, :].float().cpu().numpy()  # (L, H, n so far)
