@@ -244,7 +244,7 @@ class GeneratePage(QWidget):
         self.bars_plot.getAxis("left").setTicks([list(enumerate(labels))])
         self.bars_plot.setXRange(0, max(1e-3, max(step.top_probs[:k], default=1.0)) * 1.05)
         self.bars_plot.setYRange(-0.5, k - 0.5)
-        t = self.temperature_value
+        t = self.session.temperature  # the one this generation uses, not the slider's now
         self.bars_plot.setTitle(f"step {step.index + 1}: next token, {'T = 1 (greedy)' if t == 0 else f'T = {t:.2f}'}",
                                 color="k", size="9pt")
         sink = self.session.sink

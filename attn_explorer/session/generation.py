@@ -57,6 +57,7 @@ class GenerationSession(QObject):
         self.prompt: PromptInfo | None = None
         self.steps: list = []
         self.sink: list[float] = []  # per step: mean over layers and heads of the weight on token 0
+        self.temperature = 0.0  # of the generation shown (the slider may have moved since)
         state.model_loaded.connect(lambda _info: self.clear())
 
     # ------------------------------------------------------------------ what the page asks
@@ -105,6 +106,7 @@ class GenerationSession(QObject):
             return False
         self.stop(report=False)
         self._reset()
+        self.temperature = float(temperature)
         self.started.emit()
         worker = self.state.submit(generation_job, prompt, max_new_tokens, temperature, top_k, chat, seed,
                                    on_yield=self._on_yield, on_result=lambda _n: self._end("done"),

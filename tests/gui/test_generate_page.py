@@ -41,6 +41,10 @@ def test_generation_adds_one_column_per_new_token(make_window, llama_folder, qtb
     assert len(page.sink_curve.getData()[0]) == len(steps)
     np.testing.assert_allclose(page.sink_curve.getData()[1][-1], steps[-1].attention[:, :, 0].mean(), rtol=1e-6)
     assert f"step {len(steps)}" in page.sink_label.text()
+    assert "T = 1 (greedy)" in page.bars_plot.plotItem.titleLabel.text
+    page.temperature.setValue(20)  # moving the slider afterwards does not relabel what was drawn
+    page._step(steps[-1])
+    assert "T = 1 (greedy)" in page.bars_plot.plotItem.titleLabel.text
     assert len(page.bars.opts["width"]) == 10
     np.testing.assert_allclose(page.bars.opts["width"], steps[-1].top_probs[:10])
     # one head's rows: a triangle with one row per step
