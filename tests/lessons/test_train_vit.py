@@ -130,7 +130,7 @@ def test_bad_data_choices_are_one_line():
         D.load_dataset("imagenet")
     with pytest.raises(UserError, match="cifar10 only"):
         D.load_dataset("digits", data_dir="/tmp")
-    with pytest.raises(UserError, match="needs --data-dir"):
+    with pytest.raises(UserError, match="needs the folder with its Python batches"):
         D.load_dataset("cifar10")
     with pytest.raises(UserError, match="epochs"):
         T.TrainSettings(epochs=0).check()
@@ -266,3 +266,18 @@ def test_shipped_model_reads_a_digit_picture_as_it_was_trained():
         right_big += m.run(big).top5[0][0] == str(d.y_test[i])
     assert r.grid == (4, 4) and r.attentions.shape == (2, 4, 17, 17)
     assert same / len(d.y_test) >= 0.99 and right_big / len(d.y_test) >= 0.90
+
+
+def test_a_model_saved_between_epochs_records_its_own_accuracy(tmp_path):
+    """Stopped or paused mid-epoch, the model has moved on since the last held-out measurement: the
+    saved note must give the accuracy of the weights in the file, not the epoch-end figure."""
+    t = T.Trainer(T.TrainSettings(epochs=3))
+    gen = t.run()
+    for _ in range(1 + 23 + 6):  # the untrained record, epoch 1, six steps into epoch 2
+        next(gen)
+    d = t.data()
+    now = T.accuracy(t.model, d.x_test, d.y_test)
+    assert now != t.test_acc  # the weights moved since the epoch-end measurement
+    m = ax.load_model(str(t.save(tmp_path / "mid.safetensors")), device="cpu")
+    assert f"held-out accuracy {100 * now:.1f} %" in m.info.note and "29 steps" in m.info.note
+    assert t.test_acc == pytest.approx(now)

@@ -165,9 +165,10 @@ class LessonPage(QWidget):
         return [row, actions]
 
     def _data_changed(self) -> None:
-        if self.data.currentData() == "cifar10" and not self.data_dir:
-            folder = QFileDialog.getExistingDirectory(self, "CIFAR-10 folder (data_batch_1..5, test_batch)")
-            self.data_dir = folder or None
+        if self.data.currentData() == "cifar10":
+            folder = QFileDialog.getExistingDirectory(self, "CIFAR-10 folder (data_batch_1..5, test_batch)",
+                                                      self.data_dir or "")
+            self.data_dir = folder or self.data_dir
         self.message.setText("")
 
     def _ask_path(self, save: bool) -> str:
@@ -320,7 +321,8 @@ class LessonPage(QWidget):
                                 f"gives ({100 / max(1, len(r.classes)):.0f} %). Training…")
             return
         self.progress.setFormat(f"step %v of %m · epoch {r.epoch:.1f}")
-        word = f"<b>Done: trained {round(r.epoch)} epochs.</b>" if r.done else "<b>Training.</b>"
+        n = round(r.epoch)
+        word = f"<b>Done: trained {n} epoch{'s' if n != 1 else ''}.</b>" if r.done else "<b>Training.</b>"
         self.status.setText(
             f"{word} Step {r.step} of {r.total_steps} (epoch {r.epoch:.1f}), {r.elapsed_s:.1f} s. "
             f"Loss on this batch {r.loss:.3f}; this epoch's training images right so far "

@@ -128,3 +128,30 @@ def test_bad_files_are_one_line_in_the_banner(page, qtbot, tmp_path):
     page.save_to(str(tmp_path / "no" / "such" / "m.safetensors"))
     qtbot.waitUntil(lambda: len(errors) == 2, timeout=20000)
     assert "folder not found" in errors[1]
+
+
+def test_cifar10_asks_for_its_folder_and_trains_on_it(page, qtbot, tmp_path, monkeypatch):
+    import pickle
+
+    from PySide6.QtWidgets import QFileDialog
+
+    rng = np.random.default_rng(0)
+    for name, n in (("data_batch_1", 24), ("test_batch", 8)):
+        batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"labels": [i % 10 for i in range(n)]}
+        (tmp_path / name).write_bytes(pickle.dumps(batch, protocol=2))
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: asked.append(a) or str(tmp_path))
+    page.data.setCurrentIndex(page.data.findData("cifar10"))
+    assert len(asked) == 1 and page.data_dir == str(tmp_path)
+    _train(page, qtbot, epochs=1)
+    assert "CIFAR-10, 24 training images" in page.about.text() and "32×32 images in 4×4 patches = 64 patch tokens" in page.about.text()
+    assert page.strip.attention.shape == (6, 8, 8) and page.strip.images[0].image.shape == (32, 32, 3)
+    assert page.trainer.steps == 1 and "Done: trained 1 epoch." in page.status.text()
+
+
+def test_the_shipped_model_is_in_the_model_picker_as_trained(make_window):
+    w = make_window(model="textbook")
+    i = w.model_combo.findData("tiny-vit-digits")
+    assert i >= 0
+    text = w.model_combo.itemText(i)
+    assert "image" in text and "trained" in text and "untrained" not in text, text
