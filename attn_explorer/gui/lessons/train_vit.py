@@ -289,9 +289,7 @@ class LessonPage(QWidget):
             self.total_steps = max(1, r.total_steps)
             self.progress.setRange(0, self.total_steps)
             self.strip.set_examples(r.images, r.true, r.classes)
-            self.about.setText(r.about)
-            if r.notes:
-                self.message.setText(" ".join(r.notes))
+            self.about.setText(r.about + "".join(f"<br><i>Note: {n}</i>" for n in r.notes))
         else:
             self.losses_x.append(r.epoch)
             self.losses.append(r.loss)
@@ -369,10 +367,9 @@ class LessonPage(QWidget):
         self.progress.setRange(0, 1)
         self.progress.setValue(1 if trainer.trained else 0)
         self.progress.setFormat("loaded" if trainer.trained else "loaded: untrained")
-        word = "Loaded" if trainer.trained else "Loaded an <b>untrained</b> model"
-        self.status.setText(f"<b>{word}.</b> Held-out accuracy {100 * r.test_acc:.1f} % on "
+        word = "<b>Loaded.</b>" if trainer.trained else "<b>Loaded an untrained model</b> (random weights)."
+        self.status.setText(f"{word} Held-out accuracy {100 * r.test_acc:.1f} % on "
                             f"{self.data.currentText()}. Press Start to train a new model instead.")
-        self.message.setText(" ".join(r.notes))
         self._set_running(False)
 
     def _on_load_error(self, message: str) -> None:

