@@ -28,10 +28,15 @@ FITTED_PAGES = ("grid", "head", "tokens", "overlay")  # laid out to fit 1024×70
 
 # name -> (tab title, factory(state) -> QWidget). Insertion order is tab order.
 PAGES: dict[str, tuple[str, Callable[[SessionState], QWidget]]] = {}
+# name -> the title of the tab that groups it with others (a tab of sub-tabs), for pages that share one
+GROUP_OF: dict[str, str] = {}
 
 
-def register_page(name: str, title: str, factory: Callable[[SessionState], QWidget]) -> None:
+def register_page(name: str, title: str, factory: Callable[[SessionState], QWidget], group: str | None = None) -> None:
+    """Add a page; pages with the same `group` share one top-level tab, each a sub-tab in it."""
     PAGES[name] = (title, factory)
+    if group:
+        GROUP_OF[name] = group
 
 
 register_page("grid", "All heads", HeadGridView)
@@ -68,12 +73,13 @@ def _register_lessons_page() -> None:
 
 
 def _register_analysis_pages() -> None:
-    """The analyses (overview, rollout, norms, search, compare, lines): one tab each."""
+    """The analyses (overview, rollout, norms, search, compare, lines): sub-tabs of one "Analyses" tab,
+    so the tab bar stays readable at 1024 px."""
     from attn_explorer.gui.analysis_pages import ANALYSIS_PAGES
 
     for name, title, factory in ANALYSIS_PAGES:
         if name not in PAGES:
-            register_page(name, title, factory)
+            register_page(name, title, factory, group="Analyses")
 
 
 class MainWindow(WindowActions, QMainWindow):
@@ -101,6 +107,7 @@ class MainWindow(WindowActions, QMainWindow):
         self.tabs.setDocumentMode(True)
         self.pages: dict[str, QWidget] = {}
         self._tab_of: dict[str, QWidget] = {}  # page name -> the tab holding it
+        self._groups: dict[str, QTabWidget] = {}  # group title -> its tab of sub-tabs
         for name, (title, factory) in PAGES.items():
             try:
                 page = factory(state)
@@ -117,7 +124,15 @@ class MainWindow(WindowActions, QMainWindow):
                 holder.setFrameShape(QScrollArea.NoFrame)
                 holder.setWidget(page)
             self._tab_of[name] = holder
-            self.tabs.addTab(holder, title)
+            group = GROUP_OF.get(name)
+            if group is None:
+                self.tabs.addTab(holder, title)
+            else:
+                if group not in self._groups:
+                    inner = self._groups[group] = QTabWidget()
+                    inner.setDocumentMode(True)
+                    self.tabs.addTab(inner, group)
+                self._groups[group].addTab(holder, title)
             for canvas in page.findChildren(PaintedGraphicsWidget):
                 canvas.painted.connect(self._painted)
         self.grid = self.pages["grid"]
@@ -131,6 +146,8 @@ class MainWindow(WindowActions, QMainWindow):
             if page is not self.grid and hasattr(page, "head_opened"):
                 page.head_opened.connect(lambda *_: self.show_page("head"))
         self.tabs.currentChanged.connect(self._page_switched)
+        for inner in self._groups.values():
+            inner.currentChanged.connect(self._page_switched)
 
         self.banner = Banner()
         central = QWidget()
@@ -194,7 +211,12 @@ class MainWindow(WindowActions, QMainWindow):
         if name not in self.pages:
             raise KeyError(name)
         self._page_pinned = self._page_pinned or pin
-        self.tabs.setCurrentWidget(self._tab_of[name])
+        group = GROUP_OF.get(name)
+        if group is not None:
+            self._groups[group].setCurrentWidget(self._tab_of[name])
+            self.tabs.setCurrentWidget(self._groups[group])
+        else:
+            self.tabs.setCurrentWidget(self._tab_of[name])
 
     def open_lesson(self, name: str) -> None:
         """Show the Lessons tab at lesson `name` (the views' "look inside this head" path)."""
@@ -209,6 +231,8 @@ class MainWindow(WindowActions, QMainWindow):
     @property
     def current_page_name(self) -> str:
         w = self.tabs.currentWidget()
+        if isinstance(w, QTabWidget) and w in self._groups.values():
+            w = w.currentWidget()
         return next((n for n, t in self._tab_of.items() if t is w), "")
 
     # ------------------------------------------------------------------------------- state -> view
@@ -228,8 +252,8 @@ class MainWindow(WindowActions, QMainWindow):
         if self._result_at is None:
             return
         canvas = self.sender()
-        page = self.tabs.currentWidget()
-        if canvas is None or not page.isAncestorOf(canvas):
+        page = self._tab_of.get(self.current_page_name)
+        if canvas is None or page is None or not page.isAncestorOf(canvas):
             return
         self.render_ms = (time.perf_counter() - self._result_at) * 1000.0
         self._result_at = None

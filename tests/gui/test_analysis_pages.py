@@ -122,7 +122,7 @@ def test_lines_page_draws_heads_and_focuses_a_hovered_token(make_window, qtbot):
     it = w.state.result.tokens.index("it")
     pos = page.view.mapFromScene(page.view.token_pos("query", it))
     qtbot.mouseMove(page.view.viewport(), pos)
-    qtbot.waitUntil(lambda: "\"it\" looks at" in page.readout.text())
+    qtbot.waitUntil(lambda: "\"it\" looks at" in page.readout.text(), timeout=20000)
     shown = page.view.shown
     assert len(shown) and np.all(shown[:, 1] == it)
     assert len(shown) == sum(min(12, int((att[h, it] >= 0.02).sum())) for h in (0, 2))
