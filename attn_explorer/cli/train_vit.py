@@ -122,7 +122,7 @@ def run(args) -> int:
         record = {
             "command": command_line(args, settings), "data": d.name, "source": d.source, "seed": settings.seed,
             "epochs": settings.epochs, "batch_size": settings.batch_size, "lr": settings.lr,
-            "weight_decay": settings.weight_decay, "shift": settings.shift, "train_images": len(d.y_train),
+            "weight_decay": settings.weight_decay, "shift": trainer.shift(), "train_images": len(d.y_train),
             "test_images": n_test, "test_correct": right, "test_accuracy": trainer.test_acc,
             "seconds": round(last.elapsed_s, 2), "steps": trainer.steps, "torch": torch.__version__,
             "python": platform.python_version(), "machine": platform.machine(),

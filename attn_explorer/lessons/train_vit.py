@@ -46,7 +46,9 @@ class TrainSettings:
     seed: int = 0  # the split, the first weights and the batch order
     attention_every: int = 10  # optimizer steps between [CLS]-attention snapshots
     examples: int = 6  # fixed held-out images whose attention is shown
-    shift: int = 0  # random shifts of up to this many pixels (augmentation; on 8×8 digits 1 px cost 5 points)
+    # random shifts of up to this many pixels (augmentation). None: 0 for 8×8 images (1 px cost the digits 5
+    # points of held-out accuracy), 2 for larger ones (MNIST, 30 epochs: 91.2 % without, 94.5 % with)
+    shift: int | None = None
 
     def check(self) -> "TrainSettings":
         if self.data not in DATA_NAMES:
@@ -235,6 +237,11 @@ class Trainer:
         idx = pick_examples(d.y_test, self.settings.examples)
         return d.x_test[idx], d.y_test[idx]
 
+    def shift(self) -> int:
+        """The augmentation's shift in pixels (see TrainSettings.shift)."""
+        s = self.settings.shift
+        return int(s) if s is not None else (0 if self.data().side <= 8 else 2)
+
     def about(self) -> str:
         d, m = self.data(), self.model
         c = m.cfg
@@ -288,7 +295,7 @@ class Trainer:
     def _step(self, model, opt, sched, x, y, gen, total: int, per_epoch: int) -> TrainRecord:
         """One AdamW step on one batch; train_acc in the record is this batch's."""
         model.train()
-        logits = model(normalise(random_shift(x, self.settings.shift, gen))).logits
+        logits = model(normalise(random_shift(x, self.shift(), gen))).logits
         loss = F.cross_entropy(logits, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -138,6 +138,24 @@ def test_bad_data_choices_are_one_line():
 
 # ---- the model and a short run ---------------------------------------------------------------------
 
+def test_random_shift_moves_each_image_by_at_most_the_shift_and_fills_with_black():
+    x = torch.zeros(50, 3, 28, 28)
+    x[:, :, 10, 12] = 1.0
+    y = T.random_shift(x, 2, torch.Generator().manual_seed(0))
+    assert y.shape == x.shape and torch.equal(y.sum((1, 2, 3)), x.sum((1, 2, 3)))  # away from the border nothing is lost
+    rows, cols = torch.nonzero(y[:, 0], as_tuple=True)[1:]
+    assert (rows - 10).abs().max() == 2 and (cols - 12).abs().max() == 2 and len(set(zip(rows.tolist(), cols.tolist()))) > 10
+    assert torch.equal(T.random_shift(x, 0, torch.Generator()), x)
+
+
+def test_shift_is_0_for_8x8_images_and_2_pixels_for_larger_ones_unless_set():
+    assert T.Trainer(T.TrainSettings(data="digits")).shift() == 0
+    big = D.Dataset("mnist", np.zeros((2, 3, 28, 28), np.float32), np.zeros(2, np.int64), np.zeros((1, 3, 28, 28),
+                    np.float32), np.zeros(1, np.int64), tuple("0123456789"), "test")
+    assert T.Trainer(T.TrainSettings(data="mnist"), dataset=big).shift() == 2
+    assert T.Trainer(T.TrainSettings(data="mnist", shift=0), dataset=big).shift() == 0
+
+
 def test_tiny_vit_is_the_core_vision_transformer_with_16_patches():
     m = T.new_model(T.model_config(8))
     with torch.no_grad():
