@@ -259,11 +259,10 @@ def save_checkpoint(model: Any, path: str | os.PathLike, family: str = "vit",
     module = model if isinstance(model, torch.nn.Module) else model.module
     meta = {"format": "attn-explorer", "family": family, "config": json.dumps(dataclasses.asdict(module.cfg)),
             "trained": json.dumps(trained), "labels": json.dumps(labels or {}), "note": note}
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(tmp), metadata=meta)
-    os.replace(tmp, path)
-    return path
+    from attn_explorer.files import atomic_write
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+    return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def load_checkpoint(path: Path) -> Built:
