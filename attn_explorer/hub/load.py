@@ -24,10 +24,10 @@ from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, spl
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError, first_line
 from attn_explorer.hub.architectures import architecture_for, config_from_fields, map_state_dict, translate_config
+from attn_explorer.hub.cache import Progress, report
 from attn_explorer.hub.images import ImagePreprocess
 from attn_explorer.hub.text import TextTokenizer
 
-Progress = Callable[[float, str], None]
 
 BUILTINS = {  # name -> "kind, trained|untrained: description" (the GUI's model picker shows kind and training)
     "minilm": "text, trained: all-MiniLM-L6-v2 (BERT encoder, 6 layers × 12 heads); ships with the app",
@@ -69,11 +69,6 @@ def default_image_model() -> str:
         return "dinov2-small" if dinov2_available() else "textbook-vit"
     except ImportError:
         return "textbook-vit"
-
-
-def _report(progress: Progress | None, frac: float, msg: str) -> None:
-    if progress is not None:
-        progress(frac, msg)
 
 
 def _num_params(module: torch.nn.Module) -> int:
@@ -210,9 +205,9 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{cfg_file}: not valid JSON ({e})") from None
     arch = architecture_for(hf_cfg, str(folder))
-    _report(progress, 0.1, "reading weights")
+    report(progress, 0.1, "reading weights")
     hf_sd = read_state_dict(folder)
-    _report(progress, 0.6, "mapping weights onto our modules")
+    report(progress, 0.6, "mapping weights onto our modules")
     cfg = translate_config(arch, hf_cfg, str(cfg_file))
     if hasattr(cfg, "pooler"):
         cfg.pooler = any(k.endswith("pooler.dense.weight") for k in hf_sd)
@@ -224,7 +219,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     mapped = map_state_dict(arch, hf_sd, ours, str(folder))
     # assign=True adopts the loaded tensors instead of copying them into fresh storage.
     module.load_state_dict({k: v.contiguous() for k, v in mapped.items()}, strict=True, assign=True)
-    _report(progress, 0.85, "preparing input pipeline")
+    report(progress, 0.85, "preparing input pipeline")
     kw: dict = {}
     info_kw = dict(name=name, family=arch.family, modality=arch.modality, num_layers=cfg.num_layers,
                    num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=trained, causal=module.causal, note=note)
@@ -242,7 +237,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
         if cfg.num_labels:
             kw["labels"] = {int(k): v for k, v in (hf_cfg.get("id2label") or {}).items()}
     built = Built(module, info_kw, kw)
-    _report(progress, 1.0, "ready")
+    report(progress, 1.0, "ready")
     return built
 
 
@@ -351,7 +346,7 @@ def _hub_folder(repo_id: str, progress: Progress | None) -> Path:
         from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
     except ImportError:  # pragma: no cover - huggingface_hub is a dependency
         raise UserError("loading hub ids needs huggingface_hub: pip install huggingface_hub") from None
-    _report(progress, 0.02, f"looking for {repo_id} in the Hugging Face cache")
+    report(progress, 0.02, f"looking for {repo_id} in the Hugging Face cache")
     patterns = ["config.json", "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
                 "vocab.json", "merges.txt", "preprocessor_config.json", "special_tokens_map.json"]
     try:
@@ -388,12 +383,12 @@ def build(src: str | os.PathLike, progress: Progress | None = None) -> Built:
     if s == "dinov2-small":
         from attn_explorer.hub.dinov2_onnx import NOTE, dinov2_small_folder
 
-        folder = dinov2_small_folder(progress=(lambda f, m: _report(progress, 0.5 * f, m)) if progress else None)
+        folder = dinov2_small_folder(progress=(lambda f, m: report(progress, 0.5 * f, m)) if progress else None)
         return load_folder(folder, "dinov2-small", progress, note=NOTE)
     if s == "smollm2-135m":
         from attn_explorer.hub.gguf import NOTE as SMOLLM2_NOTE, smollm2_folder
 
-        folder = smollm2_folder(progress=(lambda f, m: _report(progress, 0.6 * f, m)) if progress else None)
+        folder = smollm2_folder(progress=(lambda f, m: report(progress, 0.6 * f, m)) if progress else None)
         return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE)
     path = Path(s).expanduser()
     if path.is_dir():
