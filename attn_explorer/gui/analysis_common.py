@@ -9,8 +9,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, colormap,
-                                       set_bar_label)
+from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, cell_centre,
+                                       cell_under, colormap, set_bar_label)
 
 DIVERGING = "CET-D1"  # blue - white - red, for signed differences
 
@@ -55,16 +55,11 @@ class HeatPanel:
 
     def cell_at(self, scene_pos) -> tuple[int, int] | None:
         """(row, col) under a scene position, or None."""
-        if self.matrix is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
-            return None
-        p = self.plot.vb.mapSceneToView(scene_pos)
-        i, j = int(np.floor(p.y())), int(np.floor(p.x()))
-        n, m = self.matrix.shape
-        return (i, j) if 0 <= i < n and 0 <= j < m else None
+        return None if self.matrix is None else cell_under(self.plot, scene_pos, self.matrix.shape)
 
     def cell_center(self, i: int, j: int):
         """Scene position of a cell's centre (tests click here)."""
-        return self.plot.vb.mapViewToScene(pg.Point(j + 0.5, i + 0.5))
+        return cell_centre(self.plot, i, j)
 
 
 def peak(m: np.ndarray) -> float:
@@ -116,6 +111,12 @@ class AnalysisPage(LazyPage, QWidget):
         self.readout.setText("")
         if self.state.result is None:
             self.stack.show_message(f"Loading {src or 'the model'}…")
+
+    def _failed(self, message: str) -> None:
+        """A job failed: the caption described what is gone; the message goes on the canvas and in the banner."""
+        self.caption.setText("")
+        self.stack.show_message(message)
+        self.state.error_raised.emit(message)
 
     def open_head(self, layer: int, head: int) -> None:
         self.state.select(layer, head)

@@ -99,9 +99,7 @@ class ComparePage(AnalysisPage):
 
     def refresh(self, *_):
         self.readout.setText("")
-        if not self.needs_draw():
-            return
-        a, b = self.state.result, self.result_b
+        a, b = self.result_to_draw(), self.result_b
         if a is None:
             return
         if b is None or self._b_for is not a:

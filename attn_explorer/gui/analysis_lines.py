@@ -208,9 +208,7 @@ class LinesPage(LazyPage, QWidget):
 
     def refresh(self, *_):
         self.readout.setText("Hover a token to keep only its lines.")
-        if not self.needs_draw():
-            return
-        r = self.state.result
+        r = self.result_to_draw()
         if r is None:
             return
         self._make_chips()

@@ -45,9 +45,7 @@ class NormsPage(AnalysisPage):
 
     def refresh(self, *_):
         self.readout.setText("")
-        if not self.needs_draw():
-            return
-        r = self.state.result
+        r = self.result_to_draw()
         if r is None:
             return
         if self._for is r and self.data is not None:

@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
 from attn_explorer.gui.analysis_common import AnalysisPage, label_cells
-from attn_explorer.gui.heatmap import colormap, set_bar_label
+from attn_explorer.gui.heatmap import cell_centre, cell_under, colormap, set_bar_label
 from attn_explorer.session.analysis import AnalysisSlot, calc
 from attn_explorer.session.state import SessionState
 
@@ -59,9 +59,7 @@ class HeadOverviewPage(AnalysisPage):
 
     # ------------------------------------------------------------------------------- compute
     def refresh(self, *_):
-        if not self.needs_draw():
-            return
-        r = self.state.result
+        r = self.result_to_draw()
         if r is None:
             return
         if self._for is r and self.stats is not None:
@@ -80,11 +78,6 @@ class HeadOverviewPage(AnalysisPage):
             return  # a newer result is on its way and will be measured
         self.stats, self._for = s, r
         self._draw()
-
-    def _failed(self, message: str) -> None:
-        self.caption.setText("")
-        self.stack.show_message(message)
-        self.state.error_raised.emit(message)
 
     # ------------------------------------------------------------------------------- drawing
     def _draw(self) -> None:
@@ -126,15 +119,13 @@ class HeadOverviewPage(AnalysisPage):
             return None
         L, H = self.stats.entropy.shape
         for name, p in self.plots.items():
-            if p.vb.sceneBoundingRect().contains(scene_pos):
-                v = p.vb.mapSceneToView(scene_pos)
-                l, h = int(np.floor(v.y())), int(np.floor(v.x()))
-                if 0 <= l < L and 0 <= h < H:
-                    return name, l, h
+            hit = cell_under(p, scene_pos, (L, H))
+            if hit is not None:
+                return name, *hit
         return None
 
     def cell_center(self, name: str, layer: int, head: int):
-        return self.plots[name].vb.mapViewToScene(pg.Point(head + 0.5, layer + 0.5))
+        return cell_centre(self.plots[name], layer, head)
 
     def describe(self, name: str, l: int, h: int) -> str:
         s = self.stats

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel
 
 from attn_explorer.gui.analysis_common import AnalysisPage, HeatPanel, peak, untrained_tag
@@ -71,9 +71,7 @@ class RolloutPage(AnalysisPage):
 
     def refresh(self, *_):
         self.readout.setText("")
-        if not self.needs_draw():
-            return
-        r = self.state.result
+        r = self.result_to_draw()
         if r is None:
             return
         key = (r,) + self.settings()
@@ -92,11 +90,6 @@ class RolloutPage(AnalysisPage):
             return
         self.layers, self._for = layers, key
         self._draw()
-
-    def _failed(self, message: str) -> None:
-        self.caption.setText("")
-        self.stack.show_message(message)
-        self.state.error_raised.emit(message)
 
     def _draw(self) -> None:
         st, r = self.state, self.state.result

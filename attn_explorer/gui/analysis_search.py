@@ -13,7 +13,7 @@ from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QSpinBox
 
 from attn_explorer.gui.analysis_common import AnalysisPage, label_cells, untrained_tag
-from attn_explorer.gui.heatmap import colormap, set_bar_label
+from attn_explorer.gui.heatmap import cell_centre, cell_under, colormap, set_bar_label
 from attn_explorer.session.analysis import AnalysisSlot, calc
 from attn_explorer.session.state import SessionState
 
@@ -119,9 +119,7 @@ class HeadSearchPage(AnalysisPage):
 
     def refresh(self, *_):
         self.readout.setText("")
-        if not self.needs_draw():
-            return
-        r = self.state.result
+        r = self.result_to_draw()
         if r is None:
             return
         # the old ranking described another pattern or input: gone until the new one arrives
@@ -158,15 +156,10 @@ class HeadSearchPage(AnalysisPage):
         self.stack.show_message(message)
 
     def _cell(self, pos):
-        if self.scores is None or not self.plot.vb.sceneBoundingRect().contains(pos):
-            return None
-        v = self.plot.vb.mapSceneToView(pos)
-        l, h = int(np.floor(v.y())), int(np.floor(v.x()))
-        L, H = self.scores.shape
-        return (l, h) if 0 <= l < L and 0 <= h < H else None
+        return None if self.scores is None else cell_under(self.plot, pos, self.scores.shape)
 
     def cell_center(self, layer: int, head: int):
-        return self.plot.vb.mapViewToScene(pg.Point(head + 0.5, layer + 0.5))
+        return cell_centre(self.plot, layer, head)
 
     def _hovered(self, pos) -> None:
         hit = self._cell(pos)

@@ -13,7 +13,7 @@ from PySide6.QtCore import QRectF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
-                                       display_values, follow_loading, style_colorbar)
+                                       cell_under, display_values, follow_loading, style_colorbar)
 from attn_explorer.gui.stats import without_specials
 from attn_explorer.session.state import SessionState
 
@@ -73,9 +73,7 @@ class HeadView(LazyPage, QWidget):
 
     def refresh(self, *_):
         self.readout.setText(HOVER_HINT)  # it described the map being replaced
-        if not self.needs_draw():
-            return
-        r = self.state.result
+        r = self.result_to_draw()
         if r is None:
             return
         self.stack.show_canvas()
@@ -119,10 +117,9 @@ class HeadView(LazyPage, QWidget):
             self.inside_requested.emit(int(shown[i]))
 
     def _hovered(self, scene_pos):
-        if self.matrix is None or not self.plot.vb.sceneBoundingRect().contains(scene_pos):
+        if self.matrix is None:
             return
-        p = self.plot.vb.mapSceneToView(scene_pos)
-        i, j = int(np.floor(p.y())), int(np.floor(p.x()))
         n = self.matrix.shape[0]
-        if 0 <= i < n and 0 <= j < n:
-            self.readout.setText(self.describe(i, j))
+        hit = cell_under(self.plot, scene_pos, (n, n))
+        if hit is not None:
+            self.readout.setText(self.describe(*hit))

@@ -76,6 +76,21 @@ def scale_label(log: bool) -> str:
     return "log₁₀ weight" if log else "weight"
 
 
+def cell_under(plot: pg.PlotItem, scene_pos, shape: tuple[int, int]) -> tuple[int, int] | None:
+    """(row, col) of the cell under a scene position in a plot drawn one unit per cell, or None outside."""
+    if not plot.vb.sceneBoundingRect().contains(scene_pos):
+        return None
+    p = plot.vb.mapSceneToView(scene_pos)
+    i, j = int(np.floor(p.y())), int(np.floor(p.x()))
+    n, m = shape
+    return (i, j) if 0 <= i < n and 0 <= j < m else None
+
+
+def cell_centre(plot: pg.PlotItem, i: int, j: int):
+    """Scene position of the centre of cell (row i, col j) in a plot drawn one unit per cell (tests click here)."""
+    return plot.vb.mapViewToScene(pg.Point(j + 0.5, i + 0.5))
+
+
 def short(token: str, width: int = 14) -> str:
     t = token.replace("\n", "⏎")
     return t if len(t) <= width else t[: width - 1] + "…"
@@ -238,6 +253,13 @@ class LazyPage:
             return True
         self._stale = True
         return False
+
+    def result_to_draw(self):
+        """The session's result, or None when there is nothing to draw now: no run yet, or the page is hidden
+        (then it is marked stale and draws when shown)."""
+        if not self.needs_draw():
+            return None
+        return self.state.result
 
     def showEvent(self, ev):  # noqa: N802 - Qt API
         super().showEvent(ev)

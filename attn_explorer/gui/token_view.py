@@ -160,9 +160,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.refresh()
 
     def refresh(self, *_):
-        if not self.needs_draw():
-            return
-        r = self.state.result
+        r = self.result_to_draw()
         if r is None:
             return
         self.stack.show_canvas()

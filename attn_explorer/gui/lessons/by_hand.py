@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, Q
                                QSpinBox, QWidget)
 
 from attn_explorer.errors import UserError, error_message
-from attn_explorer.gui.lessons.number_tables import (EditableTable, MatrixBox, NumberTable, WrapRow, explanation,
-                                                     message_label, scrolling_page)
+from attn_explorer.gui.lessons.number_tables import (KEPT_NOTE, EditableTable, MatrixBox, NumberTable, WrapRow,
+                                                     explanation, message_label, scrolling_page)
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
 
@@ -140,7 +140,7 @@ class LessonPage(QWidget):
             v = self._matrix(self.values, "values")
             steps = self.calc.attend_by_hand(q, k, v, self.temperature.value())
         except UserError as exc:
-            self.message.setText(error_message(exc) + " (the numbers below are from the last good input)")
+            self.message.setText(error_message(exc) + KEPT_NOTE)
             return
         self.message.setText("")
         self.steps = steps
@@ -191,7 +191,7 @@ class LessonPage(QWidget):
     def _resize_columns(self, tables, n: int) -> None:
         for table in tables:
             rows = [(r + ["0"] * n)[:n] for r in table.texts()]
-            labels = [table.verticalHeaderItem(i).text() for i in range(table.rowCount())]
+            labels = table.row_labels()
             table.set_matrix(self._safe(rows), labels)
             self._restore_texts(table, rows)
         self.inputs.refit()

@@ -5,11 +5,10 @@ GUI thread. Bad cells give one line on the page; the last good numbers stay.
 """
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 
-from attn_explorer.errors import UserError, error_message
-from attn_explorer.gui.lessons.number_tables import (EditableTable, MatrixBox, NumberTable, WrapRow, explanation,
-                                                     message_label, scrolling_page)
+from attn_explorer.gui.lessons.number_tables import MatrixBox, NumberTable, WrapRow, explanation, scrolling_page
+from attn_explorer.gui.lessons.words_page import DIMS, WordsPage
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
 
@@ -24,25 +23,17 @@ INTRO = (
 )
 
 
-class LessonPage(QWidget):
+class LessonPage(WordsPage):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.state = state
+        super().__init__(state, parent)  # self.result: the last good MultiHead
         self.calc = L.calc("multi-head")
-        self.proj = L.calc("projections")
-        self.result = None  # the last good MultiHead
         lay = scrolling_page(self)
         lay.addWidget(explanation(INTRO))
 
         row = QHBoxLayout()
-        self.words = QLineEdit(self.proj.DEFAULT_WORDS)
         self.heads = QComboBox()
         self.heads.addItems([f"h = {h}" for h in self.calc.HEAD_CHOICES])
         self.heads.setCurrentIndex(1)
-        self.seed = QSpinBox()
-        self.seed.setRange(0, 99999)
-        self.seed.setPrefix("seed ")
-        self.reroll = QPushButton("Re-roll W")
         row.addWidget(QLabel("Words:"))
         row.addWidget(self.words, 1)
         lay.addLayout(row)
@@ -53,11 +44,8 @@ class LessonPage(QWidget):
         knobs.addWidget(self.reroll)
         knobs.addStretch(1)
         lay.addLayout(knobs)
-        self.message = message_label()
         lay.addWidget(self.message)
 
-        self.x_table = EditableTable()
-        self.x_box = MatrixBox("X", self.x_table)
         lay.addWidget(QLabel("<b>Input</b> (edit any number)"))
         self.input_row = WrapRow()
         self.input_row.add(self.x_box)
@@ -82,41 +70,17 @@ class LessonPage(QWidget):
         lay.addWidget(self.shapes)
         lay.addStretch(1)
 
-        self.words.editingFinished.connect(self.load_words)
-        self.seed.valueChanged.connect(self.recompute)
         self.heads.currentIndexChanged.connect(self.recompute)
-        self.reroll.clicked.connect(lambda: self.seed.setValue(self.seed.value() + 1))
-        self.x_table.edited.connect(self.recompute)
-        self.load_words()
+        self.start()
 
     @property
     def num_heads(self) -> int:
         return self.calc.HEAD_CHOICES[self.heads.currentIndex()]
 
-    def load_words(self) -> None:
-        try:
-            words, x = self.proj.word_vectors(self.words.text())
-        except UserError as exc:
-            self.message.setText(error_message(exc) + " (the numbers below are from the last good input)")
-            return
-        self.x_table.set_matrix(x, words, ["1", "2", "3", "4"])
-        self.recompute()
+    def compute(self, x, w):
+        return self.calc.split_heads(x, w, self.num_heads)
 
-    def tokens(self) -> list[str]:
-        return [self.x_table.verticalHeaderItem(i).text() for i in range(self.x_table.rowCount())]
-
-    def recompute(self, *_) -> None:
-        try:
-            x = L.calc("by-hand").parse_table(self.x_table.texts(), "X")
-            mh = self.calc.split_heads(x, self.proj.random_weights(self.seed.value()), self.num_heads)
-        except UserError as exc:
-            self.message.setText(error_message(exc) + " (the numbers below are from the last good input)")
-            return
-        self.message.setText("")
-        self.result = mh
-        self._show(mh)
-
-    def _show(self, mh) -> None:
+    def _show(self, mh, _w) -> None:
         toks = self.tokens()
         n, h, d_k = len(toks), mh.num_heads, mh.d_k
         self.x_box.title.setText(f"<b>X</b> ({n}×4)")
@@ -149,9 +113,9 @@ class LessonPage(QWidget):
         cols = [f"h{i + 1}·{j + 1}" for i in range(h) for j in range(d_k)]
         self.concat.set_matrix(mh.concat, toks, cols)
         self.concat_box.title.setText(f"<b>Concat</b> ({n}×{h}·{d_k} = {n}×4)")
-        self.w_o.set_matrix(mh.w_o, ["1", "2", "3", "4"], ["1", "2", "3", "4"])
+        self.w_o.set_matrix(mh.w_o, DIMS, DIMS)
         self.w_o_box.title.setText(f"W<sub>O</sub> (4×4, seed {self.seed.value()})")
-        self.output.set_matrix(mh.output, toks, ["1", "2", "3", "4"])
+        self.output.set_matrix(mh.output, toks, DIMS)
         self.output_box.title.setText(f"<b>output</b> = Concat · W<sub>O</sub> ({n}×4)")
         self.shapes.setText(f"{h} head{'s' if h > 1 else ''} × {d_k} numbers = 4: Concat has the input's width, "
                             f"and W_O keeps it, so the output is {n}×4 like X.")

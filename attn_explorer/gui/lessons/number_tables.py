@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QGridLayout, QHeaderView, QLab
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 CELL_W, CELL_H = 58, 24  # px: room for "-0.123"
+KEPT_NOTE = " (the numbers below are from the last good input)"  # after a bad-input line
 
 
 def shade(value: float, peak: float, signed: bool) -> QColor:
@@ -71,6 +72,9 @@ class NumberTable(QTableWidget):
 
     def texts(self) -> list[list[str]]:
         return [[self.item(i, j).text() for j in range(self.columnCount())] for i in range(self.rowCount())]
+
+    def row_labels(self) -> list[str]:
+        return [self.verticalHeaderItem(i).text() for i in range(self.rowCount())]
 
     def fit(self) -> None:
         self.resizeColumnsToContents()

@@ -5,12 +5,10 @@ thread: a handful of 4×4 products. Bad cells give one line on the page; the las
 """
 from __future__ import annotations
 
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
-from attn_explorer.errors import UserError, error_message
-from attn_explorer.gui.lessons.number_tables import (EditableTable, MatrixBox, NumberTable, WrapRow, explanation,
-                                                     message_label, scrolling_page)
-from attn_explorer.session import lessons as L
+from attn_explorer.gui.lessons.number_tables import MatrixBox, NumberTable, WrapRow, explanation, scrolling_page
+from attn_explorer.gui.lessons.words_page import WordsPage
 from attn_explorer.session.state import SessionState
 
 INTRO = (
@@ -24,36 +22,25 @@ INTRO = (
 )
 
 
-class LessonPage(QWidget):
+class LessonPage(WordsPage):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.state = state
-        self.calc = L.calc("projections")
-        self.result = None  # the last good Projected
+        super().__init__(state, parent)  # self.result: the last good Projected
         lay = scrolling_page(self)
         lay.addWidget(explanation(INTRO))
 
         row = QHBoxLayout()
-        self.words = QLineEdit(self.calc.DEFAULT_WORDS)
         self.words.setToolTip("Each word gets a fixed random vector (the same word, the same vector)")
-        self.seed = QSpinBox()
-        self.seed.setRange(0, 99999)
-        self.seed.setPrefix("seed ")
-        self.reroll = QPushButton("Re-roll W")
         row.addWidget(QLabel("Words:"))
         row.addWidget(self.words, 1)
         row.addWidget(self.seed)
         row.addWidget(self.reroll)
         lay.addLayout(row)
-        self.message = message_label()
         lay.addWidget(self.message)
 
-        self.x_table = EditableTable()
         self.w_tables = {k: NumberTable() for k in ("q", "k", "v")}
         self.qkv_tables = {k: NumberTable() for k in ("q", "k", "v")}
         self.pattern = NumberTable(digits=3, signed=False)
         self.output = NumberTable()
-        self.x_box = MatrixBox("X", self.x_table)
         self.w_boxes = {k: MatrixBox(f"W<sub>{k.upper()}</sub> (4×4)", t) for k, t in self.w_tables.items()}
         self.qkv_boxes = {k: MatrixBox(k.upper(), t) for k, t in self.qkv_tables.items()}
         self.pattern_box = MatrixBox("pattern", self.pattern)
@@ -73,35 +60,10 @@ class LessonPage(QWidget):
         lay.addWidget(self.shapes)
         lay.addStretch(1)
 
-        self.words.editingFinished.connect(self.load_words)
-        self.seed.valueChanged.connect(self.recompute)
-        self.reroll.clicked.connect(lambda: self.seed.setValue(self.seed.value() + 1))
-        self.x_table.edited.connect(self.recompute)
-        self.load_words()
+        self.start()
 
-    def load_words(self) -> None:
-        try:
-            words, x = self.calc.word_vectors(self.words.text())
-        except UserError as exc:
-            self.message.setText(error_message(exc) + " (the numbers below are from the last good input)")
-            return
-        self.x_table.set_matrix(x, words, ["1", "2", "3", "4"])
-        self.recompute()
-
-    def tokens(self) -> list[str]:
-        return [self.x_table.verticalHeaderItem(i).text() for i in range(self.x_table.rowCount())]
-
-    def recompute(self, *_) -> None:
-        try:
-            x = L.calc("by-hand").parse_table(self.x_table.texts(), "X")
-            w = self.calc.random_weights(self.seed.value())
-            p = self.calc.project(x, w)
-        except UserError as exc:
-            self.message.setText(error_message(exc) + " (the numbers below are from the last good input)")
-            return
-        self.message.setText("")
-        self.result = p
-        self._show(p, w)
+    def compute(self, x, w):
+        return self.proj.project(x, w)
 
     def _show(self, p, w) -> None:
         toks = self.tokens()

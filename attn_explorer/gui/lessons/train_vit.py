@@ -12,9 +12,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QBoxLayout, QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton,
-                               QScrollArea, QSpinBox, QVBoxLayout, QWidget)
+                               QSpinBox, QWidget)
 
 from attn_explorer.errors import UserError, error_message
+from attn_explorer.gui.lessons.number_tables import scrolling_page
 from attn_explorer.gui.lessons.train_vit_strip import AttentionStrip
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
@@ -67,17 +68,7 @@ class LessonPage(QWidget):
         self.record_count = 0  # records drawn (tests)
         self._reset_series()
 
-        inner = QWidget()
-        lay = QVBoxLayout(inner)
-        lay.setContentsMargins(8, 6, 8, 6)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.NoFrame)
-        scroll.setWidget(inner)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(scroll)
-
+        lay = scrolling_page(self)
         lay.addWidget(_label(INTRO))
         for row in self._build_controls():
             lay.addLayout(row)
