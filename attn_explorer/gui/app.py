@@ -116,6 +116,9 @@ def _save_screenshot(app, window, state, out: Path) -> int:
         app.processEvents()
         if "error" in outcome and not state.busy:
             break
+        if state.has_model and not state.busy and not state.has_input:
+            outcome["empty"] = "empty"  # no run will come: the empty state is the picture
+            break
         time.sleep(0.01)
     # let layouts, lazy pages and the paint settle
     settle = time.monotonic() + 0.4
@@ -128,6 +131,9 @@ def _save_screenshot(app, window, state, out: Path) -> int:
     export_png(window, out)
     if "ok" in outcome:
         print(f"saved {out}")
+        return 0
+    if "empty" in outcome:
+        print(f"saved {out} (the input is empty: nothing to run)")
         return 0
     print(f"error: {outcome.get('error', 'timed out waiting for the first attention map')} "
           f"(screenshot saved to {out})", file=sys.stderr)

@@ -287,10 +287,16 @@ class SessionState(QObject):
         self._asked_at = time.perf_counter()
         self.runner.request(self._run_task)
 
+    @property
+    def has_input(self) -> bool:
+        """There is something to run: an image, or text with a visible character."""
+        x, _ = self.run_input()
+        return x is not None and not (self.input_kind == "text" and not str(x).strip())
+
     def _run_task(self) -> Task | None:
         """The run, as the runner starts it: the input and model of this moment."""
         x, kw = self.run_input()
-        if self._model is None or x is None or (self.input_kind == "text" and not str(x).strip()):
+        if self._model is None or not self.has_input:
             return None  # nothing to show; keep the last good view
         if self._shown_from is not None and self._same_run(self._shown_from, (self._model, x, kw)):
             # the result on screen is this run's: only how it is drawn changed, so pool it again

@@ -70,3 +70,15 @@ def test_screenshot_at_a_chosen_size(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert Image.open(out).size == (1024, 700)  # the window fits a small screen: nothing forces it taller
+
+
+@pytest.mark.parametrize("text", ["", "   \n "])
+def test_empty_text_renders_the_empty_state_and_exits(text, tmp_path):
+    """Empty text never starts a run: the screenshot must not wait for one (it waited 300 s)."""
+    out = tmp_path / "empty.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "cfg"), HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(ROOT / "main.py"), "--screenshot", str(out), "--device", "cpu",
+                           "--model", "textbook", "--text", text],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.is_file() and "nothing to run" in proc.stdout
