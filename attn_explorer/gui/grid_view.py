@@ -21,7 +21,7 @@ from PySide6.QtGui import QPen, QColor
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
-                                       style_colorbar)
+                                       style_colorbar, waiting_for_input)
 from attn_explorer.session.state import SessionState
 
 
@@ -179,7 +179,8 @@ class HeadGridView(LazyPage, QWidget):
         else:
             coming = ""
         if r is None:
-            self.title.setText(coming.removeprefix(" — ") or "Load a model to see its attention.")
+            idle = waiting_for_input(info) if info is not None else "Load a model to see its attention."
+            self.title.setText(coming.removeprefix(" — ") or idle)
             return
         L, H, N, _ = r.attentions.shape
         tag = " — <b>UNTRAINED (random weights)</b>" if same and not info.trained else ""

@@ -206,6 +206,13 @@ def follow_loading(state, show: Callable[[str], None]) -> None:
     loaded, or (when that load failed and there is no model at all) that there is none."""
     state.model_loading.connect(lambda src: show(f"Loading {src or 'the model'}…") if state.result is None else None)
     state.error_raised.connect(lambda *_: show(NO_MODEL) if state.result is None and state.info is None else None)
+    state.model_loaded.connect(lambda info: show(waiting_for_input(info)) if state.result is None else None)
+
+
+def waiting_for_input(info) -> str:
+    """What a page says when its model is loaded but there is nothing to run yet (empty text)."""
+    what = "open or drop a picture" if info.modality == "image" else "type or paste some text"
+    return f"{info.name} is loaded: {what} to see its attention."
 
 
 class CanvasStack(QStackedWidget):

@@ -123,3 +123,16 @@ def test_a_failed_first_load_does_not_keep_saying_loading(qtbot, settings):
     assert "Loading" not in w.dk_panel.readout.text() and "Loading" not in w.overlay.placeholder.text()
     assert "loading" not in w.grid.title.text()
     st.shutdown()
+
+
+def test_loaded_model_with_empty_text_says_so_not_loading(make_window, qtbot):
+    """Empty text: once the model is loaded, no page may still say it is loading (it said so for ever)."""
+    w = make_window(model="textbook", text="", wait=False)
+    qtbot.waitUntil(lambda: w.state.info is not None and not w.state.busy, timeout=60000)
+    qtbot.wait(50)
+    assert w.state.result is None
+    for name in ("grid", "head", "tokens"):
+        msg = w.pages[name].stack.placeholder.text()
+        assert "Loading" not in msg and "type or paste some text" in msg, (name, msg)
+    assert "is loaded" in w.grid.title.text()
+    assert "Loading" not in w.dk_panel.readout.text()
