@@ -9,22 +9,21 @@ torch.load(weights_only=True) for old .bin files), tokenizers with `tokenizers`.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from dataclasses import dataclass, field
 import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError, first_line
-from attn_explorer.hub.architectures import architecture_for, config_from_fields, map_state_dict, translate_config
+from attn_explorer.hub.architectures import architecture_for, map_state_dict, translate_config
+from attn_explorer.hub.built import Built, regular_file, skip_init
 from attn_explorer.hub.cache import Progress, report
+from attn_explorer.hub.checkpoint import load_checkpoint, save_checkpoint  # noqa: F401 - re-exported for api.load
 from attn_explorer.hub.images import ImagePreprocess
 from attn_explorer.hub.text import TextTokenizer
 
@@ -71,75 +70,6 @@ def default_image_model() -> str:
         return "textbook-vit"
 
 
-def _num_params(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-# Parameters (float32) above this are refused before anything is allocated: the largest model this app
-# reads on a CPU (GPT-2 XL) needs 6.2 GB; a ~300-byte checkpoint asking for 17 GB took minutes to zero-fill.
-MAX_PARAM_BYTES = 8e9
-
-
-def _memory_available() -> float | None:
-    """Bytes the system can hand out now without swapping (Linux MemAvailable), None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            return next(float(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return None
-
-
-def check_param_bytes(build: Callable[[], torch.nn.Module], where: str) -> int:
-    """Build on the meta device (no memory), and refuse with one line when the real module would not fit:
-    over MAX_PARAM_BYTES, or over the memory free now. Returns the predicted bytes."""
-    with torch.device("meta"), _skip_init():
-        nbytes = sum(t.numel() * 4 for t in build().state_dict().values())  # float32 on the CPU first
-    free = _memory_available()
-    limit = min(MAX_PARAM_BYTES, free) if free is not None else MAX_PARAM_BYTES
-    if nbytes > limit:
-        why = f"at most {MAX_PARAM_BYTES / 1e9:g} GB" if limit == MAX_PARAM_BYTES else f"{free / 1e9:.1f} GB is free"
-        raise UserError(f"{where}: its config would need {nbytes / 1e9:.1f} GB for the weights alone ({why}); "
-                        "is the config right?")
-    return nbytes
-
-
-def _regular_file(path: Path, what: str) -> Path:
-    """path, or one UserError line when it is not a regular file: a FIFO would block the open, a folder fails."""
-    if not path.is_file():
-        kind = "a folder" if path.is_dir() else "a device, pipe or socket"
-        raise UserError(f"{path}: the {what} is not a regular file ({kind})")
-    return path
-
-
-@dataclass
-class Built:
-    """A module with its weights in place, and what makes it a `Model` (see `api.load`)."""
-
-    module: torch.nn.Module
-    info: dict  # ModelInfo fields, except device, dtype and num_params
-    parts: dict[str, Any] = field(default_factory=dict)  # tokenizer=, preprocess=, labels=, encode=
-
-    @property
-    def num_params(self) -> int:
-        return _num_params(self.module)
-
-
-@contextlib.contextmanager
-def _skip_init():
-    """Build modules without random init: the checkpoint overwrites every tensor anyway, and init
-    on the meta device would import torch._dynamo (over a second at start-up)."""
-    names = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "ones_", "zeros_",
-             "constant_", "xavier_uniform_", "xavier_normal_")
-    saved = {n: getattr(torch.nn.init, n) for n in names}
-    try:
-        for n in names:
-            setattr(torch.nn.init, n, lambda t, *a, **k: t)
-        yield
-    finally:
-        for n, f in saved.items():
-            setattr(torch.nn.init, n, f)
-
-
 # ---- reading checkpoints -------------------------------------------------------------------------
 
 def _pickle_refusal(path: Path, e: Exception) -> UserError:
@@ -174,7 +104,7 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     st = sorted(folder.glob("*.safetensors"))
     bin_ = folder / "pytorch_model.bin"
     for f in st + ([bin_] if bin_.exists() else []):
-        _regular_file(f, "weights file")
+        regular_file(f, "weights file")
     try:
         if st:
             sd = {}
@@ -199,7 +129,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
         raise UserError(f"{folder} is not a model folder: it has no config.json")
-    _regular_file(cfg_file, "config")
+    regular_file(cfg_file, "config")
     try:
         hf_cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -213,7 +143,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
         cfg.pooler = any(k.endswith("pooler.dense.weight") for k in hf_sd)
     if hasattr(cfg, "mask_token"):
         cfg.mask_token = any(k.endswith("embeddings.mask_token") for k in hf_sd)
-    with torch.device("meta"), _skip_init():
+    with torch.device("meta"), skip_init():
         module = arch.build(cfg)
     ours = module.state_dict()
     mapped = map_state_dict(arch, hf_sd, ours, str(folder))
@@ -239,71 +169,6 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     built = Built(module, info_kw, kw)
     report(progress, 1.0, "ready")
     return built
-
-
-# ---- our own checkpoints (a single .safetensors with the config in its metadata) ------------------
-
-OWN_FAMILIES = {"vit": (ViTConfig, VisionTransformer)}
-
-
-def save_checkpoint(model: Any, path: str | os.PathLike, family: str = "vit",
-                    trained: bool = True, labels: dict[int, str] | None = None, note: str = "") -> Path:
-    """Save one of our models as a single .safetensors file that load_model reads back. Written atomically."""
-    from safetensors.torch import save_file
-
-    module = model if isinstance(model, torch.nn.Module) else model.module
-    meta = {"format": "attn-explorer", "family": family, "config": json.dumps(dataclasses.asdict(module.cfg)),
-            "trained": json.dumps(trained), "labels": json.dumps(labels or {}), "note": note}
-    from attn_explorer.files import atomic_write
-
-    tensors = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
-    return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
-
-
-def load_checkpoint(path: Path) -> Built:
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
-
-    _regular_file(path, "checkpoint")
-    try:
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-        sd = load_file(str(path))
-    except (SafetensorError, OSError) as e:
-        raise UserError(f"{path.name} is not a readable .safetensors file ({str(e).splitlines()[0]})") from None
-    if meta.get("format") != "attn-explorer":
-        raise UserError(f"{path.name} was not saved by attn-explorer (no config inside); "
-                        "to load Hugging Face weights, give the folder with config.json")
-    family = meta.get("family")
-    if family not in OWN_FAMILIES:
-        raise UserError(f"{path.name}: unsupported family {family!r}; supported: {', '.join(OWN_FAMILIES)}")
-    cfg_cls, model_cls = OWN_FAMILIES[family]
-    if "config" not in meta:
-        raise UserError(f"{path.name}: no config stored in the checkpoint")
-    try:
-        stored = json.loads(meta["config"])
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path.name}: the stored config is not valid JSON ({e})") from None
-    cfg = config_from_fields(cfg_cls, stored, path.name)
-    check_param_bytes(lambda: model_cls(cfg), path.name)
-    module = model_cls(cfg)
-    ours = module.state_dict()
-    bad = next((k for k, t in sd.items() if k in ours and t.shape != ours[k].shape), None)
-    if bad is not None:
-        raise UserError(f"{path.name}: checkpoint does not match its config (shape of {bad!r}: stored "
-                        f"{tuple(sd[bad].shape)}, config {tuple(ours[bad].shape)})")
-    missing, unexpected = module.load_state_dict(sd, strict=False)
-    if missing or unexpected:
-        k = (missing or unexpected)[0]
-        raise UserError(f"{path.name}: checkpoint does not match its config ({'missing' if missing else 'unexpected'} {k!r})")
-    side = cfg.image_size
-    info_kw = dict(name=str(path), family=family, modality="image", num_layers=cfg.num_layers,
-                   num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=json.loads(meta.get("trained", "true")),
-                   note=meta.get("note", ""), patch_size=cfg.patch_size, image_size=side,
-                   min_tokens=cfg.num_extra_tokens + 1,
-                   max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
-    labels = {int(k): v for k, v in json.loads(meta.get("labels", "{}")).items()}
-    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, side), labels=labels))
 
 
 # ---- built-ins and the hub -------------------------------------------------------------------------
