@@ -36,8 +36,15 @@ class LessonsPage(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.nav)
         lay.addWidget(self.stack, 1)
+        self.nav.blockSignals(True)
+        self.nav.setCurrentRow(0)  # chosen, not built: lessons import torch, and the window must show first
+        self.nav.blockSignals(False)
         self.nav.currentRowChanged.connect(lambda row: self.show_lesson(self.names[row]) if row >= 0 else None)
-        self.nav.setCurrentRow(0)
+
+    def showEvent(self, ev):  # noqa: N802 - Qt API
+        super().showEvent(ev)
+        if self.stack.count() == 0:  # first time the tab is shown: build the chosen lesson now
+            self.show_lesson(self.current_lesson)
 
     def page(self, name: str) -> QWidget:
         """The lesson's page, built on first use (a page that fails to build says why, in its place)."""
