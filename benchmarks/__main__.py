@@ -25,7 +25,9 @@ SCRIPTS = {  # name -> (script, title, extra args for a quick run)
     "gui": ("bench_gui.py", "Keystroke to paint, cold start", ["--quick"]),
     "dinov2": ("bench_dinov2.py", "DINOv2-S", ["--runs", "2"]),
     "cost": ("bench_cost.py", "The cost of attention against n", ["--quick"]),
+    "analysis": ("bench_analysis.py", "Analyses: rollout, value norms, head statistics, search", ["--runs", "2"]),
     "train_vit": ("bench_train_vit.py", "Training the tiny ViT: our modules against torch's", ["--quick"]),
+    "smollm2": ("bench_smollm2.py", "SmolLM2-135M: load and generation against transformers", ["--loads", "1", "--tokens", "8"]),
 }
 TEXT = "The animal didn't cross the street because it was too tired."
 
