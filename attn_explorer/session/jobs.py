@@ -6,6 +6,7 @@ back to the GUI thread as an opaque handle for the next job.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -13,10 +14,11 @@ from typing import Any, Callable
 from attn_explorer.api.result import ModelInfo, RunResult
 
 DEFAULT_TEXT_MODEL = "minilm"
-# torch's intra-op threads for every model job. One: in benchmarks/bench_gui.py (docs/bench_gui.md) two
-# threads were slower at every n on a 2-core machine, and several times slower while another program
-# held a core; one thread also leaves the GUI thread a core of its own.
-TORCH_THREADS = 1
+# torch's intra-op threads for every model job: every core but one, which stays with the GUI thread.
+# Measured on a 2-core machine (benchmarks/bench_gui.py, docs/bench_gui.md): idle, 2 threads were
+# 1.4-1.9x faster than 1; with another program holding one core they were 1.5-2.2x slower, and the
+# GUI thread then had no core for painting. One spare core keeps typing fluid under load.
+TORCH_THREADS = max(1, (os.cpu_count() or 2) - 1)
 
 # loader(src, device, progress, want_image) -> Loaded. src None means "the default model".
 Loader = Callable[..., "Loaded"]
