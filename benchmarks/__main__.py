@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             body = out.read_text(encoding="utf-8").strip()
             shutil.copy(out, ROOT / "docs" / f"bench_{name}.md")
-        body = "\n".join(("#" + ln) if ln.startswith("#") else ln for ln in body.splitlines())  # one level down
+        body = "\n".join(("##" + ln) if ln.startswith("#") else ln for ln in body.splitlines())  # below the section
         parts += [f"## {title}", "", f"`benchmarks/{script}`, {time.perf_counter() - t0:.0f} s.", "", body, ""]
     Path(a.out).write_text("\n".join(parts) + "\n", encoding="utf-8")
     print(f"wrote {a.out}")
