@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import struct
 import sys
 import zlib
@@ -125,7 +126,7 @@ def build_models(root: Path) -> dict[str, Path]:
     w = out["weights_truncated"] / "model.safetensors"
     w.write_bytes(w.read_bytes()[:200])
     out["weights_garbage"] = bert_folder(m / "weights_garbage")
-    (out["weights_garbage"] / "model.safetensors").write_bytes(os.urandom(64))
+    (out["weights_garbage"] / "model.safetensors").write_bytes(random.Random(1).randbytes(64))  # seeded noise
     out["weights_missing"] = bert_folder(m / "weights_missing")
     (out["weights_missing"] / "model.safetensors").unlink()
     out["weights_fifo"] = bert_folder(m / "weights_fifo")
@@ -196,7 +197,8 @@ def build_images(root: Path) -> dict[str, Path]:
     out["text_png"].write_text("this is a shopping list, not a picture\n")
     out["huge_png"] = png_declaring(im / "huge.png", 100_000, 100_000)
     out["garbage_jpg"] = im / "garbage.jpg"
-    out["garbage_jpg"].write_bytes(b"\xff\xd8\xff\xe0" + os.urandom(200))  # JPEG magic, then noise
+    # JPEG magic, then noise: seeded, since some random bytes make a header PIL refuses at once (another message)
+    out["garbage_jpg"].write_bytes(b"\xff\xd8\xff\xe0" + random.Random(0).randbytes(200))
     out["image_folder"] = im / "folder.png"
     out["image_folder"].mkdir()
     out["image_fifo"] = im / "pipe.png"
