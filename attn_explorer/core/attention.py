@@ -49,6 +49,20 @@ class KVCache:
         return self.layers[0].length
 
 
+def decoder_start(cache: KVCache | None, n_new: int, max_positions: int) -> int:
+    """The position of the first of n_new tokens (after the cached ones); refuses a sequence longer than
+    the model's positions."""
+    past = 0 if cache is None else cache.length
+    if past + n_new > max_positions:
+        raise ValueError(f"{past + n_new} positions; the model has {max_positions}")
+    return past
+
+
+def key_padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, M) with 1 = a real token -> bool (B, 1, 1, M), broadcast over heads and queries."""
+    return None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+
+
 @dataclass
 class AttentionOptions:
     """What an attention layer needs besides its input; travels down the stack as one argument."""

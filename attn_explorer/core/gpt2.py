@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attn_explorer.core.attention import AttentionOptions, KVCache
+from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_start, key_padding_mask
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 
@@ -59,13 +59,11 @@ class GPT2(nn.Module):
     ) -> ModelOutput:
         """cache: the new tokens sit after the cached ones (positions past..past+N-1) and attend to them too."""
         N = input_ids.shape[1]
-        past = 0 if cache is None else cache.length
-        if past + N > self.cfg.max_positions:
-            raise ValueError(f"{past + N} positions; the model has {self.cfg.max_positions}")
+        past = decoder_start(cache, N, self.cfg.max_positions)
         pos = torch.arange(past, past + N, device=input_ids.device)
         x = self.wte(input_ids) + self.wpe(pos)[None]
-        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        x, attn = self.blocks(x, AttentionOptions(mask=mask, causal=True, dk_scale=dk_scale), dk_layers=dk_layers,
+        opts = AttentionOptions(mask=key_padding_mask(attention_mask), causal=True, dk_scale=dk_scale)
+        x, attn = self.blocks(x, opts, dk_layers=dk_layers,
                               output_attentions=output_attentions, captures=captures, cache=cache)
         return ModelOutput(hidden=self.ln_f(x), attentions=attn)
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attn_explorer.core.attention import AttentionOptions, KVCache
+from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_start, key_padding_mask
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.layers import RMSNorm
 from attn_explorer.core.linear import Linear
@@ -95,13 +95,10 @@ class Llama(nn.Module):
     ) -> ModelOutput:
         """input_ids (B, N): the new tokens. With a cache they sit at positions past..past+N-1 and
         attend to the cached tokens too; attention_mask (B, past + N), 1 = a real token."""
-        past = 0 if cache is None else cache.length
         N = input_ids.shape[1]
-        if past + N > self.cfg.max_positions:
-            raise ValueError(f"{past + N} positions; the model has {self.cfg.max_positions}")
+        past = decoder_start(cache, N, self.cfg.max_positions)
         x = self.embed_tokens(input_ids)
-        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        opts = AttentionOptions(mask=mask, causal=True, dk_scale=dk_scale,
+        opts = AttentionOptions(mask=key_padding_mask(attention_mask), causal=True, dk_scale=dk_scale,
                                 rope=self.rope(past, N, x.device, x.dtype))
         x, attn = self.blocks(x, opts, dk_layers=dk_layers, output_attentions=output_attentions,
                               captures=captures, cache=cache)
