@@ -149,7 +149,7 @@ class CostPlots(QWidget):
         missed = [p for p in points if p["status"] != "ok" and p.get("predicted_bytes")]
         self.not_run.setData([p["n"] for p in missed], [p["predicted_bytes"] / 1e6 for p in missed])
         self.legend.setVisible(any(p["status"] == "ok" for p in points))
-        self.noise_label.setText(f"⚠ These timings are noisy: slopes and speed ratios are not reliable (hover for why)."
+        self.noise_label.setText("⚠ These timings are noisy: slopes and speed ratios are not reliable (hover for why)."
                                  if noise else "")
         self.noise_label.setToolTip(noise)
         self.noise_label.setVisible(bool(noise))
