@@ -64,7 +64,7 @@ def cold_child(t_launch: float) -> None:
     from PySide6.QtCore import QEvent, QObject
     from PySide6.QtWidgets import QWidget
 
-    from attn_explorer.gui.app import build_window, get_qapp, make_settings
+    from attn_explorer.gui.window.app import build_window, get_qapp, make_settings
 
     app = get_qapp()
     tmp = tempfile.mkdtemp()
@@ -302,7 +302,7 @@ def main() -> int:
 
     cold = cold_start(args.cold_repeats)
 
-    from attn_explorer.gui.app import build_window, get_qapp, make_settings
+    from attn_explorer.gui.window.app import build_window, get_qapp, make_settings
     from attn_explorer.session.jobs import TORCH_THREADS
 
     app = get_qapp()

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return self_test()
         if args.command is None:
-            from attn_explorer.gui.app import run_gui
+            from attn_explorer.gui.window.app import run_gui
 
             return run_gui(args)
         return int(importlib.import_module(args._module).run(args) or 0)

@@ -96,7 +96,7 @@ def check_models(expected: dict | None) -> list[tuple[str, str | None]]:
 def check_pages(out_dir: Path) -> list[tuple[str, str | None]]:
     """Render every page of the window offscreen; each image must show something."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from attn_explorer.gui.app import build_window, get_qapp, make_settings
+    from attn_explorer.gui.window.app import build_window, get_qapp, make_settings
 
     app = get_qapp()
     results: list[tuple[str, str | None]] = []

@@ -9,6 +9,12 @@ job starts when the previous one has finished (its `finished` handler, in the GU
    made into a job only when it starts (`prepare()`), so it sees the input and model of that moment;
 3. a background step (the n sweep), asked of `background()` only when nothing else waits.
 
+Side jobs (a lesson's numbers, an analysis, a second model to compare) run beside these in named
+lanes (`submit(key, task)`): newest wins in each lane, as for runs. A lane has at most one job in
+flight and one waiting; a newer request replaces the waiting one and drops the answer of the one in
+flight, so typing fast never piles jobs up and a page never draws an answer for an input it no longer
+shows. A lane job that uses the model also loses its answer to any load asked for after it started.
+
 What comes back is dropped when it is stale: the result of a cancelled job, of any job started before
 the newest load request (it belongs to the old model), and of a run older than the one delivered last.
 A run that a load stopped is served again (on the old model) if that load fails.
@@ -32,6 +38,16 @@ class Task:
     on_result: Callable[[Any], None] | None = None
     on_error: Callable[[str], None] | None = None  # one line
     on_progress: Callable[[float, str], None] | None = None  # loads: fraction, message
+    on_yield: Callable[[Any], None] | None = None  # side jobs whose fn is a generator: each value
+
+
+@dataclass
+class _Lane:
+    """One lane of side jobs (see `Runner.submit`)."""
+
+    gen: int = 0  # number of the newest request
+    worker: Any = None  # the job in flight
+    waiting: tuple | None = None  # (gen, task, uses_model) of the request that waits
 
 
 @dataclass
@@ -60,7 +76,8 @@ class Runner(QObject):
         self._current: _InFlight | None = None
         self._stopped_run: tuple[int, Callable[[], Task | None]] | None = None  # a run a load stopped
         self._busy = False
-        self.jobs_started = {"load": 0, "run": 0, "background": 0}  # by kind (tests, benchmarks)
+        self.jobs_started = {"load": 0, "run": 0, "background": 0, "side": 0}  # by kind (tests, benchmarks)
+        self._lanes: dict[str, _Lane] = {}
 
     # --------------------------------------------------------------------------- what is going on
     def _in_flight(self, kind: str) -> bool:
@@ -110,6 +127,66 @@ class Runner(QObject):
             self._stop(self._current)
         self._update_busy()
 
+    # --------------------------------------------------------------------------- side jobs, in lanes
+    def submit(self, key: str, task: Task, uses_model: bool = True) -> None:
+        """Run `task` in lane `key`, newest wins: a job in flight there loses its answer, and this one
+        starts when it has finished (replacing any other waiting request)."""
+        lane = self._lanes.setdefault(key, _Lane())
+        lane.gen += 1
+        request = (lane.gen, task, uses_model)
+        if lane.worker is not None:
+            lane.waiting = request
+        else:
+            self._start_side(lane, request)
+
+    def lane_busy(self, key: str) -> bool:
+        """A job of lane `key` is in flight or waiting."""
+        lane = self._lanes.get(key)
+        return lane is not None and (lane.worker is not None or lane.waiting is not None)
+
+    def cancel_lane(self, key: str) -> None:
+        """Forget lane `key`'s waiting job and stop the one in flight: no answer of either arrives."""
+        lane = self._lanes.get(key)
+        if lane is None:
+            return
+        lane.gen += 1
+        lane.waiting = None
+        if lane.worker is not None:
+            lane.worker.quit()
+
+    def _start_side(self, lane: _Lane, request: tuple) -> None:
+        gen, task, uses_model = request
+        epoch = self._epoch
+        self.jobs_started["side"] += 1
+
+        def fresh() -> bool:
+            return gen == lane.gen and not (uses_model and epoch != self._epoch)
+
+        def result(value: Any) -> None:
+            if fresh() and task.on_result is not None:
+                task.on_result(value)
+
+        def yielded(value: Any) -> None:
+            if fresh() and task.on_yield is not None:
+                task.on_yield(value)
+
+        def error(message: str) -> None:
+            if fresh() and task.on_error is not None:
+                task.on_error(message)
+
+        def progress(fraction: float, message: str) -> None:
+            if fresh() and task.on_progress is not None:
+                task.on_progress(fraction, message)
+
+        def finished() -> None:
+            lane.worker = None
+            waiting, lane.waiting = lane.waiting, None
+            if waiting is not None:
+                self._start_side(lane, waiting)
+
+        lane.worker = launch(task.fn, *task.args, on_result=result, on_yield=yielded, on_error=error,
+                             on_progress=progress if task.on_progress is not None else None, on_finished=finished)
+
     def cancel_background(self) -> None:
         """Stop the background step in flight; its result does not arrive."""
         if self._current is not None and self._current.kind == "background":
@@ -123,6 +200,8 @@ class Runner(QObject):
         """Drop every waiting job, stop the one in flight and wait for the pool."""
         self.background = None
         self._load = self._run = self._stopped_run = None
+        for key in list(self._lanes):
+            self.cancel_lane(key)
         if self._current is not None:
             self._stop(self._current)
         await_workers(msecs)

@@ -57,7 +57,7 @@ def view_shots() -> None:
 @contextlib.contextmanager
 def live_window(model: str, view: str):
     """A real window (throwaway settings) and a wait(cond) that runs the event loop until cond()."""
-    from attn_explorer.gui.app import build_window, get_qapp, make_settings
+    from attn_explorer.gui.window.app import build_window, get_qapp, make_settings
 
     app = get_qapp()
     args = argparse.Namespace(model=model, text=None, image=None, device="cpu", view=view, screenshot=None)
@@ -86,7 +86,7 @@ def live_window(model: str, view: str):
 
 def sweep_shot(out: Path) -> int:
     """The side panel after the "Measure n sweep" button's background sweep."""
-    from attn_explorer.gui.export import export_png
+    from attn_explorer.gui.window.export import export_png
 
     with live_window("minilm", "grid") as (window, state, wait, settle):
         wait(lambda: state.result is not None and not state.busy)
@@ -105,7 +105,7 @@ def sweep_shot(out: Path) -> int:
 
 def cost_shot(out: Path) -> int:
     """The Cost page after a measured sweep of every variant, n = 64 ... 4096."""
-    from attn_explorer.gui.export import export_png
+    from attn_explorer.gui.window.export import export_png
 
     with live_window("textbook", "cost") as (window, state, wait, settle):
         page = window.pages["cost"]

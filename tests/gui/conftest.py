@@ -54,7 +54,7 @@ def settings(tmp_path) -> QSettings:
 @pytest.fixture
 def make_window(qtbot, settings):
     """make_window(model=, text=, image=, view=) -> a shown MainWindow with its first result on screen."""
-    from attn_explorer.gui.app import build_window, get_qapp
+    from attn_explorer.gui.window.app import build_window, get_qapp
 
     get_qapp()
     made = []

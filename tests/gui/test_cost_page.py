@@ -16,7 +16,7 @@ from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtWidgets import QLabel  # noqa: E402
 
 from attn_explorer.core import efficient  # noqa: E402
-from attn_explorer.gui.cost_page import N_MIN, CostPage  # noqa: E402
+from attn_explorer.gui.cost.page import N_MIN, CostPage  # noqa: E402
 
 SWEEP_TIMEOUT_MS = 60000
 ALL = ("naive", "chunked", "window", "linear", "sdpa")
@@ -222,7 +222,7 @@ def test_releasing_the_slider_measures_that_n(qtbot, page):
 def test_building_the_page_does_not_load_torch():
     code = ("import os, sys; os.environ['QT_QPA_PLATFORM'] = 'offscreen'\n"
             "from PySide6.QtWidgets import QApplication; app = QApplication([])\n"
-            "from attn_explorer.gui.cost_page import CostPage; p = CostPage()\n"
+            "from attn_explorer.gui.cost.page import CostPage; p = CostPage()\n"
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from attn_explorer.gui.controls import DK_STEPS, slider_from_dk
-from attn_explorer.gui.stats import head_entropy_and_peak
+from attn_explorer.gui.explorer.controls import DK_STEPS, slider_from_dk
+from attn_explorer.gui.widgets.stats import head_entropy_and_peak
 from tests.gui.conftest import cached_model, sample
 
 

@@ -108,7 +108,7 @@ def corpus(tmp_path_factory) -> dict:
 def windows(qapp, tmp_path_factory):
     """One text window (textbook) and one image window (textbook-vit) for the whole module: every case
     leaves them as it found them, and the next case checks that."""
-    from attn_explorer.gui.app import build_window
+    from attn_explorer.gui.window.app import build_window
 
     made = {}
     for kind, model in (("text", "textbook"), ("image", "textbook-vit")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QTabWidget
 
-from attn_explorer.gui.analysis_pages import ANALYSIS_PAGES
+from attn_explorer.gui.analysis.pages import ANALYSIS_PAGES
 
 
 def test_analysis_pages_share_one_tab(make_window, qtbot):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QFontMetrics
 
-from attn_explorer.gui.heatmap import scale_label
-from attn_explorer.gui.overlay_view import blend, patch_heat, upsample
+from attn_explorer.gui.widgets.heatmap import scale_label
+from attn_explorer.gui.widgets.overlay import blend, patch_heat, upsample
 from tests.gui.conftest import cached_loader, sample
 
 
@@ -35,7 +35,7 @@ def test_each_colour_bar_has_one_label(make_window, qtbot):
 
 
 def test_first_screen_is_a_clean_loading_state(qtbot, settings):
-    from attn_explorer.gui.app import build_window, get_qapp
+    from attn_explorer.gui.window.app import build_window, get_qapp
 
     get_qapp()
     gate = threading.Event()
@@ -193,7 +193,7 @@ def test_model_picker_names_kind_and_training(make_window, name, words):
 
 def test_grid_mosaic_without_specials_matches_the_head_view():
     from attn_explorer.api.display import grid_image
-    from attn_explorer.gui.stats import without_specials
+    from attn_explorer.gui.widgets.stats import without_specials
 
     rng = np.random.default_rng(3)
     a = rng.random((2, 3, 7, 7)).astype(np.float32)

@@ -53,7 +53,7 @@ def test_unknown_view_is_a_one_line_error(tmp_path):
 
 def test_size_option_is_checked():
     from attn_explorer.errors import UserError
-    from attn_explorer.gui.app import window_size
+    from attn_explorer.gui.window.app import window_size
 
     assert window_size("1024x700") == (1024, 700) and window_size("1920×1080") == (1920, 1080)
     assert window_size(None) is None

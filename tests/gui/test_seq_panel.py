@@ -25,7 +25,7 @@ def test_n_slider_minimum_runs_exactly_that_many_tokens(make_window, qtbot):
 
 
 def test_sound_fit_rules():
-    from attn_explorer.gui.stats import sound_fit
+    from attn_explorer.gui.widgets.stats import sound_fit
 
     ns = np.array([8, 16, 32, 64, 128], float)
     fit, why = sound_fit(ns, 1e-3 * ns**2 + 0.05 * ns + 2)

@@ -105,7 +105,7 @@ def test_a_failed_first_load_does_not_keep_saying_loading(qtbot, settings):
     import argparse
 
     from attn_explorer.errors import UserError
-    from attn_explorer.gui.app import build_window, get_qapp
+    from attn_explorer.gui.window.app import build_window, get_qapp
 
     get_qapp()
 

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r"""
 import argparse, sys, threading
-from attn_explorer.gui.app import build_window, get_qapp, make_settings
+from attn_explorer.gui.window.app import build_window, get_qapp, make_settings
 import attn_explorer.session.jobs as jobs
 jobs.configure_torch = lambda *a: None  # the load job's own torch import is not the window's
 app = get_qapp()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attn_explorer.gui.stats import doubling_factor, quadratic_share
+from attn_explorer.gui.widgets.stats import doubling_factor, quadratic_share
 from attn_explorer.session.sweep import sweep_lengths
 from tests.gui.conftest import cached_model, sample
 

@@ -6,8 +6,8 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from attn_explorer.gui import actions
-from attn_explorer.gui.overlay_view import patch_heat
+from attn_explorer.gui.window import actions
+from attn_explorer.gui.widgets.overlay import patch_heat
 from attn_explorer.api.result import RunResult
 from tests.gui.conftest import sample
 

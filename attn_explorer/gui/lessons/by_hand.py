@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, Q
                                QSpinBox, QWidget)
 
 from attn_explorer.errors import UserError, error_message
-from attn_explorer.gui.lessons.number_tables import (KEPT_NOTE, EditableTable, MatrixBox, NumberTable, WrapRow,
+from attn_explorer.gui.widgets.tables import (KEPT_NOTE, EditableTable, MatrixBox, NumberTable, WrapRow,
                                                      explanation, message_label, scrolling_page)
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QPushButton,
                                QTableWidget, QTableWidgetItem, QWidget)
 
-from attn_explorer.gui.lessons.number_tables import explanation, message_label, scrolling_page
+from attn_explorer.gui.widgets.tables import explanation, message_label, scrolling_page
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
 

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QSpinBox,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from attn_explorer.gui.lessons.number_tables import (explanation, message_label, number_text, scrolling_page,
+from attn_explorer.gui.widgets.tables import (explanation, message_label, number_text, scrolling_page,
                                                      shade)
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState

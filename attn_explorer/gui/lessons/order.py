@@ -13,8 +13,8 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QBoxLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QWidget
 
 from attn_explorer.errors import UserError, error_message
-from attn_explorer.gui.heatmap import colormap
-from attn_explorer.gui.lessons.number_tables import explanation, message_label, scrolling_page
+from attn_explorer.gui.widgets.heatmap import colormap
+from attn_explorer.gui.widgets.tables import explanation, message_label, scrolling_page
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
-from attn_explorer.gui.lessons.number_tables import MatrixBox, NumberTable, WrapRow, explanation, scrolling_page
+from attn_explorer.gui.widgets.tables import MatrixBox, NumberTable, WrapRow, explanation, scrolling_page
 from attn_explorer.gui.lessons.words_page import WordsPage
 from attn_explorer.session.state import SessionState
 

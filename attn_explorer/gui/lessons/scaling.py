@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QAbstractScrollArea, QBoxLayou
                                QTableWidget, QTableWidgetItem, QWidget)
 
 from attn_explorer.errors import UserError, error_message
-from attn_explorer.gui.lessons.number_tables import explanation, message_label, scrolling_page
+from attn_explorer.gui.widgets.tables import explanation, message_label, scrolling_page
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
 

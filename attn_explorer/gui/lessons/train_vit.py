@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QBoxLayout, QComboBox, QFileDialog, QHBoxLayout, 
                                QSpinBox, QWidget)
 
 from attn_explorer.errors import UserError, error_message
-from attn_explorer.gui.lessons.number_tables import scrolling_page
+from attn_explorer.gui.widgets.tables import scrolling_page
 from attn_explorer.gui.lessons.train_vit_strip import AttentionStrip
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState

@@ -10,7 +10,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QLineEdit, QPushButton, QSpinBox, QWidget
 
 from attn_explorer.errors import UserError, error_message
-from attn_explorer.gui.lessons.number_tables import KEPT_NOTE, EditableTable, MatrixBox, message_label
+from attn_explorer.gui.widgets.tables import KEPT_NOTE, EditableTable, MatrixBox, message_label
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
 

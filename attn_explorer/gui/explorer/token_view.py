@@ -17,9 +17,9 @@ from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListWidget, QListWidgetItem,
                                QVBoxLayout, QWidget)
 
-from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
+from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        display_values, follow_loading, lut_rgb, style_colorbar)
-from attn_explorer.gui.stats import renormalise_without
+from attn_explorer.gui.widgets.stats import renormalise_without
 from attn_explorer.session.state import SessionState
 
 

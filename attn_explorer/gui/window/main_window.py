@@ -1,86 +1,23 @@
 """The main window: pages registered by name, the side panels, status bar and error banner.
 
-Pages are looked up in `PAGES` (name -> title and factory), so later pages (lessons, generation,
-analyses) add themselves with `register_page` and become reachable from the View menu and `--view`.
+Pages are looked up in `window.pages.PAGES` (name -> title and factory), and so reachable from the
+View menu and `--view`.
 The window never runs a model: it forwards intent to `SessionState` (toolbar, menus and files are in
-`gui/actions.py`) and draws what comes back.
+`gui/window/actions.py`) and draws what comes back.
 """
 from __future__ import annotations
 
 import time
-from typing import Callable
-
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget, QVBoxLayout,
                                QWidget)
 
-from attn_explorer.gui.actions import Banner, WindowActions
-from attn_explorer.gui.controls import DkPanel, InputPanel
-from attn_explorer.gui.grid_view import HeadGridView
-from attn_explorer.gui.head_view import HeadView
-from attn_explorer.gui.heatmap import COLORMAPS, PaintedGraphicsWidget
-from attn_explorer.gui.overlay_view import PatchOverlayView
-from attn_explorer.gui.seq_panel import SeqLenPanel
-from attn_explorer.gui.token_view import TokenFocusView
+from attn_explorer.gui.window.actions import Banner, WindowActions
+from attn_explorer.gui.window.pages import FITTED_PAGES, GROUP_OF, PAGES, register_all
+from attn_explorer.gui.explorer.controls import DkPanel, InputPanel
+from attn_explorer.gui.widgets.heatmap import COLORMAPS, PaintedGraphicsWidget
+from attn_explorer.gui.explorer.seq_panel import SeqLenPanel
 from attn_explorer.session.state import SessionState
-
-FITTED_PAGES = ("grid", "head", "tokens", "overlay")  # laid out to fit 1024×700 as they are; others scroll
-
-# name -> (tab title, factory(state) -> QWidget). Insertion order is tab order.
-PAGES: dict[str, tuple[str, Callable[[SessionState], QWidget]]] = {}
-# name -> the title of the tab that groups it with others (a tab of sub-tabs), for pages that share one
-GROUP_OF: dict[str, str] = {}
-
-
-def register_page(name: str, title: str, factory: Callable[[SessionState], QWidget], group: str | None = None) -> None:
-    """Add a page; pages with the same `group` share one top-level tab, each a sub-tab in it."""
-    PAGES[name] = (title, factory)
-    if group:
-        GROUP_OF[name] = group
-
-
-register_page("grid", "All heads", HeadGridView)
-register_page("head", "One head", HeadView)
-register_page("tokens", "Token focus", TokenFocusView)
-register_page("overlay", "Patch overlay", PatchOverlayView)
-
-
-def _register_cost_page() -> None:
-    """The cost lab lives in its own module; a failure there must not break the window."""
-    if "cost" in PAGES:
-        return
-    try:
-        from attn_explorer.gui.cost_page import CostPage
-    except Exception:  # noqa: BLE001
-        return
-    register_page("cost", "Cost of attention", lambda state: CostPage(state))
-
-
-def _register_generate_page() -> None:
-    """Generation with each new token's attention, for decoders: one tab."""
-    if "generate" not in PAGES:
-        from attn_explorer.gui.generate_page import GeneratePage
-
-        register_page("generate", "Generate", GeneratePage)
-
-
-def _register_lessons_page() -> None:
-    """The primer's lessons, one tab; each lesson's module loads when it is first shown."""
-    if "lessons" not in PAGES:
-        from attn_explorer.gui.lessons import LessonsPage
-
-        register_page("lessons", "Lessons", LessonsPage)
-
-
-def _register_analysis_pages() -> None:
-    """The analyses (overview, rollout, norms, search, compare, lines): sub-tabs of one "Analyses" tab,
-    so the tab bar stays readable at 1024 px."""
-    from attn_explorer.gui.analysis_pages import ANALYSIS_PAGES
-
-    for name, title, factory in ANALYSIS_PAGES:
-        if name not in PAGES:
-            register_page(name, title, factory, group="Analyses")
-
 
 class MainWindow(WindowActions, QMainWindow):
     """The explorer window. `state` and `settings` are injected (tests give temporary ones)."""
@@ -99,10 +36,7 @@ class MainWindow(WindowActions, QMainWindow):
         self._page_pinned = False  # the command line chose the page: the first model load keeps it
 
         # pages
-        _register_cost_page()
-        _register_generate_page()
-        _register_lessons_page()
-        _register_analysis_pages()
+        register_all()
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.pages: dict[str, QWidget] = {}

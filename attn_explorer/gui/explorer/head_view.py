@@ -12,9 +12,9 @@ import numpy as np
 from PySide6.QtCore import QRectF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
+from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        cell_under, display_values, follow_loading, style_colorbar)
-from attn_explorer.gui.stats import without_specials
+from attn_explorer.gui.widgets.stats import without_specials
 from attn_explorer.session.state import SessionState
 
 HOVER_HINT = "Hover over the map: query → key: weight. Wheel zooms, drag pans."

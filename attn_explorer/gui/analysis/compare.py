@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton
 
-from attn_explorer.gui.analysis_common import DIVERGING, AnalysisPage, HeatPanel, peak, symmetric
+from attn_explorer.gui.analysis.common import DIVERGING, AnalysisPage, HeatPanel, peak, symmetric
 from attn_explorer.session.analysis import AnalysisSlot, calc, load_and_run_job, run_job
 from attn_explorer.session.state import SessionState
 

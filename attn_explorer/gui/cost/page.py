@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QFrame, QHBox
                                QPushButton, QSizePolicy, QSlider, QSpinBox, QSplitter, QTabWidget, QVBoxLayout,
                                QWidget)
 
-from attn_explorer.gui.cost_plots import N_MIN, CostPlots
-from attn_explorer.gui.cost_tables import QKVPanel, ResultsTable
+from attn_explorer.gui.cost.plots import N_MIN, CostPlots
+from attn_explorer.gui.cost.tables import QKVPanel, ResultsTable
 from attn_explorer.session.cost_sweep import (FIT_GROWTH, FIT_RULE, VARIANTS, CostSweep, budget_bytes, fitted_slopes,
                                               human_bytes, largest_fitting_n, matrix_bytes, noise_line)
 

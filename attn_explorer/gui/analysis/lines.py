@@ -12,8 +12,8 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QCheckBox, QGraphicsScene, QGraphicsView, QHBoxLayout, QLabel, QVBoxLayout, QWidget)
 
-from attn_explorer.gui.analysis_common import untrained_tag
-from attn_explorer.gui.heatmap import LazyPage, short
+from attn_explorer.gui.analysis.common import untrained_tag
+from attn_explorer.gui.widgets.heatmap import LazyPage, short
 from attn_explorer.session.state import SessionState
 
 MAX_TOKENS = 96  # beyond this the columns are too tall to read

@@ -30,7 +30,7 @@ def get_qapp(argv: list[str] | None = None) -> QApplication:
     icon = resource_path("icon.png")
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))
-    from attn_explorer.gui.heatmap import configure_pyqtgraph
+    from attn_explorer.gui.widgets.heatmap import configure_pyqtgraph
 
     configure_pyqtgraph()
     return app
@@ -45,7 +45,7 @@ def make_settings(path: str | Path | None = None) -> QSettings:
 
 def build_window(args, settings: QSettings | None = None, loader=None):
     """Create the state and window for parsed CLI args, and start loading. Returns (window, state)."""
-    from attn_explorer.gui.main_window import MainWindow
+    from attn_explorer.gui.window.main_window import MainWindow
     from attn_explorer.session.state import SessionState
 
     settings = settings if settings is not None else make_settings()
@@ -126,7 +126,7 @@ def _save_screenshot(app, window, state, out: Path) -> int:
         app.processEvents()
         time.sleep(0.01)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from attn_explorer.gui.export import export_png
+    from attn_explorer.gui.window.export import export_png
 
     export_png(window, out)
     if "ok" in outcome:

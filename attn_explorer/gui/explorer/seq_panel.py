@@ -12,8 +12,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSlider, QVBoxLayout, QWidget
 
-from attn_explorer.gui.controls import deferred
-from attn_explorer.gui.stats import doubling_factor, human_count, quadratic_share, sound_fit
+from attn_explorer.gui.explorer.controls import deferred
+from attn_explorer.gui.widgets.stats import doubling_factor, human_count, quadratic_share, sound_fit
 from attn_explorer.session.cost_sweep import human_bytes
 from attn_explorer.session.state import SessionState
 

@@ -15,73 +15,13 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout, QWidget
 
-from attn_explorer.gui.heatmap import (LazyPage, PaintedGraphicsWidget, colormap, follow_loading, lut_rgb,
+from attn_explorer.gui.widgets.heatmap import (LazyPage, PaintedGraphicsWidget, colormap, follow_loading,
                                        set_bar_label)
+from attn_explorer.gui.widgets.overlay import THUMB, blend, heat_peak, patch_heat, thumbnail
 from attn_explorer.session.state import SessionState
 
 OPEN_HINT = ("Open an image (File → Open image…, drag one in, or pick a sample) to see which patches each "
              "head looks at.")
-THUMB = 112  # side of a small overlay, in pixels
-CLIP_PERCENTILE = 98  # colour runs from 0 to this percentile of the map; stronger patches saturate
-
-
-def patch_heat(att_row: np.ndarray, grid: tuple[int, int], offset: int, special=None) -> np.ndarray:
-    """A query's attention over the patches, as a (rows, cols) map; patch tokens start at `offset`
-    (RunResult.patch_offset: [CLS], [DIST] or registers come first). With `special` (bool (N,)), the
-    row is first renormalised over the other keys, as "hide special tokens" does in every view."""
-    rows, cols = grid
-    if special is not None and np.any(special):
-        kept = np.where(np.asarray(special, dtype=bool), 0.0, att_row)
-        total = kept.sum()
-        att_row = kept / total if total > 0 else kept
-    return att_row[offset: offset + rows * cols].reshape(rows, cols)
-
-
-def heat_peak(heat: np.ndarray) -> float:
-    """The weight where the colour scale tops out: the map's 98th percentile, so a few sink patches
-    do not wash out the rest."""
-    return float(np.percentile(heat, CLIP_PERCENTILE))
-
-
-def upsample(q: np.ndarray, h: int, w: int, smooth: bool) -> np.ndarray:
-    """(rows, cols) -> (h, w): nearest patch (blocky) or bilinear between patch centres (smooth)."""
-    rows, cols = q.shape
-    if not smooth:
-        return q[(np.arange(h) * rows // h)][:, (np.arange(w) * cols // w)]
-
-    def axis(n_out: int, n_in: int):
-        x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
-        i0 = np.minimum(x.astype(int), n_in - 1)
-        i1 = np.minimum(i0 + 1, n_in - 1)
-        return i0, i1, (x - i0).astype(np.float32)
-
-    y0, y1, fy = axis(h, rows)
-    x0, x1, fx = axis(w, cols)
-    top = q[y0][:, x0] * (1 - fx) + q[y0][:, x1] * fx
-    bottom = q[y1][:, x0] * (1 - fx) + q[y1][:, x1] * fx
-    return top * (1 - fy[:, None]) + bottom * fy[:, None]
-
-
-def blend(image: np.ndarray, heat: np.ndarray, alpha: float, cmap: str, smooth: bool = False) -> np.ndarray:
-    """The picture with `heat` (rows, cols) stretched over it, coloured 0..98th percentile, mixed by `alpha`."""
-    h, w = image.shape[:2]
-    peak = heat_peak(heat)
-    q = np.clip(heat / peak, 0, 1) if peak > 0 else np.zeros_like(heat)
-    up_q = upsample(q.astype(np.float32), h, w, smooth)  # (h, w) in 0..1
-    colours = lut_rgb(cmap)[(up_q * 255).astype(np.uint8)]  # (h, w, 3)
-    # opacity grows with the weight, so the photo shows through where the head does not look
-    a = (alpha * np.sqrt(up_q))[..., None]
-    out = image.astype(np.float32) * (1.0 - a) + colours.astype(np.float32) * a
-    return out.astype(np.uint8)
-
-
-def thumbnail(image: np.ndarray, side: int = THUMB) -> np.ndarray:
-    h, w = image.shape[:2]
-    yi = (np.arange(side) * h // side)
-    xi = (np.arange(side) * w // side)
-    return image[yi][:, xi]
-
-
 class PatchOverlayView(LazyPage, QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)

@@ -15,8 +15,9 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFrame, QHBoxL
 
 from attn_explorer.errors import UserError
 from attn_explorer.files import read_text_file
-from attn_explorer.gui.export import FORMATS, export_view
-from attn_explorer.gui.heatmap import COLORMAPS
+from attn_explorer.gui.window.export import FORMATS, export_view
+from attn_explorer.gui.widgets.heatmap import COLORMAPS
+from attn_explorer.gui.window.pages import PAGES
 
 TEXT_FILTER = "Text (*.txt *.md *.csv *.json *.py);;All files (*)"
 TEXT_SUFFIXES = {".txt", ".md", ".csv", ".json", ".py", ".rst", ".tex"}
@@ -121,8 +122,6 @@ class WindowActions:
         # QKeySequence.Quit is empty on some platforms (offscreen, plain X11): name Ctrl+Q as well
         self._action(file, "&Quit", self.close, [QKeySequence.Quit, "Ctrl+Q"])
         view = mb.addMenu("&View")
-        from attn_explorer.gui.main_window import PAGES
-
         for i, name in enumerate(self.pages):
             title = PAGES[name][0]
             self._action(view, title, lambda n=name: self.show_page(n), f"Ctrl+{i + 1}" if i < 9 else None)

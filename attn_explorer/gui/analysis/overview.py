@@ -10,8 +10,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
-from attn_explorer.gui.analysis_common import AnalysisPage, label_cells
-from attn_explorer.gui.heatmap import cell_centre, cell_under, colormap, set_bar_label
+from attn_explorer.gui.analysis.common import AnalysisPage, label_cells
+from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
 from attn_explorer.session.analysis import AnalysisSlot, calc
 from attn_explorer.session.state import SessionState
 

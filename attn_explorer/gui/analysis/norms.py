@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from attn_explorer.gui.analysis_common import AnalysisPage, HeatPanel, peak, untrained_tag
-from attn_explorer.gui.heatmap import TokenAxis
+from attn_explorer.gui.analysis.common import AnalysisPage, HeatPanel, peak, untrained_tag
+from attn_explorer.gui.widgets.heatmap import TokenAxis
 from attn_explorer.session.analysis import AnalysisSlot, calc, norms_job
 from attn_explorer.session.state import SessionState
 

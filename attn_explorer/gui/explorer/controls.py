@@ -14,8 +14,8 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSlider, QVBoxLayout, QWidget)
 
-from attn_explorer.gui.heatmap import follow_loading
-from attn_explorer.gui.stats import head_entropy_and_peak
+from attn_explorer.gui.widgets.heatmap import follow_loading
+from attn_explorer.gui.widgets.stats import head_entropy_and_peak
 from attn_explorer.session.state import DK_MAX, DK_MIN, SessionState, sample_images
 
 DEBOUNCE_MS = 100

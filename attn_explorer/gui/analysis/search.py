@@ -12,8 +12,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QSpinBox
 
-from attn_explorer.gui.analysis_common import AnalysisPage, label_cells, untrained_tag
-from attn_explorer.gui.heatmap import cell_centre, cell_under, colormap, set_bar_label
+from attn_explorer.gui.analysis.common import AnalysisPage, label_cells, untrained_tag
+from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
 from attn_explorer.session.analysis import AnalysisSlot, calc
 from attn_explorer.session.state import SessionState
 

@@ -12,9 +12,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel
 
-from attn_explorer.gui.analysis_common import AnalysisPage, HeatPanel, peak, untrained_tag
-from attn_explorer.gui.heatmap import colormap, set_bar_label
-from attn_explorer.gui.overlay_view import blend, heat_peak, patch_heat
+from attn_explorer.gui.analysis.common import AnalysisPage, HeatPanel, peak, untrained_tag
+from attn_explorer.gui.widgets.heatmap import colormap, set_bar_label
+from attn_explorer.gui.widgets.overlay import blend, heat_peak, patch_heat
 from attn_explorer.session.analysis import AnalysisSlot, calc
 from attn_explorer.session.state import SessionState
 

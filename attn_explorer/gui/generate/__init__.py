@@ -1,0 +1,1 @@
+"""The Generate page: next-token bars and each new token's attention, for decoders."""
