@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attn_explorer.errors import UserError
+from attn_explorer.maths import entropy_bits
 
 STATISTICS = {
     "entropy": "mean row entropy (bits)",
@@ -36,13 +37,6 @@ class HeadStats:
         if name not in STATISTICS:
             raise UserError(f"unknown statistic {name!r}: choose from {', '.join(STATISTICS)}")
         return getattr(self, name)
-
-
-def entropy_bits(probs, axis: int = -1) -> np.ndarray:
-    """Shannon entropy of each probability row, in bits (0·log 0 = 0)."""
-    p = np.asarray(probs, dtype=np.float32)  # float32 terms (half the time of float64), summed in float64
-    h = -(p * np.log2(np.maximum(p, np.float32(1e-30)))).sum(axis=axis, dtype=np.float64)
-    return np.maximum(h, 0.0)
 
 
 def sink_share(att, special) -> np.ndarray:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attn_explorer.maths import LOG_FLOOR, hidden_tokens, log_weights, without_specials
+
 CELL_MAX = 128  # largest side of one head's cell, in mosaic pixels
-LOG_FLOOR = -4.0  # log10 of the smallest weight the log scale shows (the GUI's colour bar uses the same)
 
 
 @dataclass(frozen=True)
@@ -73,17 +74,16 @@ def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX, 
     """Pool and tile every head of (L, H, N, N) attention, in the calling (worker) thread.
 
     `drop` (bool (N,), e.g. RunResult.special) removes those tokens' rows and columns first and
-    renormalises each row over the remaining keys (the GUI's "hide special tokens")."""
+    renormalises each row over the remaining keys: the GUI's "hide special tokens", by the one rule every
+    view uses (`maths.without_specials`, which leaves the maps as they are when none or all are special).
+    Pooling and tiling are torch's; the log scale is `maths.log_weights` on the small mosaic."""
+    hide = hidden_tokens(drop) is not None
+    if hide:
+        attentions = without_specials(np.asarray(attentions, dtype=np.float32), drop)
     with torch.inference_mode():
         t = torch.as_tensor(attentions).float()
         L, H = int(t.shape[0]), int(t.shape[1])
-        hide = drop is not None and bool(np.any(drop)) and not bool(np.all(drop))
-        if hide:
-            keep = torch.as_tensor(np.flatnonzero(~np.asarray(drop, dtype=bool)))
-            t = t.index_select(-2, keep).index_select(-1, keep)
-            t = t / t.sum(-1, keepdim=True).clamp(min=1e-30)  # a row with no weight left stays zero
         cells = pooled_heads(t, cell_max)
-        weights = mosaic(cells).contiguous()
-        log_weights = torch.log10(weights.clamp(min=10.0**LOG_FLOOR))
-        return GridImage(weights=weights.numpy(), log_weights=log_weights.numpy(), layers=L, heads=H,
+        weights = mosaic(cells).contiguous().numpy()
+        return GridImage(weights=weights, log_weights=log_weights(weights), layers=L, heads=H,
                          cell=int(cells.shape[-1]), hidden_specials=hide)

@@ -191,18 +191,37 @@ def test_model_picker_names_kind_and_training(make_window, name, words):
         assert "untrained" not in text
 
 
-def test_grid_mosaic_without_specials_matches_the_head_view():
+@pytest.mark.parametrize("special", [[1, 0, 0, 0, 0, 0, 1], [0] * 7, [1] * 7])
+def test_grid_head_and_token_views_hide_specials_by_one_rule(special):
+    """The grid's mosaic (pooled in torch), the head view's map and the token view's rows agree on
+    which tokens "hide special tokens" removes and how rows are renormalised, including the guard:
+    nothing is hidden when no token, or every token, is special."""
+    from types import SimpleNamespace
+
     from attn_explorer.api.display import grid_image
-    from attn_explorer.gui.widgets.stats import without_specials
+    from attn_explorer.gui.explorer.head_view import head_matrix
+    from attn_explorer.gui.explorer.token_view import focus_rows
+    from attn_explorer.maths import without_specials
 
     rng = np.random.default_rng(3)
     a = rng.random((2, 3, 7, 7)).astype(np.float32)
     a /= a.sum(-1, keepdims=True)
-    special = np.array([1, 0, 0, 0, 0, 0, 1], bool)
+    special = np.array(special, bool)
+    tokens = [f"t{i}" for i in range(7)]
+    r = SimpleNamespace(attentions=a, special=special, tokens=tokens, num_tokens=7)
+    expect = without_specials(a, special)
+    n = expect.shape[-1]
     g = grid_image(a, drop=special)
-    assert g.hidden_specials and g.weights.shape == (2 * 5, 3 * 5)
-    np.testing.assert_allclose(g.weights[5:10, 10:15], without_specials(a[1, 2], special), atol=1e-6)
-    assert not grid_image(a).hidden_specials
+    assert g.hidden_specials == (n < 7) and g.weights.shape == (2 * n, 3 * n)
+    m, labels = head_matrix(r, 1, 2, True)
+    np.testing.assert_allclose(g.weights[n:2 * n, 2 * n:3 * n], m, atol=1e-6)
+    np.testing.assert_allclose(m, expect[1, 2], atol=1e-6)
+    kept = [i for i in range(7) if n == 7 or not special[i]]
+    assert labels == [tokens[i] for i in kept]
+    q = kept[1]
+    rows, keys = focus_rows(a, q, special, True)
+    assert list(keys) == kept and rows.shape == (6, n)
+    np.testing.assert_allclose(rows.reshape(2, 3, n)[1, 2], m[1], atol=1e-6)
 
 
 def test_hide_special_tokens_renormalises_the_overlay(make_window, qtbot):

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        cell_under, display_values, follow_loading, style_colorbar)
-from attn_explorer.gui.widgets.stats import without_specials
+from attn_explorer.maths import kept_tokens, without_specials
 from attn_explorer.session.state import SessionState
 
 HOVER_HINT = "Hover over the map: query → key: weight. Wheel zooms, drag pans."
@@ -23,10 +23,9 @@ HOVER_HINT = "Hover over the map: query → key: weight. Wheel zooms, drag pans.
 def head_matrix(r, layer: int, head: int, hide_special: bool) -> tuple[np.ndarray, list[str]]:
     """The (n, n) map to draw and its token labels; with hide_special, specials dropped and rows renormalised."""
     m = r.attentions[layer, head]
-    if hide_special and np.any(r.special) and not np.all(r.special):
-        keep = ~np.asarray(r.special, dtype=bool)
-        return without_specials(m, r.special), [t for t, k in zip(r.tokens, keep) if k]
-    return m, list(r.tokens)
+    if not hide_special:
+        return m, list(r.tokens)
+    return without_specials(m, r.special), [r.tokens[i] for i in kept_tokens(r.special, len(r.tokens))]
 
 
 class HeadView(LazyPage, QWidget):
@@ -109,9 +108,7 @@ class HeadView(LazyPage, QWidget):
         if not ev.double() or self.matrix is None or r is None:
             return
         i = int(np.floor(self.plot.vb.mapSceneToView(ev.scenePos()).y()))
-        shown = np.arange(r.num_tokens)
-        if len(self.tokens) < r.num_tokens:  # special tokens hidden: row i is the i-th kept token
-            shown = shown[~np.asarray(r.special, dtype=bool)]
+        shown = kept_tokens(r.special, r.num_tokens, len(self.tokens) < r.num_tokens)  # row i: the i-th shown
         if 0 <= i < len(shown):
             self.state.set_query(int(shown[i]))
             self.inside_requested.emit(int(shown[i]))

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListW
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        display_values, follow_loading, lut_rgb, style_colorbar)
-from attn_explorer.gui.widgets.stats import renormalise_without
+from attn_explorer.maths import kept_tokens, rows_without_specials
 from attn_explorer.session.state import SessionState
 
 
@@ -39,11 +39,9 @@ def focus_rows(att: np.ndarray, query: int, special: np.ndarray, hide_special: b
     """(L·H, K) rows of attention from `query`, and the key indices they cover."""
     L, H, N, _ = att.shape
     rows = att[:, :, query, :].reshape(L * H, N)
-    keys = np.arange(N)
-    if hide_special and np.any(special):
-        rows = renormalise_without(rows, special)
-        keys = keys[~np.asarray(special, dtype=bool)]
-    return rows, keys
+    if not hide_special:
+        return rows, np.arange(N)
+    return rows_without_specials(rows, special), kept_tokens(special, N)
 
 
 class TokenStrip(QListWidget):

@@ -16,8 +16,9 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QLabel, QStackedWidget, QWidget
 
+from attn_explorer.maths import LOG_FLOOR, display_values  # noqa: F401 - the one copy, re-exported for the views
+
 COLORMAPS = ["viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L17", "CET-L3"]
-LOG_FLOOR = -4.0  # log10 of the smallest weight the log scale shows
 
 
 def configure_pyqtgraph() -> None:
@@ -62,14 +63,6 @@ def style_colorbar(bar: pg.ColorBarItem, cmap_name: str, log: bool) -> None:
     bar.setColorMap(colormap(cmap_name))
     bar.setLevels(values=display_values(np.zeros(1), log)[1])
     set_bar_label(bar, scale_label(log))
-
-
-def display_values(a: np.ndarray, log: bool) -> tuple[np.ndarray, tuple[float, float]]:
-    """Values to draw and their colour levels: weights in [0, 1], or log10 weights in [LOG_FLOOR, 0]."""
-    if not log:
-        return a, (0.0, 1.0)
-    with np.errstate(divide="ignore"):
-        return np.log10(np.maximum(a, 10.0**LOG_FLOOR)), (LOG_FLOOR, 0.0)
 
 
 def scale_label(log: bool) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from attn_explorer.gui.widgets.heatmap import lut_rgb
+from attn_explorer.maths import kept_tokens, rows_without_specials
 
 THUMB = 112  # side of a small overlay, in pixels
 CLIP_PERCENTILE = 98  # colour runs from 0 to this percentile of the map; stronger patches saturate
@@ -17,10 +18,11 @@ def patch_heat(att_row: np.ndarray, grid: tuple[int, int], offset: int, special=
     (RunResult.patch_offset: [CLS], [DIST] or registers come first). With `special` (bool (N,)), the
     row is first renormalised over the other keys, as "hide special tokens" does in every view."""
     rows, cols = grid
-    if special is not None and np.any(special):
-        kept = np.where(np.asarray(special, dtype=bool), 0.0, att_row)
-        total = kept.sum()
-        att_row = kept / total if total > 0 else kept
+    if special is not None:
+        full = np.zeros(len(att_row), dtype=np.float32)
+        keep = kept_tokens(special, len(att_row))
+        full[keep] = rows_without_specials(np.asarray(att_row, dtype=np.float32), special)
+        att_row = full
     return att_row[offset: offset + rows * cols].reshape(rows, cols)
 
 
