@@ -12,12 +12,18 @@ When no n reaches 4×, fixed overhead dominates every size measured and no slope
 
 `noise_verdict` is the one judgement of whether timings are too noisy to read a slope from,
 shared by the Cost page and the `cost` command.
+
+`quadratic_fit` is the one time-against-n fit of a whole model (the explorer's n sweep): forward ms
+≈ a·n² + b·n + c, with the reason when the data cannot carry one, how much doubling n multiplies the
+fitted time, and the n² term's share of it.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
+
+import numpy as np
 
 GROWTH = 4.0  # the fit starts where the cost is this many times its smallest value
 MIN_POINTS = 3  # ... or at the 3rd largest n, if that comes first
@@ -26,6 +32,8 @@ SLOWER_LIMIT = 0.8  # noisy: at a larger n (in the fit range) the median fell be
 FLAT_SLOWER_LIMIT = 0.5  # ... or, where the cost never grew 4×, below this share
 SLOPE_RANGE = (0.0, 3.0)  # no variant's time shrinks with n; n² is the most (3 leaves room for cache effects)
 MAX_REASONS = 2  # the verdict's sentence names this many problems and counts the rest
+FIT_MIN_LENGTHS = 5  # distinct n a quadratic fit needs before it is drawn
+FIT_MIN_SPAN = 4.0  # and how many times the longest n must exceed the shortest
 
 FIT_RULE = (f"slopes p are fitted over the large-n points only, from the first n whose cost is ≥ {GROWTH:g}× "
             "its smallest: there fixed per-call overhead no longer hides the growth (no p if it never grew that much)")
@@ -141,3 +149,60 @@ def noise_verdict(records: Iterable[Mapping]) -> Verdict:
             reasons.append(f"{impl}'s time slope {fit.p:.2f} is impossible for attention "
                            f"(between {SLOPE_RANGE[0]:g} and {SLOPE_RANGE[1]:g})")
     return Verdict(tuple(reasons))
+
+
+# ------------------------------------------------------------------------ a model's time against n
+@dataclass(frozen=True)
+class QuadraticFit:
+    """Forward ms ≈ a·n² + b·n + c over measured (n, ms), or why there is no such fit. Plain data."""
+
+    coeffs: tuple[float, float, float] | None  # (a, b, c); None when the data cannot carry a fit
+    reason: str  # why there is no fit; "" when there is one
+    n_min: int = 0  # the measured n the fit spans (0 when nothing was measured)
+    n_max: int = 0
+    doubling: float | None = None  # fitted time at n_max over that at n_max / 2 (4 for pure n², 2 for pure n)
+    quadratic_share: float | None = None  # the n² term's part of the fitted time at n_max (0..1)
+
+    def at(self, ns) -> np.ndarray:
+        """The fitted ms at ns (the fit must exist)."""
+        return np.polyval(np.asarray(self.coeffs, dtype=np.float64), np.asarray(ns, dtype=np.float64))
+
+
+def doubling_factor(coeffs, n: float) -> float | None:
+    """How many times longer the fitted time is at n than at n/2 (4 for pure n², 2 for pure n)."""
+    if coeffs is None or n < 2:
+        return None
+    lo, hi = float(np.polyval(coeffs, n / 2)), float(np.polyval(coeffs, n))
+    return hi / lo if lo > 0 and hi > 0 else None
+
+
+def quadratic_share(coeffs, n: float) -> float | None:
+    """The n² term's part of the fitted time at n (0..1), or None when the fit is not positive there."""
+    if coeffs is None:
+        return None
+    total = float(np.polyval(coeffs, n))
+    return float(coeffs[0] * n * n / total) if total > 0 else None
+
+
+def quadratic_fit(ns: Iterable[float], ms: Iterable[float]) -> QuadraticFit:
+    """Least-squares a·n² + b·n + c through measured (n, ms), offered only when the data can carry it:
+    at least FIT_MIN_LENGTHS distinct n spanning FIT_MIN_SPAN× or more, a positive n² term, and positive
+    times over the measured n (a hill, or a curve below zero, says nothing about cost)."""
+    n = np.asarray(list(ns), dtype=np.float64).ravel()
+    t = np.asarray(list(ms), dtype=np.float64).ravel()
+    distinct = np.unique(n[n > 0])
+    lo, hi = (int(distinct[0]), int(distinct[-1])) if distinct.size else (0, 0)
+    if distinct.size < FIT_MIN_LENGTHS:
+        return QuadraticFit(None, f"no fit yet: it needs {FIT_MIN_LENGTHS} different n (so far {distinct.size})",
+                            lo, hi)
+    span = distinct[-1] / distinct[0]
+    if span < FIT_MIN_SPAN:
+        return QuadraticFit(None, f"no fit: n spans {span:.1f}×, a fit needs {FIT_MIN_SPAN:.0f}×", lo, hi)
+    coeffs = np.polyfit(n, t, 2)
+    if not coeffs[0] > 0:
+        return QuadraticFit(None, "no fit: the best quadratic bends down (a > 0 needed), so the times are too noisy",
+                            lo, hi)
+    if np.polyval(coeffs, np.linspace(distinct[0], distinct[-1], 64)).min() <= 0:
+        return QuadraticFit(None, "no fit: the best quadratic dips below 0 ms between the measured n", lo, hi)
+    a, b, c = (float(v) for v in coeffs)
+    return QuadraticFit((a, b, c), "", lo, hi, doubling_factor(coeffs, hi), quadratic_share(coeffs, hi))

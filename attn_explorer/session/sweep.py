@@ -3,6 +3,10 @@
 Its steps are the runner's background work: the runner asks for the next one only when no load or run
 waits, so typing during a sweep is served after at most one sweep forward pass. The sweep only reports
 (n, median forward ms): it never changes the attention on screen.
+
+`time_fit` is the fit the panel draws through those points (or through the user's own runs): the cost
+floor's `cost.fit.quadratic_fit`, handed over as plain data (coefficients, or why there are none, the
+doubling factor and the n² term's share).
 """
 from __future__ import annotations
 
@@ -14,8 +18,18 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import ModelInfo, RunResult
+from attn_explorer.cost.fit import FIT_MIN_LENGTHS, FIT_MIN_SPAN, QuadraticFit, quadratic_fit
 from attn_explorer.session.jobs import sweep_job
 from attn_explorer.session.runner import Runner, Task
+
+
+__all__ = ["NSweep", "sweep_lengths", "time_fit", "QuadraticFit", "FIT_MIN_LENGTHS", "FIT_MIN_SPAN"]
+
+
+def time_fit(points) -> QuadraticFit:
+    """forward ms ≈ a·n² + b·n + c through (n, ms) points, or why the points cannot carry it."""
+    pts = np.asarray(list(points), dtype=np.float64).reshape(-1, 2)
+    return quadratic_fit(pts[:, 0], pts[:, 1])
 
 
 def sweep_lengths(info: ModelInfo, points: int = 9) -> list[int]:
@@ -68,6 +82,10 @@ class NSweep(QObject):
     def clear(self) -> None:
         """Forget the points (a new model)."""
         self.points = []
+
+    def fit(self) -> QuadraticFit:
+        """The quadratic fit through the measured points (see `time_fit`)."""
+        return time_fit(sorted(self.points))
 
     def start(self, model: Any, info: ModelInfo, x: Any, kw: dict, last: RunResult | None,
               repeats: int = 3, lengths: list[int] | None = None) -> bool:

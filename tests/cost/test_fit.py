@@ -84,3 +84,44 @@ def test_the_sentence_names_two_problems_and_counts_the_rest():
     recs = records("naive", ms) + records("linear", ms) + records("window", ms)
     line = noise_verdict(recs).line()
     assert line.count("impossible") == 2 and "and 1 more" in line
+
+
+# --- a whole model's forward time against n (the explorer's n sweep) ---------------------------------
+
+
+def test_the_quadratic_fit_says_when_the_data_cannot_carry_one():
+    import numpy as np
+
+    from attn_explorer.cost.fit import quadratic_fit
+
+    ns = np.array([8, 16, 32, 64, 128], float)
+    fit = quadratic_fit(ns, 1e-3 * ns**2 + 0.05 * ns + 2)
+    assert fit.reason == "" and (fit.n_min, fit.n_max) == (8, 128)
+    np.testing.assert_allclose(fit.coeffs, [1e-3, 0.05, 2], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(fit.at([128]), [1e-3 * 128**2 + 0.05 * 128 + 2])
+    assert quadratic_fit(ns[:4], 1e-3 * ns[:4] ** 2).coeffs is None
+    assert "5 different n (so far 4)" in quadratic_fit(ns[:4], 1e-3 * ns[:4] ** 2).reason
+    close = np.array([20, 22, 24, 26, 28, 30], float)
+    assert "4×" in quadratic_fit(close, close**2).reason  # the lengths do not span enough
+    concave = quadratic_fit(ns, 10 * np.sqrt(ns))  # no n² to show
+    assert concave.coeffs is None and "a > 0" in concave.reason and concave.doubling is None
+    assert quadratic_fit([8, 8, 8, 8, 8], [1, 2, 3, 4, 5]).coeffs is None
+    assert "below 0" in quadratic_fit(ns, 1e-3 * (ns - 50) ** 2 - 0.5).reason  # a > 0, but under 0 ms
+    assert quadratic_fit([], []).reason.startswith("no fit yet")
+
+
+def test_the_fit_reports_its_doubling_factor_and_n2_share():
+    import numpy as np
+
+    from attn_explorer.cost.fit import doubling_factor, quadratic_fit, quadratic_share
+
+    ns = np.array([32, 64, 128, 256, 512], float)
+    pure = quadratic_fit(ns, 2e-3 * ns**2 + 1e-9)
+    assert pure.doubling == pytest.approx(4.0, rel=1e-6) and pure.quadratic_share == pytest.approx(1.0, rel=1e-6)
+    mixed = quadratic_fit(ns, 1e-3 * ns**2 + 0.5 * ns + 3)
+    a, b, c = 1e-3, 0.5, 3
+    t = lambda n: a * n * n + b * n + c  # noqa: E731
+    assert mixed.doubling == pytest.approx(t(512) / t(256), rel=1e-6)
+    assert mixed.quadratic_share == pytest.approx(a * 512**2 / t(512), rel=1e-6)
+    assert doubling_factor((1.0, 0.0, 0.0), 512) == 4.0 and doubling_factor((0.0, 1.0, 0.0), 512) == 2.0
+    assert quadratic_share((0.0, 1.0, 0.0), 10) == 0.0 and doubling_factor(None, 512) is None

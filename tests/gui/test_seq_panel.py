@@ -24,27 +24,6 @@ def test_n_slider_minimum_runs_exactly_that_many_tokens(make_window, qtbot):
     assert panel.slider.value() == low and panel.value.text() == f"n = {low}"
 
 
-def test_sound_fit_rules():
-    from attn_explorer.gui.widgets.stats import sound_fit
-
-    ns = np.array([8, 16, 32, 64, 128], float)
-    fit, why = sound_fit(ns, 1e-3 * ns**2 + 0.05 * ns + 2)
-    assert why == "" and fit[0] > 0
-    np.testing.assert_allclose(fit, [1e-3, 0.05, 2], rtol=1e-6, atol=1e-9)
-    fit, why = sound_fit(ns[:4], 1e-3 * ns[:4] ** 2)
-    assert fit is None and "5" in why  # too few lengths
-    close = np.array([20, 22, 24, 26, 28, 30], float)
-    fit, why = sound_fit(close, close**2)
-    assert fit is None and "4×" in why  # the lengths do not span enough
-    fit, why = sound_fit(ns, 10 * np.sqrt(ns))  # concave: no n² to show
-    assert fit is None and "a > 0" in why
-    fit, why = sound_fit([8, 8, 8, 8, 8], [1, 2, 3, 4, 5])
-    assert fit is None
-    # a > 0 but the curve runs below zero between the measured n
-    fit, why = sound_fit(ns, 1e-3 * (ns - 50) ** 2 - 0.5)
-    assert fit is None and "below 0" in why
-
-
 def test_few_ordinary_runs_draw_no_fit_and_say_why(make_window, qtbot):
     w = make_window(model="textbook")
     st, panel = w.state, w.seq_panel

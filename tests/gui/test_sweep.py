@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attn_explorer.gui.widgets.stats import doubling_factor, quadratic_share
-from attn_explorer.session.sweep import sweep_lengths
+from attn_explorer.session.sweep import sweep_lengths, time_fit
 from tests.gui.conftest import cached_model, sample
 
 
@@ -133,12 +132,25 @@ def test_slider_range_is_the_whole_input(make_window, qtbot):
     assert panel.slider.value() == st.result.num_tokens == 10  # the cut is kept
 
 
-def test_fit_summaries():
-    quad = np.array([1.0, 0.0, 0.0])
-    lin = np.array([0.0, 1.0, 0.0])
-    assert doubling_factor(quad, 512) == 4.0 and doubling_factor(lin, 512) == 2.0
-    assert quadratic_share(quad, 10) == 1.0 and quadratic_share(lin, 10) == 0.0
-    assert doubling_factor(None, 512) is None
+def test_the_panel_draws_the_one_time_fit(make_window, qtbot):
+    """One copy of the fit: the panel shows what the session's time_fit (the cost floor's) says."""
+    from attn_explorer.gui.widgets import stats
+
+    assert not any(hasattr(stats, f) for f in ("sound_fit", "doubling_factor", "quadratic_share"))
+    w = make_window(model="textbook")
+    st, panel = w.state, w.seq_panel
+    ns = [8, 16, 32, 64, 128, 256, 512]
+    st.sweep_points = [(n, 1e-4 * n * n + 0.01 * n + 1) for n in ns]
+    panel.redraw_plot()
+    fit = time_fit(st.sweep_points)
+    assert fit == st.sweep.fit()
+    np.testing.assert_allclose(panel.fit, fit.coeffs)
+    text = panel.sweep_readout.text()
+    assert f"multiplies time by <b>×{fit.doubling:.2f}</b>" in text
+    assert f"the n² term is {fit.quadratic_share:.0%} of the fitted time" in text
+    st.sweep_points = [(n, 1.0) for n in ns[:3]]
+    panel.redraw_plot()
+    assert panel.fit is None and panel.no_fit.toPlainText() == time_fit(st.sweep_points).reason
 
 
 def test_sweep_lengths_are_log_spaced_to_the_model_limit():

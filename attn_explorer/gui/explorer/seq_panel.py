@@ -3,7 +3,7 @@
 What it shows is what was run: the slider, its "n = k" label and the "k×k attention" text all come
 from the result on screen, and the slider starts at the model's smallest n (`ModelInfo.min_tokens`:
 with [CLS] and [SEP], one real token needs n = 3). The forward-ms plot draws a quadratic fit only when
-the data can carry one (see `stats.sound_fit`); otherwise it says why there is none.
+the data can carry one (the session's `sweep.time_fit`); otherwise it says why there is none.
 """
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSlider, QVBoxLayout, QWidget
 
 from attn_explorer.gui.explorer.controls import deferred
-from attn_explorer.gui.widgets.stats import doubling_factor, human_count, quadratic_share, sound_fit
+from attn_explorer.gui.widgets.stats import human_count
 from attn_explorer.session.cost_sweep import human_bytes
 from attn_explorer.session.state import SessionState
+from attn_explorer.session.sweep import time_fit
 
 
 def smallest_n(info, result) -> int:
@@ -205,7 +206,9 @@ class SeqLenPanel(QGroupBox):
         self.live_points.setData(live[:, 0], live[:, 1])
         self.sweep_scatter.setData(sweep[:, 0], sweep[:, 1])
         used = sweep if len(sweep) else live
-        self.fit, self.no_fit_reason = sound_fit(used[:, 0], used[:, 1])
+        self.time_fit = time_fit(used)
+        self.fit = None if self.time_fit.coeffs is None else np.asarray(self.time_fit.coeffs)
+        self.no_fit_reason = self.time_fit.reason
         both = np.concatenate([live, sweep])
         top_n = float(both[:, 0].max()) if len(both) else 16.0
         top_ms = float(both[:, 1].max()) if len(both) else 1.0
@@ -244,11 +247,11 @@ class SeqLenPanel(QGroupBox):
             a, b, c = self.fit
             parts.append(f"fit: <b>{a:.2e}·n² + {b:.2e}·n + {c:.2f} ms</b>")
             hi = int(ns.max())
-            factor = doubling_factor(self.fit, hi)
+            factor = self.time_fit.doubling
             if factor is not None:
                 parts.append(f"doubling n from {hi // 2} to {hi} multiplies time by <b>×{factor:.2f}</b> "
                              "(pure n² would be ×4, pure n ×2)")
-            share = quadratic_share(self.fit, hi)
+            share = self.time_fit.quadratic_share
             if share is not None and share >= 0:
                 parts.append(f"at n = {hi} the n² term is {share:.0%} of the fitted time")
         elif not st.sweeping:
