@@ -140,3 +140,94 @@ def test_bad_text_files_show_a_banner_and_keep_the_view(make_window, qtbot, tmp_
         assert message in w.banner.label.text() and w.banner.isVisible()
         assert message in w.statusBar().currentMessage()
     assert w.state.result is before and w.isVisible()
+
+
+def test_arrow_keys_work_as_soon_as_the_window_shows(make_window, qtbot):
+    """No map clicked first: the arrows step layers and heads from the start (they did nothing until a map had
+    the focus, because the text box took it and kept the arrows)."""
+    w = make_window(model="textbook")  # 2 layers × 4 heads
+    qtbot.waitExposed(w)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is not None)
+    target = QApplication.focusWidget()
+    page = w.pages[w.current_page_name]
+    assert target is page or page.isAncestorOf(target), target  # the keys are on the page, not the text box
+    qtbot.keyClick(target, Qt.Key_Down)
+    qtbot.keyClick(QApplication.focusWidget(), Qt.Key_Right)
+    assert (w.state.layer, w.state.head) == (1, 1)
+
+
+def test_arrow_keys_in_the_text_box_move_its_cursor_not_the_head(make_window, qtbot):
+    w = make_window(model="textbook")
+    box = w.input_panel.text
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus)
+    cursor = box.textCursor()
+    cursor.setPosition(3)
+    box.setTextCursor(cursor)
+    qtbot.keyClick(box, Qt.Key_Right)
+    qtbot.keyClick(box, Qt.Key_Down)
+    assert (w.state.layer, w.state.head) == (0, 0)
+    assert box.textCursor().position() > 4  # right, then down to the end of the (one-line) text
+    qtbot.keyClick(box, Qt.Key_X)
+    assert "x" in box.toPlainText()
+
+
+def test_every_top_level_tab_is_visible_at_1024_px(make_window, qtbot):
+    w = make_window(model="textbook")
+    w.resize(1024, 700)
+    qtbot.waitUntil(lambda: w.width() == 1024)
+    bar = w.tabs.tabBar()
+    qtbot.waitUntil(lambda: bar.isVisible() and bar.width() > 0)
+    visible = bar.rect()
+    for i in range(bar.count()):
+        rect = bar.tabRect(i)
+        assert visible.contains(rect), (bar.tabText(i), rect, visible)
+        assert bar.tabText(i) == w.tabs.tabText(i)  # not elided
+
+
+FIRST_WINDOW = r"""
+import argparse, sys
+from attn_explorer.gui.window.app import build_window, get_qapp, make_settings
+app = get_qapp()
+def loader(*a, **k):
+    raise RuntimeError("no model in this test")
+args = argparse.Namespace(model="minilm", text=None, image=None, device="cpu", view=None)
+window, state = build_window(args, settings=make_settings(sys.argv[1]), loader=loader)
+window.show()
+for _ in range(20):
+    app.processEvents()
+avail = window.screen().availableGeometry()
+print(avail.width(), avail.height(), window.width(), window.height())
+state.shutdown()
+"""
+
+
+def _first_window(tmp_path, width, height):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    conf = tmp_path / "screen.json"
+    conf.write_text(json.dumps({"screens": [{"name": "s", "x": 0, "y": 0, "width": width, "height": height,
+                                             "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}))
+    env = dict(os.environ, QT_QPA_PLATFORM=f"offscreen:configfile={conf}")
+    proc = subprocess.run([sys.executable, "-c", FIRST_WINDOW, str(tmp_path / "s.ini")],
+                          cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [int(v) for v in proc.stdout.split()[-4:]]
+
+
+def test_the_first_window_takes_most_of_a_large_screen(tmp_path):
+    aw, ah, w, h = _first_window(tmp_path, 1920, 1080)
+    assert (aw, ah) == (1920, 1080)
+    assert abs(w - 0.8 * aw) <= 2 and abs(h - 0.8 * ah) <= 2, (w, h)
+
+
+def test_the_first_window_is_at_least_1024_by_700_but_never_larger_than_the_screen(tmp_path):
+    aw, ah, w, h = _first_window(tmp_path, 1280, 800)
+    assert (w, h) == (1024, 700)
+    aw, ah, w, h = _first_window(tmp_path, 900, 650)
+    assert w <= aw and h <= ah and w >= 0.8 * aw

@@ -116,7 +116,7 @@ class RolloutPage(AnalysisPage):
             who = "[CLS]" if q < r.patch_offset else f"patch {r.tokens[q]}"
             self.picture.setTitle(f"rollout of {who} over the patches")
             what = (f"Where <b>{who}</b> at the top of {through} draws from, patch by patch ({how}); colour from 0 to "
-                    "the map's 98th percentile. Pick another query by clicking a patch on the Patch overlay page.")
+                    "the map's 98th percentile. Pick another query by clicking a patch on the Overlay page.")
         else:
             self.panel.show(self.shown, r.tokens, r.tokens, (0.0, peak(self.shown)), st.colormap,
                             title=f"rollout through {through}")

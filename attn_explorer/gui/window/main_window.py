@@ -8,9 +8,11 @@ The window never runs a model: it forwards intent to `SessionState` (toolbar, me
 from __future__ import annotations
 
 import time
-from PySide6.QtCore import QSettings, Qt, Signal
+
+from PySide6.QtCore import QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget, QVBoxLayout,
                                QWidget)
+from superqt.utils import signals_blocked
 
 from attn_explorer.gui.window.actions import Banner, WindowActions
 from attn_explorer.gui.window.pages import FITTED_PAGES, GROUP_OF, PAGES, register_all
@@ -18,6 +20,16 @@ from attn_explorer.gui.explorer.controls import DkPanel, InputPanel
 from attn_explorer.gui.widgets.heatmap import COLORMAPS, PaintedGraphicsWidget
 from attn_explorer.gui.explorer.seq_panel import SeqLenPanel
 from attn_explorer.session.state import SessionState
+
+FIRST_SHARE = 0.8  # the first window (no saved geometry) takes this share of the screen's free area
+FIRST_MIN = (1024, 700)  # ... and at least this much (never more than the screen)
+
+
+def first_window_size(avail_w: int, avail_h: int) -> tuple[int, int]:
+    """The first window's size on a screen whose available area is avail_w × avail_h."""
+    return (min(avail_w, max(FIRST_MIN[0], round(FIRST_SHARE * avail_w))),
+            min(avail_h, max(FIRST_MIN[1], round(FIRST_SHARE * avail_h))))
+
 
 class MainWindow(WindowActions, QMainWindow):
     """The explorer window. `state` and `settings` are injected (tests give temporary ones)."""
@@ -48,6 +60,8 @@ class MainWindow(WindowActions, QMainWindow):
             except Exception as exc:  # noqa: BLE001 - one broken page must not break the window
                 page = QLabel(f"This page failed to start: {type(exc).__name__}: {exc}")
             page.setObjectName(f"page-{name}")
+            if page.focusPolicy() == Qt.NoFocus:
+                page.setFocusPolicy(Qt.ClickFocus)  # a click on the page takes the keys from the text box
             self.pages[name] = page
             holder = page
             if name not in FITTED_PAGES:
@@ -215,10 +229,9 @@ class MainWindow(WindowActions, QMainWindow):
         self.setWindowTitle(f"attn-explorer — {info.name}{untrained}")
         for spin, top, val in ((self.layer_spin, info.num_layers, self.state.layer),
                                (self.head_spin, info.num_heads, self.state.head)):
-            spin.blockSignals(True)
-            spin.setRange(0, top - 1)
-            spin.setValue(val)
-            spin.blockSignals(False)
+            with signals_blocked(spin):
+                spin.setRange(0, top - 1)
+                spin.setValue(val)
         self._select_model_item(info.name)
         self.settings.setValue("model/last", info.name)
         if info.modality == "text":
@@ -232,19 +245,15 @@ class MainWindow(WindowActions, QMainWindow):
 
     def _selection(self, layer: int, head: int) -> None:
         for spin, v in ((self.layer_spin, layer), (self.head_spin, head)):
-            spin.blockSignals(True)
-            spin.setValue(v)
-            spin.blockSignals(False)
+            with signals_blocked(spin):
+                spin.setValue(v)
 
     def _sync_options(self) -> None:
         st = self.state
-        for combo, text in ((self.cmap_combo, st.colormap), (self.scale_combo, "log" if st.log_scale else "linear")):
-            combo.blockSignals(True)
-            combo.setCurrentText(text)
-            combo.blockSignals(False)
-        self.hide_special_box.blockSignals(True)
-        self.hide_special_box.setChecked(st.hide_special)
-        self.hide_special_box.blockSignals(False)
+        with signals_blocked(self.cmap_combo, self.scale_combo, self.hide_special_box):
+            self.cmap_combo.setCurrentText(st.colormap)
+            self.scale_combo.setCurrentText("log" if st.log_scale else "linear")
+            self.hide_special_box.setChecked(st.hide_special)
         self.settings.setValue("view/colormap", st.colormap)
         self.settings.setValue("view/log_scale", bool(st.log_scale))
 
@@ -258,8 +267,8 @@ class MainWindow(WindowActions, QMainWindow):
     def restore_settings(self) -> None:
         s = self.settings
         geo = s.value("window/geometry")
-        if geo is not None:
-            self.restoreGeometry(geo)
+        if geo is None or not self.restoreGeometry(geo):
+            self._first_geometry()
         lay = s.value("window/state")
         if lay is not None:
             self.restoreState(lay)
@@ -267,6 +276,32 @@ class MainWindow(WindowActions, QMainWindow):
         log = str(s.value("view/log_scale", "false")).lower() in ("true", "1")
         self.state.set_options(colormap=cmap if cmap in COLORMAPS else "viridis", log_scale=log)
         self._sync_options()
+
+    def _first_geometry(self) -> None:
+        """No saved geometry: most of the screen, centred (Qt's own default cut off layers and the colour bar)."""
+        screen = self.screen()
+        if screen is None:
+            return
+        avail = screen.availableGeometry()
+        w, h = first_window_size(avail.width(), avail.height())
+        self.resize(QSize(w, h))
+        self.move(avail.x() + (avail.width() - w) // 2, avail.y() + (avail.height() - h) // 2)
+
+    def showEvent(self, ev):  # noqa: N802
+        super().showEvent(ev)
+        if not getattr(self, "_focused_once", False):
+            self._focused_once = True
+            QTimer.singleShot(0, self.focus_page)
+
+    def focus_page(self) -> None:
+        """Put the keyboard on the page shown, so the arrows step layers and heads at once (the text box
+        keeps its own arrows while it has the focus)."""
+        holder = self._tab_of.get(self.current_page_name)
+        if holder is None:
+            return
+        page = self.pages[self.current_page_name]
+        target = next((c for c in page.findChildren(PaintedGraphicsWidget) if c.isVisible()), None)
+        (target or holder).setFocus(Qt.OtherFocusReason)
 
     def save_settings(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())

@@ -34,7 +34,7 @@ def register_page(name: str, title: str, factory: Callable[[SessionState], QWidg
 register_page("grid", "All heads", HeadGridView)
 register_page("head", "One head", HeadView)
 register_page("tokens", "Token focus", TokenFocusView)
-register_page("overlay", "Patch overlay", PatchOverlayView)
+register_page("overlay", "Overlay", PatchOverlayView)  # short titles: every tab shows at 1024 px
 
 
 def _register_cost_page() -> None:
@@ -42,7 +42,7 @@ def _register_cost_page() -> None:
     if "cost" not in PAGES:
         from attn_explorer.gui.cost.page import CostPage
 
-        register_page("cost", "Cost of attention", CostPage)
+        register_page("cost", "Cost", CostPage)
 
 
 def _register_generate_page() -> None:
