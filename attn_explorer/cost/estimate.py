@@ -4,6 +4,10 @@ Each variant's last measured point (its profiled first call and its median timed
 to a later n by the growth of its work: (n / n₀)² for the exact variants, (n / n₀) for window and
 linear (variants.Variant.growth). At small n a fixed overhead makes the real growth slower, so the
 estimate starts high and tightens as n grows. No estimate before each variant has one point.
+
+Before anything is measured, `prior_seconds` gives a deliberately slow guess (every variant costed
+as exact attention at a low FLOP rate), so that a caller who must not start a long run by accident
+errs on the side of asking first.
 """
 from __future__ import annotations
 
@@ -29,6 +33,22 @@ def predict_seconds(seen: PointCost, n: int, growth: float, repeats: int,
     if time_budget_s is not None:  # the sweep stops timing a point once its budget is spent
         timed = min(timed, time_budget_s + run)
     return warm + timed
+
+
+# FLOPs per second assumed before anything is measured: slow on purpose (a busy 2-core laptop; a modest GPU)
+PRIOR_FLOP_RATE = {"cpu": 2e9, "cuda": 2e11, "mps": 5e10}
+
+
+def prior_seconds(n: int, heads: int, d_k: int, batch: int, repeats: int, device: str = "cpu",
+                  time_budget_s: float | None = None) -> float:
+    """A pessimistic guess, with nothing measured yet, of measuring one variant at n: one warm-up and
+    `repeats` timed calls of exact attention's 4·B·H·n²·d_k FLOPs (q·kᵀ and the weighted sum of v)."""
+    rate = PRIOR_FLOP_RATE.get(str(device).split(":")[0], PRIOR_FLOP_RATE["cpu"])
+    call = 4.0 * batch * heads * n * n * d_k / rate
+    timed = repeats * call
+    if time_budget_s is not None:
+        timed = min(timed, time_budget_s + call)
+    return call + timed
 
 
 def remaining_seconds(seen: Mapping[str, PointCost], pending: Iterable[tuple[int, str]],

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.cost import variants as _variants
 from attn_explorer.cost.config import SweepConfig
-from attn_explorer.cost.estimate import human_seconds
+from attn_explorer.cost.estimate import PointCost, human_seconds, predict_seconds, prior_seconds
 from attn_explorer.cost.fit import FIT_RULE, noise_verdict, slopes
 from attn_explorer.cost.fit import GROWTH as FIT_GROWTH
 from attn_explorer.cost.memory import default_budget, human_bytes, matrix_bytes
@@ -26,7 +26,7 @@ from attn_explorer.errors import UserError
 from attn_explorer.session.workers import launch
 
 __all__ = ["CostSweep", "VARIANTS", "FIT_RULE", "FIT_GROWTH", "human_bytes", "human_seconds", "matrix_bytes", "fitted_slopes",
-           "noise_line", "largest_fitting_n", "budget_bytes"]
+           "noise_line", "largest_fitting_n", "budget_bytes", "estimate_seconds"]
 
 # The registry as plain data: name -> label, colour, blurb, exact
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -53,6 +53,23 @@ def largest_fitting_n(settings: dict, budget: int, candidates: list[int]) -> int
     cfg = SweepConfig(**(settings | {"ns": [1]}))
     fitting = [n for n in candidates if any(_variants.fits(i, n, cfg, budget) for i in cfg.impls)]
     return max(fitting) if fitting else None
+
+
+def estimate_seconds(points: list[dict], settings: dict, n: int) -> float:
+    """About how many seconds measuring settings["impls"] at n takes: each variant scaled from its
+    largest measured point among `points` (same settings), or a pessimistic prior when it has none."""
+    cfg = SweepConfig(**(settings | {"ns": [n]}))
+    total = 0.0
+    for impl in cfg.impls:
+        seen = [p for p in points if p["impl"] == impl and p["status"] == "ok" and p.get("ms")]
+        if not seen:
+            total += prior_seconds(n, cfg.heads, cfg.d_k, cfg.batch, cfg.repeats, cfg.device, cfg.time_budget_s)
+            continue
+        p = max(seen, key=lambda r: r["n"])
+        warm = max(0.0, p.get("seconds", 0.0) - sum(p.get("ms_runs") or []) / 1000.0)
+        total += predict_seconds(PointCost(n=p["n"], warm_s=warm, run_s=p["ms"] / 1000.0), n,
+                                 _variants.get(impl).growth, cfg.repeats, cfg.time_budget_s)
+    return total
 
 
 def fitted_slopes(points: list[dict]) -> dict[str, dict[str, Any]]:

@@ -210,13 +210,110 @@ def test_slider_steps_double_n_and_the_readout_gives_the_matrix_bytes(qtbot, pag
     assert page.n_slider.maximum() < top_all  # the n×n matrix runs out of budget first
 
 
+def _handle(slider) -> QPoint:
+    """The centre of the slider's handle, where a user grabs it."""
+    from PySide6.QtWidgets import QStyle, QStyleOptionSlider
+
+    opt = QStyleOptionSlider()
+    slider.initStyleOption(opt)
+    return slider.style().subControlRect(QStyle.CC_Slider, opt, QStyle.SC_SliderHandle, slider).center()
+
+
+def _drag(qtbot, slider, value: int) -> None:
+    """Grab the handle, move the slider to `value` (as a drag does) and let go."""
+    qtbot.mousePress(slider, Qt.LeftButton, pos=_handle(slider))
+    assert slider.isSliderDown()
+    slider.setValue(value)
+    qtbot.mouseRelease(slider, Qt.LeftButton, pos=_handle(slider))
+
+
 def test_releasing_the_slider_measures_that_n(qtbot, page):
     for name, box in page.variant_boxes.items():
         box.setChecked(name in ("chunked", "linear"))
-    page.n_slider.setValue(2)
+    page.n_slider.setValue(1)
     with qtbot.waitSignal(page.sweep_finished, timeout=SWEEP_TIMEOUT_MS):
-        page.n_slider.sliderReleased.emit()
+        _drag(qtbot, page.n_slider, 2)
     assert sorted((p["n"], p["impl"]) for p in page.points) == [(256, "chunked"), (256, "linear")]
+
+
+def test_clicking_the_handle_without_moving_it_measures_nothing(qtbot, page):
+    started = []
+    page.sweep_started.connect(lambda: started.append(True))
+    page.n_slider.setValue(2)
+    qtbot.mouseClick(page.n_slider, Qt.LeftButton, pos=_handle(page.n_slider))
+    assert page.current_n == 256  # the click landed on the handle and moved nothing
+    assert not page.is_running and started == []  # and started nothing (a run would start on release)
+    # the next user action is served at once, and no sweep job was started before it
+    with qtbot.waitSignal(page.sweep_finished, timeout=SWEEP_TIMEOUT_MS) as done:
+        qtbot.mouseClick(page.measure_button, Qt.LeftButton)
+    assert done.args == ["done"] and len(started) == 1
+    assert {p["n"] for p in page.points} == {256}
+
+
+def test_a_long_run_waits_for_the_measure_button(qtbot, page):
+    page.heads_spin.setValue(12)
+    page.dk_spin.setValue(64)
+    page.repeats_spin.setValue(3)
+    page.n_slider.setValue(3)
+    big = page.n_slider.maximum()  # n = 65,536: minutes of naive attention on a CPU
+    _drag(qtbot, page.n_slider, big)
+    assert page.current_n >= 16384 and not page.is_running
+    text = page.status_label.text()
+    assert re.fullmatch(rf"n = {page.current_n:,} would take about .+: press Measure n to run it", text), text
+    assert page.measure_button.isEnabled() and page.measure_button.text() == "Measure n"
+    # a quick n still runs on release, with no button
+    page.heads_spin.setValue(2)
+    page.dk_spin.setValue(32)
+    page.n_slider.setValue(1)
+    with qtbot.waitSignal(page.sweep_finished, timeout=SWEEP_TIMEOUT_MS):
+        _drag(qtbot, page.n_slider, 0)
+    assert {p["n"] for p in page.points} == {64}
+
+
+def test_the_estimate_learns_from_measured_points():
+    from attn_explorer.session.cost_sweep import estimate_seconds
+
+    settings = dict(ns=[1024], impls=["naive"], heads=2, d_k=32, repeats=3, device="cpu", time_budget_s=None)
+    prior = estimate_seconds([], settings, 1024)
+    assert prior > 0
+    measured = [dict(n=512, impl="naive", status="ok", ms=10.0, ms_runs=[10.0, 10.0, 10.0], seconds=0.05)]
+    # 4× the work at twice n: 4 × (20 ms warm-up + 3 × 10 ms)
+    assert estimate_seconds(measured, settings, 1024) == pytest.approx(4 * (0.02 + 0.03))
+    assert estimate_seconds(measured, settings, 2048) > estimate_seconds(measured, settings, 1024)
+
+
+def _plain(label: QLabel) -> str:
+    """What a rich-text label really shows."""
+    from PySide6.QtGui import QTextDocument
+
+    doc = QTextDocument()
+    doc.setHtml(label.text())
+    return doc.toPlainText().strip()
+
+
+@pytest.mark.parametrize("size", [PAGE_AT_1024x700, PAGE_AT_1920x1080])
+def test_one_n_draws_short_bars_and_a_whole_legend(qtbot, page, size):
+    page.resize(*size)
+    page.repeats_spin.setValue(3)
+    page.n_values = [256]
+    assert run(qtbot, page) == "done"
+    qtbot.wait(50)  # let the layout settle at this size
+    for plot in (page.plots.time_plot, page.plots.memory_plot):
+        (x0, x1), (y0, y1) = plot.getViewBox().viewRange()
+        assert x0 < 2.408 < x1 and x1 - x0 >= 0.5 and y1 - y0 >= 0.5  # log10 units: not a sliver around one n
+        assert "x0.0" not in plot.getAxis("left").labelString()  # no SI factor on the custom ticks
+    x0, x1 = page.plots.time_plot.getViewBox().viewRange()[0]
+    for name, bars in page.plots.error_bars.items():
+        assert bars.opts["beam"] <= 0.05 * (x1 - x0), name  # a cap, not a line across the plot
+    for name, cells in page.plots.legend_cells.items():
+        shown = [_plain(c) for c in cells]
+        assert shown[1] == shown[2] == "– (one n)", shown  # one n has no slope, and says so in full
+        assert shown == page.plots.legend_row(name)
+        for cell in cells:
+            assert cell.isVisible() and cell.width() >= cell.sizeHint().width(), (name, shown)
+            right = cell.mapTo(page, QPoint(cell.width(), 0)).x()
+            assert right <= page.width(), (name, shown)
+    assert clipped(page) == []
 
 
 def test_building_the_page_does_not_load_torch():

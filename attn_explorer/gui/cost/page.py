@@ -5,7 +5,9 @@ up to the slider, and every measured point lands on two log-log plots (time, pea
 as it exists, each time with its fastest–slowest spread. On log-log axes a cost that grows as n^p
 is a straight line of slope p; the legends give each variant's p, fitted over the large-n points.
 While it runs, the status line says what runs next and about how long the rest will take.
-Releasing the slider measures that one n. Beside the table, the variants can be measured on the
+Letting go of the slider after moving it measures that one n, when that is quick (estimated at most
+SLIDER_RUN_CAP_S from the points measured so far, or a pessimistic guess before any); a longer run
+waits for the Measure n button, and a click on the handle that moves nothing measures nothing. Beside the table, the variants can be measured on the
 loaded model's own q, k, v for the input on screen.
 
 This page only draws and forwards intent: it gets everything from session/cost_sweep.py (the
@@ -23,11 +25,13 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QFrame, QHBox
 
 from attn_explorer.gui.cost.plots import N_MIN, CostPlots
 from attn_explorer.gui.cost.tables import QKVPanel, ResultsTable
-from attn_explorer.session.cost_sweep import (FIT_GROWTH, FIT_RULE, VARIANTS, CostSweep, budget_bytes, fitted_slopes,
-                                              human_bytes, largest_fitting_n, matrix_bytes, noise_line)
+from attn_explorer.session.cost_sweep import (FIT_GROWTH, FIT_RULE, VARIANTS, CostSweep, budget_bytes,
+                                              estimate_seconds, fitted_slopes, human_bytes, human_seconds,
+                                              largest_fitting_n, matrix_bytes, noise_line)
 
 N_CAP = 1 << 16  # the slider stops here even when memory would allow more: a CPU run takes minutes
 GUI_TIME_BUDGET_S = 2.0  # stop timing one point after about this long (at least one timed run)
+SLIDER_RUN_CAP_S = 3.0  # letting go of the slider measures that n only when it should take about this long at most
 
 
 def _log_n_values(n_max: int) -> list[int]:
@@ -98,9 +102,11 @@ class CostPage(QWidget):
                                             "variants; the median is drawn, with a bar from fastest to slowest")
         self.device_box = QComboBox()
         self.device_box.addItems(["cpu", "cuda"])
-        self.live_box = QCheckBox("measure n on release")
+        self.live_box = QCheckBox("on release")
         self.live_box.setChecked(True)
-        self.live_box.setToolTip("letting go of the slider measures the ticked variants at that n")
+        self.live_box.setToolTip(f"letting go of the slider after moving it measures the ticked variants at that n, "
+                                 f"when that should take at most about {SLIDER_RUN_CAP_S:g} s; a longer run waits "
+                                 "for Measure n")
         self.variant_boxes: dict[str, QCheckBox] = {}
         for name, v in VARIANTS.items():
             box = QCheckBox(name)
@@ -110,8 +116,11 @@ class CostPage(QWidget):
             self.variant_boxes[name] = box
         self.run_button = QPushButton("Run sweep")
         self.run_button.setToolTip("measure n = 64, 128, … up to the slider for every ticked variant")
+        self.measure_button = QPushButton("Measure n")
+        self.measure_button.setToolTip("measure the ticked variants at the slider's n only")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
+        self._pressed_n: int | None = None  # the slider's value when its handle was grabbed
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, 1000)
         self.progress_bar.setTextVisible(False)
@@ -156,8 +165,9 @@ class CostPage(QWidget):
         grid.addLayout(row)
         row = QHBoxLayout()
         row.addWidget(self.run_button)
-        row.addWidget(self.cancel_button)
+        row.addWidget(self.measure_button)
         row.addWidget(self.live_box)
+        row.addWidget(self.cancel_button)
         row.addWidget(self.progress_bar)
         row.addWidget(self.status_label, 1)
         row.addWidget(self.eta_label)
@@ -180,8 +190,10 @@ class CostPage(QWidget):
 
         # wiring --------------------------------------------------------------------------
         self.n_slider.valueChanged.connect(self._n_moved)
+        self.n_slider.sliderPressed.connect(self._n_pressed)
         self.n_slider.sliderReleased.connect(self._n_released)
         self.run_button.clicked.connect(lambda: self.run_sweep())
+        self.measure_button.clicked.connect(lambda: self.run_sweep([self.current_n]))
         self.cancel_button.clicked.connect(self.cancel)
         for box in self.variant_boxes.values():
             box.toggled.connect(self._update_slider_range)
@@ -258,9 +270,27 @@ class CostPage(QWidget):
             f"<b>{human_bytes(matrix_bytes(n, h))}</b> (4× per doubling of n). Memory budget per run "
             f"{human_bytes(self.budget_bytes())}: n up to {N_MIN << self.n_slider.maximum():,}.")
 
+    def _n_pressed(self) -> None:
+        self._pressed_n = self.n_slider.value()
+
+    def estimate_seconds(self, n: int) -> float:
+        """About how long measuring the ticked variants at n takes (see session.cost_sweep.estimate_seconds)."""
+        return estimate_seconds(self.points, self.settings([n]), n)
+
     def _n_released(self) -> None:
-        if self.live_box.isChecked() and not self.is_running:
-            self.run_sweep([self.current_n])
+        """Measure the n the slider was dragged to, if that is quick; a click that moved nothing does nothing."""
+        pressed, self._pressed_n = self._pressed_n, None
+        if pressed is None or pressed == self.n_slider.value() or not self.live_box.isChecked() or self.is_running:
+            return
+        if not self.checked_variants():
+            self.status_label.setText("Tick at least one variant.")
+            return
+        n = self.current_n
+        seconds = self.estimate_seconds(n)
+        if seconds > SLIDER_RUN_CAP_S:
+            self.status_label.setText(f"n = {n:,} would take {human_seconds(seconds)}: press Measure n to run it")
+            return
+        self.run_sweep([n])
 
     def _settings_changed(self, *_: Any) -> None:
         """Points measured with other heads, d_k, window or device are not comparable: start over."""
@@ -285,6 +315,7 @@ class CostPage(QWidget):
         if not self.sweep.start(self.settings(ns)):
             return False
         self.run_button.setEnabled(False)
+        self.measure_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.progress_bar.setValue(0)
         self.eta_label.setText("")
@@ -327,6 +358,7 @@ class CostPage(QWidget):
         self._redraw_timer.stop()
         self._redraw()
         self.run_button.setEnabled(True)
+        self.measure_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
         self.eta_label.setText("")
         if outcome == "done":

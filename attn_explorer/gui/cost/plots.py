@@ -9,6 +9,7 @@ log10 for pyqtgraph.
 """
 from __future__ import annotations
 
+import html
 import math
 import re
 
@@ -19,6 +20,9 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 N_MIN = 64
 _EMPTY = np.zeros(0)
+MIN_SPAN = 0.6  # decades: the smallest axis range, so one n (or one time) is not drawn in a sliver
+PAD = 0.15  # decades either side of what is drawn (the end ticks keep their labels)
+BEAM = 0.012  # a min–max bar's cap, as a share of the n axis's range
 
 
 def short_n(n: int) -> str:
@@ -53,7 +57,19 @@ def _plot(title: str, unit: str) -> pg.PlotWidget:
     plot.setLabel("left", unit)
     plot.setMenuEnabled(False)
     plot.setMinimumSize(200, 100)
+    for side in ("left", "bottom"):
+        plot.getAxis(side).enableAutoSIPrefix(False)  # the ticks are our own labels: no "(x0.001)" on them
     return plot
+
+
+def log_range(values: list[float]) -> tuple[float, float]:
+    """A log10 axis range around positive values: padded, and at least MIN_SPAN decades wide."""
+    logs = [math.log10(v) for v in values if v and v > 0] or [0.0]
+    lo, hi = min(logs), max(logs)
+    if hi - lo < MIN_SPAN:
+        mid = (lo + hi) / 2
+        lo, hi = mid - MIN_SPAN / 2, mid + MIN_SPAN / 2
+    return lo - PAD, hi + PAD
 
 
 class CostPlots(QWidget):
@@ -70,7 +86,7 @@ class CostPlots(QWidget):
             kw = dict(pen=pg.mkPen(v["colour"], width=2), symbol="o", symbolSize=7, symbolBrush=v["colour"],
                       symbolPen=None)
             self.curves[name] = (self.time_plot.plot([], [], **kw), self.memory_plot.plot([], [], **kw))
-            bars = pg.ErrorBarItem(x=_EMPTY, y=_EMPTY, top=_EMPTY, bottom=_EMPTY, pen=pg.mkPen(v["colour"], width=1.5), beam=0.02)
+            bars = pg.ErrorBarItem(x=_EMPTY, y=_EMPTY, top=_EMPTY, bottom=_EMPTY, pen=pg.mkPen(v["colour"], width=1.5), beam=BEAM)
             self.time_plot.addItem(bars)
             self.error_bars[name] = bars
         self.not_run = self.memory_plot.plot([], [], pen=None, symbol="x", symbolSize=11,
@@ -126,7 +142,8 @@ class CostPlots(QWidget):
 
     def legend_row(self, name: str) -> list[str]:
         """A variant's legend row as plain text: [name, time p, memory p, error] (tests, screen readers)."""
-        return [re.sub(r"<[^>]+>", "", c.text()).replace("&nbsp;", " ").strip() for c in self.legend_cells[name]]
+        return [html.unescape(re.sub(r"<[^>]+>", "", c.text())).replace("\xa0", " ").strip()
+                for c in self.legend_cells[name]]
 
     def draw(self, points: list[dict], fits: dict[str, dict], noise: str, current_n: int) -> None:
         """Draw every measured point, the fits in the legends, and the noise verdict."""
@@ -139,8 +156,8 @@ class CostPlots(QWidget):
             f = fits.get(name, {})
             errs = [p for p in pts if p.get("rel_error") is not None]
             cells = self.legend_cells[name]
-            cells[1].setText(self._slope(f.get("time"), f.get("time_from")))
-            cells[2].setText(self._slope(f.get("memory"), f.get("memory_from")) if mem else "–")
+            cells[1].setText(self._slope(f.get("time"), f.get("time_from"), len({p["n"] for p in pts})))
+            cells[2].setText(self._slope(f.get("memory"), f.get("memory_from"), len({n for n, _ in mem})) if mem else "–")
             cells[3].setText(f"{errs[-1]['rel_error']:.2g} at n = {errs[-1]['n']:,}" if errs else
                              "exact (reference)" if pts and self.variants[name]["exact"] and name in ("naive", "sdpa")
                              else "–")
@@ -155,22 +172,25 @@ class CostPlots(QWidget):
         self.noise_label.setVisible(bool(noise))
         self.set_n(current_n, points)
         ok = [p for p in points if p["status"] == "ok"]
-        for plot in (self.time_plot, self.memory_plot):
-            if points:
-                plot.enableAutoRange()
-            else:
-                plot.setXRange(math.log10(N_MIN), math.log10(max(current_n, 2 * N_MIN)))
-                plot.setYRange(-1, 3)  # 0.1 to 1000 (ms or MB)
+        # explicit ranges, never autorange: one n alone would get a sliver of an axis, and the bars' caps
+        # (sized against the n range) would then run across the whole plot
+        ns = [p["n"] for p in points] + [current_n] + ([] if points else [N_MIN])
+        x_range = log_range(ns)
+        for bars in self.error_bars.values():
+            bars.setData(beam=BEAM * (x_range[1] - x_range[0]))
         for plot, ys in ((self.time_plot, [p.get("ms_min") or p["ms"] for p in ok] + [p.get("ms_max") or p["ms"] for p in ok]),
                          (self.memory_plot, [p["peak_bytes"] / 1e6 for p in ok if p.get("peak_bytes")]
                           + [p["predicted_bytes"] / 1e6 for p in missed])):
-            ys = [y for y in ys if y and y > 0] or [0.1, 1000.0]
+            ys = [y for y in ys if y and y > 0] or [0.1, 1000.0]  # nothing yet: 0.1 to 1000 (ms or MB)
+            plot.setXRange(*x_range, padding=0)
+            plot.setYRange(*log_range(ys), padding=0)
             plot.getAxis("left").setTicks(value_ticks(min(ys), max(ys)))
 
     @staticmethod
-    def _slope(p: float | None, start: int | None) -> str:
+    def _slope(p: float | None, start: int | None, sizes: int = 2) -> str:
+        """The legend's slope cell (rich text): p and where its fit starts, or why there is no p."""
         if p is None:
-            return "– (grew < 4×)"
+            return "– (one n)" if sizes < 2 else "– (grew &lt; 4×)"
         return f"{p:.2f} (n ≥ {short_n(start)})" if start else f"{p:.2f}"
 
     def _set_bars(self, name: str, pts: list[dict]) -> None:
