@@ -13,18 +13,26 @@ def _counter(signal):
     return got
 
 
-def _steady_clock(monkeypatch):
+def steady_ms(n: float) -> float:
+    return 2e-4 * n * n + 0.05 * n + 3.0
+
+
+def _steady_clock(monkeypatch, first_ms: float | None = None):
     """The sweep's real forward passes, reported with a fixed quadratic time: on a loaded 2-core machine
-    the textbook model's few-ms timings are noise, and the GUI then rightly refuses to fit them."""
+    the textbook model's few-ms timings are noise, and the GUI then rightly refuses to fit them.
+    first_ms: the very first pass reports this instead (a cold start: caches, threads, allocations)."""
     from attn_explorer.session import sweep as sweep_mod
 
     real = sweep_mod.sweep_job
+    calls = []
 
     def steady(model, x, kw, want, reps):
         n, _ms, repeated = real(model, x, kw, want, reps)
-        return n, 2e-4 * n * n + 0.05 * n + 3.0, repeated
+        calls.append(n)
+        return n, first_ms if first_ms is not None and len(calls) == 1 else steady_ms(n), repeated
 
     monkeypatch.setattr(sweep_mod, "sweep_job", steady)
+    return calls
 
 
 def test_sweep_draws_points_and_fit_without_touching_the_view(make_window, qtbot, monkeypatch):
@@ -41,17 +49,37 @@ def test_sweep_draws_points_and_fit_without_touching_the_view(make_window, qtbot
     # one point per length, streamed as they came, from 8 up to the model's 512 positions
     ns = [p[0] for p in points]
     assert ns == sweep_lengths(st.info) and ns[0] == 8 and ns[-1] == 512
+    # what the user sees: a dot per length at its median, the fit drawn over the measured n, and its reading
     xs, ys = panel.sweep_scatter.getData()
-    assert len(xs) >= 4 and ys[-1] > ys[0]  # n = 512 takes longer than n = 8
+    assert list(xs) == ns
+    np.testing.assert_allclose(ys, [steady_ms(n) for n in ns])
     cx, cy = panel.curve.getData()
-    assert cx is not None and len(cx) > 10 and panel.fit is not None
+    assert cx[0] == 8 and cx[-1] == 512
+    np.testing.assert_allclose(cy, [steady_ms(n) for n in cx], rtol=1e-6)
     text = panel.sweep_readout.text()
-    assert "input repeated to reach n" in text and "doubling n from 256 to 512" in text and "·n²" in text
+    assert "input repeated to reach n" in text and "·n²" in text
+    assert f"doubling n from 256 to 512 multiplies time by <b>×{steady_ms(512) / steady_ms(256):.2f}</b>" in text
     assert panel.progress.value() == panel.progress.maximum() and panel.sweep_button.isEnabled()
     # timing only: the attention on screen is the one from before
     assert ready == [] and st.result is shown
     np.testing.assert_array_equal(w.grid.last_image, image)
     assert st.result.num_tokens == 12 and panel.slider.value() == 12
+
+
+def test_the_warm_up_pass_is_not_a_point(make_window, qtbot, monkeypatch):
+    """A cold first forward pass (injected: 250 ms against a few ms) is the sweep's warm-up: no dot, no fit."""
+    calls = _steady_clock(monkeypatch, first_ms=250.0)
+    w = make_window(model="textbook", view="grid")
+    st, panel = w.state, w.seq_panel
+    with qtbot.waitSignal(st.sweep_finished, timeout=60000) as done:
+        st.start_sweep(repeats=1)
+    assert done.args == [True]
+    ns = sweep_lengths(st.info)
+    assert calls == [ns[0]] + ns  # one pass more than the points: the warm-up at the first length
+    _, ys = panel.sweep_scatter.getData()
+    assert 250.0 not in list(ys) and max(ys) == steady_ms(512)
+    np.testing.assert_allclose(panel.fit, time_fit([(n, steady_ms(n)) for n in ns]).coeffs)
+    assert "noisy" not in panel.sweep_readout.text()
 
 
 def test_cancel_stops_the_sweep(make_window, qtbot):
@@ -64,8 +92,10 @@ def test_cancel_stops_the_sweep(make_window, qtbot):
         panel.cancel_button.click()
     assert done.args == [False] and not st.sweeping
     n_before = len(points)
-    qtbot.wait(600)
+    # the step in flight at the cancel ends; the runner then asks the sweep for more and gets nothing
+    qtbot.waitUntil(lambda: st.runner.idle, timeout=60000)
     assert len(points) == n_before < len(sweep_lengths(st.info))
+    assert st.sweep_points == [(n, ms) for n, ms in points]
     assert panel.sweep_button.isEnabled() and not panel.cancel_button.isEnabled()
     assert "stopped" in panel.progress.format()
 
