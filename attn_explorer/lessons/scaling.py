@@ -19,6 +19,7 @@ import torch
 
 from attn_explorer.core.attention import attention_scale, scaled_dot_product_attention
 from attn_explorer.errors import UserError
+from attn_explorer.maths import entropy_bits
 
 DIMS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]  # d_k on the x axis
 
@@ -45,11 +46,6 @@ class ScalingCurves:
     @property
     def max_entropy(self) -> float:
         return float(np.log2(self.num_keys))
-
-
-def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
-    """Entropy of each row of probabilities, in bits (0·log 0 counted as 0)."""
-    return -(probs * torch.log2(probs.clamp_min(1e-30))).sum(-1)
 
 
 def softmax_gradient(scores: torch.Tensor, upstream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,7 +77,7 @@ def scaling_curves(dims: list[int] | None = None, num_keys: int = 16, num_querie
             p, grad = softmax_gradient(scores, upstream)
             agree = max(agree, float((p - probs).abs().max()))
             out["spread"][i].append(float(scores.std()))
-            out["entropy"][i].append(float(entropy_bits(probs).mean()))
+            out["entropy"][i].append(float(entropy_bits(probs.numpy()).mean()))
             out["gradient"][i].append(float(grad.median()))
     curves = {k: Curve(np.array(a), np.array(b)) for k, (a, b) in out.items()}
     return ScalingCurves(np.array(dims), num_keys, num_queries, int(seed), curves["spread"], curves["entropy"],

@@ -79,3 +79,51 @@ def test_others_to_a_is_the_mean_weight_from_every_other_token():
     h = co.rank_heads(att, [3], [1], [2])[0]
     assert h.to_a == pytest.approx(0.9)
     assert h.others_to_a == pytest.approx((0.2 + 0.6) / 2)  # tokens 0 and 4
+
+
+SMOLLM_TOKENS = ["The", " animal", " didn", "'t", " cross", " the", " street", " because", " it", " was", " too",
+                 " tired", "."]  # what smollm2-135m's run gives for the primer sentence
+
+
+@pytest.mark.parametrize("space", [" ", "Ġ", "▁"])
+def test_decoder_tokens_with_leading_markers_find_the_primer_words(space):
+    tokens = [t.replace(" ", space) for t in SMOLLM_TOKENS]
+    words = co.words_of(tokens, [False] * len(tokens))
+    assert [w.text for w in words] == ["The", "animal", "didn't", "cross", "the", "street", "because", "it", "was",
+                                       "too", "tired", "."]
+    picks = [words[co.find_word(words, t)].indices for t in co.PRIMER_WORDS]
+    assert picks == [[8], [1], [6]]
+    assert co.find_word(words, "THE") == 0 and co.find_word(words, " it") == 7
+
+
+def test_a_causal_ranking_compares_only_what_the_query_can_see():
+    rng = np.random.default_rng(1)
+    N = 6
+    att = np.tril(rng.random((2, 3, N, N)))  # a decoder: token i sees 0..i
+    att /= att.sum(-1, keepdims=True)
+    # both before the query: the plain comparison, and an honest note that nothing is hidden
+    heads, hidden = co.rank_heads(att, [4], [1], [2], causal=True), co.hidden_picks([4], [1], [2], causal=True)
+    assert hidden == set() and heads[0].score == pytest.approx(heads[0].to_a - heads[0].to_b)
+    # the rival after the query: it can get no weight; the ranking is the weight to A alone, and says so
+    assert co.hidden_picks([3], [1], [5], causal=True) == {"b"}
+    heads = co.rank_heads(att, [3], [1], [5], causal=True)
+    assert all(h.to_b == 0.0 for h in heads) and [h.score for h in heads] == [h.to_a for h in heads]
+    # neither visible: refused in one line, not a table of +0.000
+    with pytest.raises(UserError) as e:
+        co.rank_heads(att, [0], [1], [2], causal=True)
+    assert "\n" not in str(e.value) and "before" in str(e.value)
+    # others -> A counts only the tokens that can see A (those after it)
+    h = co.rank_heads(att, [4], [1], [2], causal=True)[0]
+    L, H = h.layer, h.head
+    assert h.others_to_a == pytest.approx(float(att[L, H, [3, 5], 1].mean()))
+
+
+def test_smollm2_pickers_and_ranking_are_honest():
+    m = ax.load_model("smollm2-135m", device="cpu")
+    r = m.run(co.PRIMER_SENTENCE)
+    words = co.words_of(r.tokens, r.special)
+    q, a, b = (words[co.find_word(words, t)].indices for t in co.PRIMER_WORDS)
+    assert [r.tokens[i].strip() for i in q + a + b] == ["it", "animal", "street"]
+    ranking = co.find_heads(m, co.PRIMER_SENTENCE, q, a, b)
+    assert ranking.causal and ranking.hidden == set()
+    assert max(abs(h.score) for h in ranking.heads) > 0.05  # not every head +0.000

@@ -5,17 +5,37 @@ a QWidget. Pages are built the first time they are shown, so the window does not
 """
 from __future__ import annotations
 
-import importlib
-
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QStackedWidget, QWidget
+from superqt.utils import signals_blocked
 
-from attn_explorer.session.lessons import LESSONS
+from attn_explorer.session.lesson_list import LESSONS
 from attn_explorer.session.state import SessionState
 
 
-def lesson_module(name: str) -> str:
-    return f"{__name__}.{name.replace('-', '_')}"
+def page_class(name: str) -> type[QWidget]:
+    """The page of lesson `name`, imported now (a lesson page imports `session.lessons`, and with it torch)."""
+    if name == "by-hand":
+        from attn_explorer.gui.lessons.by_hand import LessonPage
+    elif name == "inside-a-head":
+        from attn_explorer.gui.lessons.inside_a_head import LessonPage
+    elif name == "projections":
+        from attn_explorer.gui.lessons.projections import LessonPage
+    elif name == "multi-head":
+        from attn_explorer.gui.lessons.multi_head import LessonPage
+    elif name == "order":
+        from attn_explorer.gui.lessons.order import LessonPage
+    elif name == "scaling":
+        from attn_explorer.gui.lessons.scaling import LessonPage
+    elif name == "block":
+        from attn_explorer.gui.lessons.block import LessonPage
+    elif name == "coreference":
+        from attn_explorer.gui.lessons.coreference import LessonPage
+    elif name == "train-vit":
+        from attn_explorer.gui.lessons.train_vit import LessonPage
+    else:
+        raise KeyError(name)
+    return LessonPage
 
 
 class LessonsPage(QWidget):
@@ -36,9 +56,8 @@ class LessonsPage(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.nav)
         lay.addWidget(self.stack, 1)
-        self.nav.blockSignals(True)
-        self.nav.setCurrentRow(0)  # chosen, not built: lessons import torch, and the window must show first
-        self.nav.blockSignals(False)
+        with signals_blocked(self.nav):
+            self.nav.setCurrentRow(0)  # chosen, not built: lessons import torch, and the window must show first
         self.nav.currentRowChanged.connect(lambda row: self.show_lesson(self.names[row]) if row >= 0 else None)
 
     def showEvent(self, ev):  # noqa: N802 - Qt API
@@ -50,7 +69,7 @@ class LessonsPage(QWidget):
         """The lesson's page, built on first use (a page that fails to build says why, in its place)."""
         if name not in self.pages:
             try:
-                page = importlib.import_module(lesson_module(name)).LessonPage(self.state)
+                page = page_class(name)(self.state)
             except Exception as exc:  # noqa: BLE001 - one broken lesson must not break the others
                 page = QLabel(f"This lesson failed to start: {type(exc).__name__}: {exc}")
                 page.setWordWrap(True)
@@ -66,9 +85,8 @@ class LessonsPage(QWidget):
         self.stack.setCurrentWidget(page)
         row = self.names.index(name)
         if self.nav.currentRow() != row:
-            self.nav.blockSignals(True)
-            self.nav.setCurrentRow(row)
-            self.nav.blockSignals(False)
+            with signals_blocked(self.nav):
+                self.nav.setCurrentRow(row)
         self.lesson_shown.emit(name)
         return page
 

@@ -2,8 +2,13 @@
 
 Top: one untrained block (core's TransformerBlock, seeded) on the sentence in the Text box, drawn
 x → LN → MHA → + → LN → MLP → +, each arrow labelled with the tensor's shape and mean token length
-(`lessons.block.trace_block`, GUI thread: one tiny block). Bottom: the residual stream's size at every
-layer boundary of the loaded model (`lessons.block.stream_norms`, one forward pass in a worker).
+(`lessons.block.trace_block`, lane "lesson-block"). Bottom: the residual stream's size at every
+layer boundary of the loaded model (`lessons.block.stream_norms`, one forward pass, lane
+"lesson-block-stream"). Both run in workers, newest wins.
+
+The lesson block reads the textbook model's tokens (one per word or punctuation mark, no [CLS]); the
+loaded model has its own tokenizer. So the page counts the block's input in *words* and the stream's
+in the loaded model's *tokens* (specials included), the same count as the side panel's "Showing text".
 """
 from __future__ import annotations
 
@@ -14,7 +19,6 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsView, QWidget
 
-from attn_explorer.errors import UserError, error_message
 from attn_explorer.gui.widgets.tables import explanation, message_label, scrolling_page
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
@@ -30,6 +34,7 @@ INTRO = (
     "Beside each arrow: the tensor's shape (tokens, numbers per token) and ‖·‖, the average length of "
     "one token's vector."
 )
+LANE, STREAM_LANE = "lesson-block", "lesson-block-stream"
 BOX_W, BOX_H, STEP = 170, 30, 50  # diagram geometry, px
 BOXES = [  # (label, point key of the arrow that leaves it, fill)
     ("input x", "x", "#eeeeee"),
@@ -127,10 +132,9 @@ class LessonPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.calc = L.calc("block")
+        self.lanes = (LANE, STREAM_LANE)
         self.trace = None  # BlockTrace on screen
         self.stream = None  # StreamNorms on screen
-        self._ticket = 0  # the newest stream request; older answers are dropped
         lay = scrolling_page(self)
         lay.addWidget(explanation(INTRO))
         self.message = message_label()
@@ -176,45 +180,41 @@ class LessonPage(QWidget):
         self.request_stream()
 
     def recompute_block(self) -> None:
-        try:
-            t = self.calc.trace_block(self.state.text)
-        except UserError as e:
-            self.trace = None
-            self.message.setText(error_message(e))
-            self.words_label.setText("")
-            self.diagram.set_points(None)
-            return
+        self.words_label.setText("Computing…")
+        self.state.submit(L.trace_block, self.state.text, key=LANE, uses_model=False, on_result=self._traced,
+                          on_error=self._not_traced)
+
+    def _not_traced(self, message: str) -> None:
+        self.trace = None
+        self.message.setText(message)
+        self.words_label.setText("")
+        self.diagram.set_points(None)
+
+    def _traced(self, t) -> None:
         self.trace = t
         self.message.setText("")
-        cut = " (the first 256)" if len(t.words) >= self.calc.MAX_WORDS else ""
-        self.words_label.setText(f"<b>Input</b>: {len(t.words)} tokens{cut}: "
-                                 + html.escape(" ".join(t.words[:40])) + (" …" if len(t.words) > 40 else ""))
+        n = len(t.words)
+        cut = f" (the first {L.block.MAX_WORDS})" if n >= L.block.MAX_WORDS else ""
+        self.words_label.setText(
+            f"<b>Input</b>: {n} word{'s' if n != 1 else ''}{cut}, one vector each (the lesson block splits the "
+            "text into words and punctuation marks, with no [CLS]; the loaded model's own tokens are below): "
+            + html.escape(" ".join(t.words[:40])) + (" …" if n > 40 else ""))
         self.diagram.set_points(t.points)
 
     # ------------------------------------------------------------------ the loaded model
     def _model_loading(self, *_) -> None:
-        self._ticket += 1  # an answer for the old model is no longer wanted
+        self.state.cancel(STREAM_LANE)  # an answer for the old model is no longer wanted
         self._show_stream(None, "Loading the model…")
 
     def request_stream(self) -> None:
-        self._ticket += 1
-        ticket = self._ticket
         x, kw = self.state.run_input()
         if not self.state.has_model or x is None:
+            self.state.cancel(STREAM_LANE)
             self._show_stream(None, "No model loaded yet.")
             return
         self._show_stream(None, "Measuring…")  # the old numbers describe another input
-        self.state.submit(self.calc.stream_norms, x, kw,
-                          on_result=lambda s: self._stream_ready(ticket, s),
-                          on_error=lambda m: self._stream_failed(ticket, m))
-
-    def _stream_ready(self, ticket: int, s) -> None:
-        if ticket == self._ticket:
-            self._show_stream(s)
-
-    def _stream_failed(self, ticket: int, message: str) -> None:
-        if ticket == self._ticket:
-            self._show_stream(None, f"Could not measure the residual stream: {message}")
+        self.state.submit(L.stream_norms, x, kw, key=STREAM_LANE, on_result=self._show_stream,
+                          on_error=lambda m: self._show_stream(None, f"Could not measure the residual stream: {m}"))
 
     def _show_stream(self, s, message: str = "") -> None:
         self.stream = s
@@ -242,4 +242,4 @@ class LessonPage(QWidget):
         p.setYRange(0, max(s.norms) * 1.1, padding=0)
         values = ", ".join(f"{v:.2f}" for v in s.norms)
         self.stream_values.setText(f"{len(s.norms)} values ({len(s.norms) - 1} blocks + the input), "
-                                   f"{s.num_tokens} tokens: {values}")
+                                   f"{s.num_tokens} tokens (the model's own, specials included): {values}")

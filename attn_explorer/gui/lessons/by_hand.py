@@ -1,8 +1,8 @@
 """Lesson page "by-hand": type a query, keys and values; every step of attention appears as numbers.
 
-The numbers come from `lessons.by_hand` (our core's scaled_dot_product_attention), computed in the
-GUI thread: a few vectors take microseconds. A cell that is not a number gives one line on the page
-and leaves the last good numbers in place.
+The numbers come from `lessons.by_hand` (our core's scaled_dot_product_attention), computed in a
+worker (`state.submit`, lane "lesson-by-hand": the newest edit wins). A cell that is not a number
+gives one line on the page and leaves the last good numbers in place.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSpinBox, QWidget)
 
-from attn_explorer.errors import UserError, error_message
+from superqt.utils import signals_blocked
+
 from attn_explorer.gui.widgets.tables import (KEPT_NOTE, EditableTable, MatrixBox, NumberTable, WrapRow,
                                                      explanation, message_label, scrolling_page)
 from attn_explorer.session import lessons as L
@@ -30,6 +31,7 @@ INTRO = (
     "The primer's exercise: q = [2, 0], keys [2, 0], [0, 3], [1, 1]. Change any number and watch every step."
 )
 STEP_COLUMNS = ["q·k", "× scale", "exp", "weight"]
+LANE = "lesson-by-hand"
 MAX_KEYS, MAX_DIM = 12, 8
 
 
@@ -37,7 +39,8 @@ class LessonPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.calc = L.calc("by-hand")
+        self.calc = L.by_hand
+        self.lanes = (LANE,)
         self.steps = None  # the last good HandSteps
         lay = scrolling_page(self)
         lay.addWidget(explanation(INTRO))
@@ -129,22 +132,20 @@ class LessonPage(QWidget):
     def _labels(prefix: str, n: int) -> list[str]:
         return [f"{prefix}{i + 1}" for i in range(n)]
 
-    def _matrix(self, table: EditableTable, what: str) -> np.ndarray:
-        return self.calc.parse_table(table.texts(), what)
-
     def recompute(self, *_) -> None:
-        """Read every table; on bad input show one line and keep the last good numbers."""
-        try:
-            q = self._matrix(self.query, "query")
-            k = self._matrix(self.keys, "keys")
-            v = self._matrix(self.values, "values")
-            steps = self.calc.attend_by_hand(q, k, v, self.temperature.value())
-        except UserError as exc:
-            self.message.setText(error_message(exc) + KEPT_NOTE)
-            return
+        """Read every table and compute in a worker; on bad input one line, and the last good numbers stay."""
+        self.state.submit(L.hand_steps, self.query.texts(), self.keys.texts(), self.values.texts(),
+                          self.temperature.value(), key=LANE, uses_model=False, on_result=self._computed,
+                          on_error=self._refused)
+
+    def _computed(self, answer) -> None:
+        steps, values = answer
         self.message.setText("")
         self.steps = steps
-        self._show(steps, v)
+        self._show(steps, values)
+
+    def _refused(self, message: str) -> None:
+        self.message.setText(message + KEPT_NOTE)
 
     def _show(self, s, values: np.ndarray) -> None:
         M = len(s.scores)
@@ -209,11 +210,10 @@ class LessonPage(QWidget):
 
     @staticmethod
     def _restore_texts(table: EditableTable, rows: list[list[str]]) -> None:
-        table.blockSignals(True)
-        for i, r in enumerate(rows):
-            for j, t in enumerate(r):
-                table.item(i, j).setText(t)
-        table.blockSignals(False)
+        with signals_blocked(table):
+            for i, r in enumerate(rows):
+                for j, t in enumerate(r):
+                    table.item(i, j).setText(t)
         table.fit()
 
     def _toggle_code(self, on: bool) -> None:

@@ -1,7 +1,8 @@
 """Lesson page "coreference": find the heads that link "it" to "animal" rather than to "street".
 
 The three pickers are filled from the current text's tokens (word pieces grouped into words). "Find
-the heads" runs the loaded model once in a worker (`lessons.coreference.find_heads`) and ranks every
+the heads" runs the loaded model once in a worker (`lessons.coreference.find_heads`, lane
+"lesson-coreference") and ranks every
 (layer, head); the best one is selected for the whole window, with "it" as the query, so the One head
 view shows it at once. Any sentence and any three words work.
 """
@@ -12,6 +13,7 @@ import html
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QPushButton,
                                QTableWidget, QTableWidgetItem, QWidget)
+from superqt.utils import signals_blocked
 
 from attn_explorer.gui.widgets.tables import explanation, message_label, scrolling_page
 from attn_explorer.session import lessons as L
@@ -26,8 +28,10 @@ INTRO = (
     "Pick any other words, or type another sentence in the Text box. A word cut into pieces counts as one: "
     "its pieces' weights are added (and, for the query, averaged). <i>others → A</i> is the weight every "
     "other token gives A, on average, in the same head: a head where everyone looks at A is not resolving "
-    "<i>it</i>."
+    "<i>it</i>. In a decoder (smollm2) a token sees only the tokens before it: pick a target and a rival "
+    "that come before the query."
 )
+LANE = "lesson-coreference"
 COLUMNS = ["rank", "layer", "head", "A − B", "→ A", "→ B", "others → A"]
 
 
@@ -44,11 +48,11 @@ class LessonPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.calc = L.calc("coreference")
+        self.lanes = (LANE,)
+        self.calc = L.coreference
         self.words = []  # Word list of the current tokens
         self.tokens: list[str] = []
         self.ranking = None  # the Ranking on screen
-        self._ticket = 0  # the newest ranking asked for; older answers are dropped
         self._ranked_with: tuple | None = None  # (text, run options) the ranking was made with
         lay = scrolling_page(self)
         lay.addWidget(explanation(INTRO))
@@ -129,14 +133,13 @@ class LessonPage(QWidget):
         defaults = [self.calc.find_word(self.words, t) for t in self.calc.PRIMER_WORDS]
         fallback = iter(c for c in choices if c not in defaults)
         for box, want in zip((self.query, self.target, self.rival), defaults):
-            box.blockSignals(True)
-            box.clear()
-            for i in choices:
-                box.addItem(self.words[i].label, i)
-            pick = want if want is not None else next(fallback, choices[0] if choices else None)
-            if pick is not None:
-                box.setCurrentIndex(box.findData(pick))
-            box.blockSignals(False)
+            with signals_blocked(box):
+                box.clear()
+                for i in choices:
+                    box.addItem(self.words[i].label, i)
+                pick = want if want is not None else next(fallback, choices[0] if choices else None)
+                if pick is not None:
+                    box.setCurrentIndex(box.findData(pick))
 
     def picked(self) -> tuple[list[int], list[int], list[int]] | None:
         """Token indices of the query, target A and rival B words, or None when a picker is empty."""
@@ -162,23 +165,19 @@ class LessonPage(QWidget):
             self.message.setText("The target A and the rival B must be different words.")
             return
         self._clear_ranking("Running the model and ranking its heads…")
-        ticket = self._ticket
         text, kw = self.state.run_input()
         self._ranked_with = (text, dict(kw))
-        worker = self.state.submit(self.calc.find_heads, text, q, a, b, kw,
-                                   on_result=lambda r: self._ranked(ticket, r),
-                                   on_error=lambda m: self._failed(ticket, m))
-        if worker is None:
+        if not self.state.submit(L.find_heads, text, q, a, b, kw, key=LANE, on_result=self._ranked,
+                                 on_error=self._failed):
             self._clear_ranking("No model is loaded yet.")
 
-    def _failed(self, ticket: int, message: str) -> None:
-        if ticket == self._ticket:
-            self._clear_ranking("")
-            self.message.setText(message)
+    def _failed(self, message: str) -> None:
+        self._clear_ranking("")
+        self.message.setText(message)
 
-    def _ranked(self, ticket: int, ranking) -> None:
-        if ticket != self._ticket or ranking.tokens != self.tokens:
-            return  # the text or the picks changed while it ran
+    def _ranked(self, ranking) -> None:
+        if ranking.tokens != self.tokens:
+            return  # the text changed while it ran
         self.ranking = ranking
         self.message.setText("")
         self._fill_table(ranking)
@@ -186,10 +185,18 @@ class LessonPage(QWidget):
         words = {k: " ".join(html.escape(ranking.tokens[i]) for i in idx)
                  for k, idx in (("q", ranking.query), ("a", ranking.a), ("b", ranking.b))}
         untrained = "" if ranking.trained else " <b>This model is untrained</b>: its heads link words by chance."
+        if "b" in ranking.hidden:
+            compared = (f"From “{words['q']}” it gives {best.to_a:.2f} of its weight to “{words['a']}”. "
+                        f"<b>“{words['b']}” comes after “{words['q']}”</b>, and in this decoder a token sees only "
+                        f"the tokens before it, so no head can give “{words['b']}” any weight: the heads are "
+                        f"ranked by the weight to “{words['a']}” alone. Pick a rival before “{words['q']}” to "
+                        "compare the two. ")
+        else:
+            compared = (f"From “{words['q']}” it gives {best.to_a:.2f} of its weight to “{words['a']}” and "
+                        f"{best.to_b:.2f} to “{words['b']}” (A − B = {best.score:+.2f}). ")
         self.status.setText(
             f"<b>{html.escape(ranking.model)}</b>: best head <b>layer {best.layer}, head {best.head}</b>. "
-            f"From “{words['q']}” it gives {best.to_a:.2f} of its weight to “{words['a']}” and {best.to_b:.2f} "
-            f"to “{words['b']}” (A − B = {best.score:+.2f}). It is now selected, with “{words['q']}” as the "
+            + compared + f"It is now selected, with “{words['q']}” as the "
             f"query; double-click a row to show another head. Every other token gives “{words['a']}” "
             f"{best.others_to_a:.2f} on average in this head"
             + _compared(best.others_to_a, best.to_a) + untrained)
@@ -206,7 +213,7 @@ class LessonPage(QWidget):
                 self.table.setItem(row, col, item)
 
     def _clear_ranking(self, status: str) -> None:
-        self._ticket += 1  # whatever is still running answers for something else
+        self.state.cancel(LANE)  # whatever is still running answers for something else
         self.ranking = None
         self.table.setRowCount(0)
         self.status.setText(status)

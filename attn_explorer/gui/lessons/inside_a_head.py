@@ -1,7 +1,7 @@
 """Lesson page "inside-a-head": the loaded model's own numbers for one head and one query token.
 
 The page follows the explorer's selection (layer, head, query token) and its d_k slider. Each change
-runs `api.probe.head_trace` in a worker (through `state.submit`): one forward pass whose captured q,
+runs `api.probe.head_trace` in a worker (`state.submit`, lane "lesson-inside-a-head", newest wins): one forward pass whose captured q,
 k and values, and whose own attention row, are what the page shows. While a new trace is on its way
 the old numbers are greyed out and the header says so; a failed trace says why in one line.
 """
@@ -13,6 +13,7 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QSpinBox,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from superqt.utils import signals_blocked
 
 from attn_explorer.gui.widgets.tables import (explanation, message_label, number_text, scrolling_page,
                                                      shade)
@@ -27,6 +28,7 @@ INTRO = (
     "weights. The head's output is the values averaged with these weights. Every number below comes from "
     "one forward pass of the model. Double-click a token in <i>One head</i> or <i>Token focus</i> to open it here."
 )
+LANE = "lesson-inside-a-head"
 COLUMNS = ["token", "q·k", "× scale", "exp(s − max)", "weight"]
 
 
@@ -34,11 +36,10 @@ class LessonPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.calc = L.calc("inside-a-head")
+        self.lanes = (LANE,)
+        self.calc = L.inside_a_head
         self.trace = None  # the api.probe.HeadTrace on screen
-        self._worker = None
-        self._asked: tuple | None = None  # what the trace in flight was asked for
-        self._pending = False  # something changed while a trace was in flight
+        self._pending = False  # something changed while the page was hidden
         lay = scrolling_page(self)
         lay.addWidget(explanation(INTRO))
 
@@ -117,32 +118,21 @@ class LessonPage(QWidget):
             self._pending = False
             self._request()
 
-    def _request(self) -> None:
-        if self._worker is not None:
-            self._pending = True  # one trace at a time; the newest request runs when it ends
-            return
+    def _asking(self) -> tuple:
         s = self.state
         x, kw = s.run_input()
-        asked = (s.layer, s.head, s.query, x, tuple(sorted(kw.items(), key=str)))
-        worker = s.submit(L.head_trace, x, s.layer, s.head, s.query, kw,
-                          on_result=lambda t: self._arrived(t, asked), on_error=self._failed)
-        if worker is None:
-            return
-        self._worker, self._asked = worker, asked
-        worker.finished.connect(self._finished)
+        return (s.layer, s.head, s.query, x, tuple(sorted(kw.items(), key=str)))
 
-    def _finished(self) -> None:
-        self._worker = None
-        if self._pending and self.isVisible():
-            self._pending = False
-            self._request()
+    def _request(self) -> None:
+        s = self.state
+        x, kw = s.run_input()
+        asked = self._asking()
+        s.submit(L.head_trace, x, s.layer, s.head, s.query, kw, key=LANE,
+                 on_result=lambda t: self._arrived(t, asked), on_error=self._failed)
 
     def _arrived(self, trace, asked: tuple) -> None:
-        s = self.state
-        x, kw = s.run_input()
-        if asked != (s.layer, s.head, s.query, x, tuple(sorted(kw.items(), key=str))):
-            self._pending = True  # the selection moved on meanwhile: a newer trace follows
-            return
+        if asked != self._asking():
+            return  # the selection moved on meanwhile: its own trace is on the way
         self.trace = trace
         self.message.setText("")
         self._show(trace)
@@ -160,18 +150,16 @@ class LessonPage(QWidget):
         s, info, r = self.state, self.state.info, self.state.result
         for spin, top, val in ((self.layer_spin, info.num_layers if info else 1, s.layer),
                                (self.head_spin, info.num_heads if info else 1, s.head)):
-            spin.blockSignals(True)
-            spin.setRange(0, top - 1)
-            spin.setValue(val)
-            spin.blockSignals(False)
+            with signals_blocked(spin):
+                spin.setRange(0, top - 1)
+                spin.setValue(val)
         tokens = [f"{i}: {t}" for i, t in enumerate(r.tokens)] if r is not None else []
-        self.query_combo.blockSignals(True)
-        if [self.query_combo.itemText(i) for i in range(self.query_combo.count())] != tokens:
-            self.query_combo.clear()
-            self.query_combo.addItems(tokens)
-        if tokens:
-            self.query_combo.setCurrentIndex(min(s.query, len(tokens) - 1))
-        self.query_combo.blockSignals(False)
+        with signals_blocked(self.query_combo):
+            if [self.query_combo.itemText(i) for i in range(self.query_combo.count())] != tokens:
+                self.query_combo.clear()
+                self.query_combo.addItems(tokens)
+            if tokens:
+                self.query_combo.setCurrentIndex(min(s.query, len(tokens) - 1))
 
     # ----------------------------------------------------------------------------- showing
     def _show(self, t) -> None:

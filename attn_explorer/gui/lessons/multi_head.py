@@ -1,7 +1,7 @@
 """Lesson page "multi-head": split the 4 numbers over h heads, one pattern each, then Concat and W_O.
 
-Numbers from `lessons.multi_head` (our core's MultiHeadAttention(dim=4, num_heads=h)), computed in the
-GUI thread. Bad cells give one line on the page; the last good numbers stay.
+Numbers from `lessons.multi_head` (our core's MultiHeadAttention(dim=4, num_heads=h)), computed in a
+worker (lane "lesson-multi-head"). Bad cells give one line on the page; the last good numbers stay.
 """
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ INTRO = (
 
 
 class LessonPage(WordsPage):
+    LANE = "lesson-multi-head"
+
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(state, parent)  # self.result: the last good MultiHead
-        self.calc = L.calc("multi-head")
+        self.calc = L.multi_head
         lay = scrolling_page(self)
         lay.addWidget(explanation(INTRO))
 
@@ -77,10 +79,10 @@ class LessonPage(WordsPage):
     def num_heads(self) -> int:
         return self.calc.HEAD_CHOICES[self.heads.currentIndex()]
 
-    def compute(self, x, w):
-        return self.calc.split_heads(x, w, self.num_heads)
+    def job(self) -> tuple:
+        return (L.split_heads, self.num_heads)
 
-    def _show(self, mh, _w) -> None:
+    def _show(self, mh, w) -> None:
         toks = self.tokens()
         n, h, d_k = len(toks), mh.num_heads, mh.d_k
         self.x_box.title.setText(f"<b>X</b> ({n}×4)")
@@ -114,7 +116,7 @@ class LessonPage(WordsPage):
         self.concat.set_matrix(mh.concat, toks, cols)
         self.concat_box.title.setText(f"<b>Concat</b> ({n}×{h}·{d_k} = {n}×4)")
         self.w_o.set_matrix(mh.w_o, DIMS, DIMS)
-        self.w_o_box.title.setText(f"W<sub>O</sub> (4×4, seed {self.seed.value()})")
+        self.w_o_box.title.setText(f"W<sub>O</sub> (4×4, seed {w.seed})")
         self.output.set_matrix(mh.output, toks, DIMS)
         self.output_box.title.setText(f"<b>output</b> = Concat · W<sub>O</sub> ({n}×4)")
         self.shapes.setText(f"{h} head{'s' if h > 1 else ''} × {d_k} numbers = 4: Concat has the input's width, "

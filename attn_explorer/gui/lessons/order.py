@@ -1,7 +1,7 @@
 """Lesson page "order": shuffle the words; without positions the outputs only move, with them they change.
 
 The numbers come from `lessons.order` (the textbook models, untrained, and core's sinusoidal table),
-computed in the GUI thread: two tiny models on a sentence take milliseconds. Below, the sinusoidal
+computed in workers (lanes "lesson-order" and "lesson-order-encoding", newest wins). Below, the sinusoidal
 encoding itself (position × dimension) and how alike two positions' vectors are (their dot product).
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QBoxLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QWidget
 
-from attn_explorer.errors import UserError, error_message
+from superqt.utils import signals_blocked
+
 from attn_explorer.gui.widgets.heatmap import colormap
 from attn_explorer.gui.widgets.tables import explanation, message_label, scrolling_page
 from attn_explorer.session import lessons as L
@@ -29,7 +30,8 @@ INTRO = (
     "Both models here are the explorer's <i>textbook</i> transformers (2 layers, 4 heads, d = 64), "
     "<b>untrained</b>: seeded random weights. They show the mechanics, not language."
 )
-SIDE_BY_SIDE_PX = 760  # the two heatmaps sit side by side on a page at least this wide
+SIDE_BY_SIDE_PX = 760
+LANE, ENCODING_LANE = "lesson-order", "lesson-order-encoding"  # the two heatmaps sit side by side on a page at least this wide
 
 
 def _heat_plot(title: str, x_label: str, y_label: str) -> tuple[pg.PlotWidget, pg.ImageItem, pg.ColorBarItem]:
@@ -54,7 +56,7 @@ class LessonPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.calc = L.calc("order")
+        self.lanes = (LANE, ENCODING_LANE)
         self.check = None  # the ShuffleCheck on screen
         self.seed = 0
         lay = scrolling_page(self)
@@ -62,7 +64,7 @@ class LessonPage(QWidget):
 
         row = QHBoxLayout()
         row.addWidget(QLabel("Sentence:"))
-        self.text = QLineEdit(self.calc.DEFAULT_TEXT)
+        self.text = QLineEdit(L.order.DEFAULT_TEXT)
         self.text.setCursorPosition(0)
         self.text.setToolTip("Words and punctuation marks are the textbook model's tokens")
         row.addWidget(self.text, 1)
@@ -128,11 +130,11 @@ class LessonPage(QWidget):
         self.recompute()
 
     def recompute(self) -> None:
-        try:
-            c = self.calc.shuffle_check(self.text.text(), seed=self.seed)
-        except UserError as e:
-            self._clear(error_message(e))
-            return
+        self.message.setText("Computing…")
+        self.state.submit(L.shuffle_check, self.text.text(), self.seed, key=LANE, uses_model=False,
+                          on_result=self._checked, on_error=self._clear)
+
+    def _checked(self, c) -> None:
         self.check = c
         self.message.setText("")
         words = " ".join(html.escape(w) for w in c.words)
@@ -161,15 +163,13 @@ class LessonPage(QWidget):
         n, d = self.positions.value(), self.dims.value()
         if d % 2:
             d += 1
-            self.dims.blockSignals(True)
-            self.dims.setValue(d)
-            self.dims.blockSignals(False)
-        try:
-            pe = self.calc.encoding_table(n, d)
-            sim = self.calc.position_similarity(n, d)
-        except UserError as e:
-            self.message.setText(error_message(e))
-            return
+            with signals_blocked(self.dims):
+                self.dims.setValue(d)
+        self.state.submit(L.encoding, n, d, key=ENCODING_LANE, uses_model=False,
+                          on_result=lambda answer: self._draw_encoding(n, d, *answer),
+                          on_error=self.message.setText)
+
+    def _draw_encoding(self, n: int, d: int, pe, sim) -> None:
         self.pe, self.sim = pe, sim
         self.table_img.setImage(pe, autoLevels=False)
         self.table_bar.setLevels(values=(-1.0, 1.0))

@@ -1,7 +1,7 @@
 """Lesson page "projections": X times W_Q, W_K, W_V gives Q, K, V; then the pattern and the output.
 
-Numbers from `lessons.projections` (our core's MultiHeadAttention with one head), computed in the GUI
-thread: a handful of 4×4 products. Bad cells give one line on the page; the last good numbers stay.
+Numbers from `lessons.projections` (our core's MultiHeadAttention with one head), computed in a worker
+(lane "lesson-projections"). Bad cells give one line on the page; the last good numbers stay.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from attn_explorer.gui.widgets.tables import MatrixBox, NumberTable, WrapRow, explanation, scrolling_page
 from attn_explorer.gui.lessons.words_page import WordsPage
+from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
 
 INTRO = (
@@ -23,6 +24,8 @@ INTRO = (
 
 
 class LessonPage(WordsPage):
+    LANE = "lesson-projections"
+
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(state, parent)  # self.result: the last good Projected
         lay = scrolling_page(self)
@@ -62,8 +65,8 @@ class LessonPage(WordsPage):
 
         self.start()
 
-    def compute(self, x, w):
-        return self.proj.project(x, w)
+    def job(self) -> tuple:
+        return (L.project,)
 
     def _show(self, p, w) -> None:
         toks = self.tokens()

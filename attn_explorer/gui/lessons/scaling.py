@@ -2,8 +2,8 @@
 
 Three plots over d_k = 4…1024 (log x axis), each with two curves, scaled (÷√d_k) and unscaled: the
 spread of the scores, the softmax's entropy, and the size of its gradient. The numbers come from
-`lessons.scaling` (core's scaled_dot_product_attention; autograd for the gradient), computed in the GUI
-thread: nine small random matrices take milliseconds. A table below lists every number drawn.
+`lessons.scaling` (core's scaled_dot_product_attention; autograd for the gradient), computed in a worker
+(lane "lesson-scaling", newest wins); the page says "Computing…" meanwhile. A table below lists every number drawn.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QAbstractScrollArea, QBoxLayout, QHBoxLayout, QHeaderView, QSpinBox,
                                QTableWidget, QTableWidgetItem, QWidget)
 
-from attn_explorer.errors import UserError, error_message
 from attn_explorer.gui.widgets.tables import explanation, message_label, scrolling_page
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
@@ -29,6 +28,7 @@ INTRO = (
 )
 SCALED, UNSCALED = "#1f77b4", "#d62728"
 SIDE_BY_SIDE_PX = 900
+LANE = "lesson-scaling"
 COLUMNS = ["d_k", "spread ÷√d_k", "spread", "entropy ÷√d_k", "entropy", "gradient ÷√d_k", "gradient"]
 
 
@@ -53,7 +53,7 @@ class LessonPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.calc = L.calc("scaling")
+        self.lanes = (LANE,)
         self.curves = None  # the ScalingCurves on screen
         lay = scrolling_page(self)
         lay.addWidget(explanation(INTRO))
@@ -110,16 +110,19 @@ class LessonPage(QWidget):
         self.plots.setDirection(QBoxLayout.LeftToRight if wide else QBoxLayout.TopToBottom)
 
     def recompute(self) -> None:
-        try:
-            c = self.calc.scaling_curves(num_keys=self.keys.value(), seed=self.seed.value())
-        except UserError as e:
-            self.curves = None
-            self.message.setText(error_message(e))
-            for w in (self.spread_plot, self.entropy_plot, self.grad_plot):
-                w.getPlotItem().clear()
-            self.table.setRowCount(0)
-            self.summary.setText("")
-            return
+        self.message.setText("Computing…")
+        self.state.submit(L.scaling_curves, self.keys.value(), self.seed.value(), key=LANE, uses_model=False,
+                          on_result=self._computed, on_error=self._refused)
+
+    def _refused(self, message: str) -> None:
+        self.curves = None
+        self.message.setText(message)
+        for w in (self.spread_plot, self.entropy_plot, self.grad_plot):
+            w.getPlotItem().clear()
+        self.table.setRowCount(0)
+        self.summary.setText("")
+
+    def _computed(self, c) -> None:
         self.curves = c
         self.message.setText("")
         self._draw(c)

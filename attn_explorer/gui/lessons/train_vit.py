@@ -1,25 +1,25 @@
 """Lesson page "train-vit": train a tiny ViT on digits and watch its [CLS] attention learn where to look.
 
-Training is `lessons.train_vit.Trainer.run`, a generator started with `session.workers.launch`; each
-record it yields (one per optimizer step) moves the progress bar and the loss and accuracy curves, and
-every few steps brings the [CLS] attention of six fixed held-out digits, drawn under them. Pause and
-Stop act between two steps (superqt's GeneratorWorker). Save… writes our .safetensors through the
-trainer (a worker job), which `load_model(FILE)` and the model picker read back; Load… reads one.
+Training is `session.lessons.train`, a generator run by `state.submit` in lane "lesson-train-vit": it
+builds the Trainer in the worker and yields one record per optimizer step, which moves the progress bar
+and the loss and accuracy curves, and every few steps brings the [CLS] attention of six fixed held-out
+digits, drawn under them. Pause and Stop act between two steps (`session.lessons.TrainControl`); a pause
+or a stop brings the attention of the step it holds at, so every read-out shows one step. Save… and
+Load… are jobs in lane "lesson-train-vit-file". The page never holds the model: it keeps the run's
+number, and `session.lessons` keeps the trainer.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QCoreApplication, Qt
 from PySide6.QtWidgets import (QBoxLayout, QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                                QSpinBox, QWidget)
 
-from attn_explorer.errors import UserError, error_message
 from attn_explorer.gui.widgets.tables import scrolling_page
 from attn_explorer.gui.lessons.train_vit_strip import AttentionStrip
 from attn_explorer.session import lessons as L
 from attn_explorer.session.state import SessionState
-from attn_explorer.session.workers import launch
 
 INTRO = (
     "<b>Train a tiny Vision Transformer.</b> An 8×8 digit is cut into 16 <i>patches</i> of 2×2 pixels; each "
@@ -32,6 +32,7 @@ INTRO = (
 )
 LOSS_COLOUR, TRAIN_COLOUR, TEST_COLOUR = "#7f7f7f", "#1f77b4", "#d62728"
 SIDE_BY_SIDE_PX = 760  # narrower pages stack the two plots
+TRAIN_LANE, FILE_LANE = "lesson-train-vit", "lesson-train-vit-file"
 DATA_CHOICES = [("digits", "digits 8×8"), ("mnist", "MNIST 28×28"), ("cifar10", "CIFAR-10…")]
 
 
@@ -60,9 +61,13 @@ class LessonPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.calc = L.calc("train-vit")
-        self.trainer = None  # the Trainer whose model is on screen (None: nothing trained or loaded yet)
-        self.worker = None  # the training run in flight
+        self.lanes = (TRAIN_LANE, FILE_LANE)
+        self.run: int | None = None  # the run whose model is on screen (None: nothing trained or loaded yet)
+        self.control: L.TrainControl | None = None  # the training run in flight
+        self.paused = False
+        self.steps = 0  # optimizer steps of the model on screen, from its newest record
+        self.trained = False
+        self.held_out_acc: float | None = None  # its held-out accuracy, from its newest record
         self.data_dir: str | None = None
         self.total_steps = 0
         self.record_count = 0  # records drawn (tests)
@@ -105,6 +110,16 @@ class LessonPage(QWidget):
         lay.addWidget(self.about)
         lay.addStretch(1)
         self._set_running(False)
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)  # a paused run would hold its worker thread
+
+    def shutdown(self) -> None:
+        """End the run in flight with no answer to come (the window or the test is going)."""
+        if self.control is not None:
+            self.control.stop()
+        for key in self.lanes:
+            self.state.cancel(key)
 
     # ---- controls -------------------------------------------------------------------------------
 
@@ -170,7 +185,7 @@ class LessonPage(QWidget):
 
     def settings(self):
         key = self.data.currentData()
-        return self.calc.TrainSettings(data=key, data_dir=self.data_dir if key == "cifar10" else None,
+        return L.train_vit.TrainSettings(data=key, data_dir=self.data_dir if key == "cifar10" else None,
                                        epochs=self.epochs.value(), seed=self.seed.value())
 
     def _set_running(self, running: bool, paused: bool = False) -> None:
@@ -180,7 +195,7 @@ class LessonPage(QWidget):
         self.pause_button.setEnabled(running)
         self.pause_button.setText("Resume" if paused else "Pause")
         self.stop_button.setEnabled(running)
-        self.save_button.setEnabled(self.trainer is not None and (not running or paused))
+        self.save_button.setEnabled(self.run is not None and (not running or paused))
 
     def _error(self, message: str) -> None:
         self.message.setText(message)
@@ -190,65 +205,64 @@ class LessonPage(QWidget):
 
     @property
     def running(self) -> bool:
-        return self.worker is not None
+        return self.control is not None
 
     def start(self) -> None:
         if self.running:
             return
-        try:
-            trainer = self.calc.Trainer(self.settings())
-        except UserError as e:
-            self._error(error_message(e))
-            return
-        self.trainer = trainer
+        run, control = L.new_run(), L.TrainControl()
+        replaces, self.run, self.control, self.paused = self.run, run, control, False
+        self.steps, self.trained, self.held_out_acc = 0, False, None
         self._clear("Building the model and reading the data…")
-        self.worker = launch(trainer.run, on_yield=self._on_record, on_error=self._on_train_error,
-                             on_finished=self._on_finished)
-        # queued: these arrive from the worker's thread and touch widgets
-        self.worker.paused.connect(self._on_paused, Qt.QueuedConnection)
-        self.worker.resumed.connect(self._on_resumed, Qt.QueuedConnection)
+        self.state.submit(L.train, run, self.settings(), control, replaces, key=TRAIN_LANE, uses_model=False,
+                          on_yield=self._on_yield, on_result=self._on_finished, on_error=self._on_train_error)
         self._set_running(True)
 
-    def _on_paused(self) -> None:
-        if self.running:
+    def _on_yield(self, value) -> None:
+        if isinstance(value, L.Paused):
+            self.paused = True
+            self._draw_held(value.record)
             self._set_running(True, paused=True)
             self.progress.setFormat(self.progress.format() + " · paused")
-
-    def _on_resumed(self) -> None:
-        if self.running:
+        elif isinstance(value, L.Resumed):
+            self.paused = False
             self._set_running(True)
             self.progress.setFormat(self.progress.format().replace(" · paused", ""))
+        else:
+            self._on_record(value)
 
     def toggle_pause(self) -> None:
         if not self.running:
             return
-        if self.worker.is_paused:
-            self.worker.resume()
+        if self.control.pause_requested:
+            self.control.resume()
         else:
-            self.worker.pause()
-            self.pause_button.setEnabled(False)  # until the step in progress ends and `paused` arrives
+            self.control.pause()
+            self.pause_button.setEnabled(False)  # until the step in progress ends and Paused arrives
             self.pause_button.setText("Pausing…")
 
     def stop(self) -> None:
         if self.running:
-            self.worker.quit()
+            self.control.stop()
             self.stop_button.setEnabled(False)
             self.pause_button.setEnabled(False)
 
-    def _on_finished(self) -> None:
-        stopped = self.worker is not None and self.worker.abort_requested
-        self.worker = None
-        self._set_running(False)
-        if stopped and self.trainer is not None:
-            self.progress.setFormat(f"stopped at step {self.trainer.steps} of {self.total_steps}")
+    def _on_finished(self, finished) -> None:
+        self.control, self.paused = None, False
+        if finished.stopped and finished.record is not None:
+            self._draw_held(finished.record)
+            self.progress.setFormat(f"stopped at step {finished.record.step} of {self.total_steps}")
             self.status.setText(self.status.text() + " <b>Stopped.</b>")
+        self._set_running(False)
 
     def _on_train_error(self, message: str) -> None:
+        self.control, self.paused = None, False
         self._error(message)
-        if self.trainer is not None and self.trainer.model is None:
-            self.trainer = None  # nothing was built: nothing to save
+        if self.record_count == 0:
+            self.run = None  # nothing was built: nothing to save
             self._clear("")
             self.status.setText("<b>Untrained.</b> The run could not start.")
+        self._set_running(False)
 
     def _reset_series(self) -> None:
         self.losses_x: list[float] = []
@@ -274,8 +288,19 @@ class LessonPage(QWidget):
         self.about.setText("")
         self.message.setText("")
 
+    def _draw_held(self, r) -> None:
+        """The record of the step a held run (paused, stopped) holds at, again, now with its attention:
+        the strip then shows the same step as the progress bar and the status line."""
+        if r.attention is not None:
+            self.strip.set_attention(r.attention, r.predicted, r.step, r.ink, r.inked)
+
     def _on_record(self, r) -> None:
+        """Draw one record: every read-out below shows this record's step."""
         self.record_count += 1
+        self.steps = r.step
+        self.trained = r.step > 0 or self.trained
+        if r.test_acc is not None:
+            self.held_out_acc = r.test_acc
         if r.step == 0:
             self.total_steps = max(1, r.total_steps)
             self.progress.setRange(0, self.total_steps)
@@ -298,7 +323,9 @@ class LessonPage(QWidget):
             self.test_acc.append(100 * r.test_acc)
             self.test_curve.setData(self.test_x, self.test_acc)
         if r.attention is not None:
-            self.strip.set_attention(r.attention, r.predicted, r.step, r.ink, r.inked)
+            loaded = r.total_steps == 0  # load_trained's record: a saved model, not one before training
+            self.strip.set_attention(r.attention, r.predicted, r.step, r.ink, r.inked,
+                                     when="of the loaded model" if loaded else None)
         self.progress.setValue(r.step)
         self._show_status(r)
 
@@ -320,45 +347,44 @@ class LessonPage(QWidget):
     # ---- save and load --------------------------------------------------------------------------
 
     def save_to(self, path: str) -> None:
-        if not path or self.trainer is None:
+        if not path or self.run is None:
             return
-        if self.running and not self.worker.is_paused:
+        if self.running and not self.paused:
             self._error("pause or stop the training before saving")
             return
         self.save_button.setEnabled(False)
-        launch(self.trainer.save, path, on_result=self._on_saved, on_error=self._on_save_error)
+        self.state.submit(L.save_trained, self.run, path, key=FILE_LANE, uses_model=False, on_result=self._on_saved,
+                          on_error=self._on_save_error)
 
-    def _on_saved(self, path) -> None:
-        self._set_running(self.running, paused=self.running and self.worker.is_paused)
-        acc = self.trainer.test_acc
+    def _on_saved(self, saved) -> None:
+        path, acc = saved
+        self._set_running(self.running, paused=self.paused)
         self.message.setText("")
         self.status.setText(self.status.text() + f" Saved {path} (held-out accuracy {100 * (acc or 0):.1f} %).")
 
     def _on_save_error(self, message: str) -> None:
-        self._set_running(self.running, paused=self.running and self.worker.is_paused)
+        self._set_running(self.running, paused=self.paused)
         self._error(message)
 
     def load_from(self, path: str) -> None:
         if not path or self.running:
             return
-        try:
-            settings = self.settings()
-        except UserError as e:
-            self._error(error_message(e))
-            return
         self.load_button.setEnabled(False)
         self.start_button.setEnabled(False)
-        launch(self.calc.load_trained, path, settings, on_result=self._on_loaded, on_error=self._on_load_error)
+        run = L.new_run()
+        self.state.submit(L.load_trained, run, path, self.settings(), self.run, key=FILE_LANE, uses_model=False,
+                          on_result=lambda loaded: self._on_loaded(run, loaded), on_error=self._on_load_error)
 
-    def _on_loaded(self, loaded) -> None:
-        trainer, r = loaded
-        self.trainer = trainer
+    def _on_loaded(self, run: int, loaded) -> None:
+        trained, r = loaded
+        self.run = run
         self._clear("")
         self._on_record(r)
+        self.steps, self.trained = 0, trained
         self.progress.setRange(0, 1)
-        self.progress.setValue(1 if trainer.trained else 0)
-        self.progress.setFormat("loaded" if trainer.trained else "loaded: untrained")
-        word = "<b>Loaded.</b>" if trainer.trained else "<b>Loaded an untrained model</b> (random weights)."
+        self.progress.setValue(1 if trained else 0)
+        self.progress.setFormat("loaded" if trained else "loaded: untrained")
+        word = "<b>Loaded.</b>" if trained else "<b>Loaded an untrained model</b> (random weights)."
         self.status.setText(f"{word} Held-out accuracy {100 * r.test_acc:.1f} % on "
                             f"{self.data.currentText()}. Press Start to train a new model instead.")
         self._set_running(False)

@@ -1,7 +1,7 @@
 """The train-vit page's strip: a few fixed held-out images, and under each where [CLS] looks.
 
-Each attention map is the [CLS] row of one block's attention (the last by default; a menu picks
-another), averaged over the heads, one square per patch, laid exactly under the pixels of that patch.
+Each attention map is the [CLS] row of one block's attention (block 1 by default, where the trained
+tiny-vit-digits model puts most of [CLS]'s attention on the ink; a menu picks another), averaged over the heads, one square per patch, laid exactly under the pixels of that patch.
 Its colour is the weight times the number of patches: 1 means the equal share every patch would get if
 [CLS] looked everywhere alike, 3 means three times that. The scale is fixed (0 to 3), so a map that
 sharpens during training visibly changes colour. The title says how much of the attention goes to the
@@ -13,8 +13,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from superqt.utils import signals_blocked
 
 LEVELS = (0.0, 3.0)  # attention × number of patches
+FIRST_BLOCK = 0  # the block shown first: the lesson's text names block 1 (see the module's docstring)
 GAP = 0.3  # between columns and rows, as a fraction of the image side
 NARROW_PX = 640  # narrower strips put the examples in two rows
 
@@ -74,7 +76,7 @@ class AttentionStrip(QWidget):
         for item in self.images + self.maps + self.texts:
             self.box.removeItem(item)
         self.images, self.maps, self.texts = [], [], []
-        self.maps_all = self.attention = self.predicted = self.step = self.ink = None
+        self.maps_all = self.attention = self.predicted = self.step = self.ink = self.when = None
         if hasattr(self, "block"):
             self.block.hide()
         self.title.setText("<b>Where [CLS] looks</b>: appears when training starts.")
@@ -124,18 +126,18 @@ class AttentionStrip(QWidget):
             self._place()
 
     def set_attention(self, maps: np.ndarray, predicted: np.ndarray, step: int, ink: np.ndarray | None = None,
-                      inked: float = 0.0) -> None:
+                      inked: float = 0.0, when: str | None = None) -> None:
         """maps (k, L, rows, cols): [CLS]'s weights on the patches per block; predicted (k,) class indices;
-        ink (L,) share of the weight on patches with ink, inked the share of such patches."""
+        ink (L,) share of the weight on patches with ink, inked the share of such patches; when: how the
+        title names the moment (default: before training / after step N)."""
         self.maps_all, self.predicted, self.step = maps, np.asarray(predicted), step
-        self.ink, self.inked = ink, inked
+        self.ink, self.inked, self.when = ink, inked, when
         L = maps.shape[1]
         if self.block.count() != L:
-            self.block.blockSignals(True)
-            self.block.clear()
-            self.block.addItems([f"block {i + 1}" + (" (last)" if i == L - 1 else "") for i in range(L)])
-            self.block.setCurrentIndex(L - 1)
-            self.block.blockSignals(False)
+            with signals_blocked(self.block):
+                self.block.clear()
+                self.block.addItems([f"block {i + 1}" + (" (last)" if i == L - 1 else "") for i in range(L)])
+                self.block.setCurrentIndex(min(FIRST_BLOCK, L - 1))
         self.block.show()
         self._draw()
 
@@ -154,7 +156,7 @@ class AttentionStrip(QWidget):
             self.texts[i].setText(f"{self._name(self.true[i])} → {self._name(self.predicted[i])} {'✓' if ok else '✗'}")
             self.texts[i].setColor("#1a7f37" if ok else "#b00020")
         self.colorbar.setLevels(LEVELS)
-        when = "before training (random weights)" if self.step == 0 else f"after step {self.step}"
+        when = self.when or ("before training (random weights)" if self.step == 0 else f"after step {self.step}")
         text = f"<b>Where [CLS] looks</b> in block {b + 1}, {when}; under each image: true class → the model's answer."
         if self.ink is not None:
             text += (f"<br>[CLS] gives <b>{100 * self.ink[b]:.0f} %</b> of its attention to the patches that hold "

@@ -1,6 +1,8 @@
 """Lesson page "block": the diagram's numbers and the loaded model's residual stream."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,24 @@ def test_diagram_shows_the_traced_points(page_of):
         shape = "×".join(str(d) for d in p.shape)
         assert page.diagram.note_text(p.key) == f"({shape})  ‖·‖ = {p.norm:.2f}"
     assert page.diagram.note_text("hidden").startswith("(12×256)")
-    assert "12 tokens" in page.words_label.text()
+    assert "12 words" in page.words_label.text()
+
+
+def _counts(text: str, unit: str) -> set[int]:
+    return {int(n) for n in re.findall(rf"(\d+) {unit}\b", text)}
+
+
+@pytest.mark.parametrize("model", ["minilm", "textbook"])
+def test_every_token_count_agrees_with_the_side_panel(page_of, model):
+    """The side panel says "Showing text: N tokens" (the loaded model's, specials included); a count of
+    tokens on the page is that same N, and the lesson block's own input is counted in words."""
+    window, page = page_of(model)
+    panel = window.input_panel.current.text()
+    n = window.state.result.num_tokens
+    assert _counts(panel, "tokens") == {n}
+    page_text = " ".join(w.text() for w in (page.words_label, page.form_label, page.stream_values))
+    assert _counts(page_text, "tokens") == {n}, page_text
+    assert _counts(page.words_label.text(), "words") == {len(page.trace.words)}
 
 
 def test_minilm_stream_has_one_norm_per_layer_boundary_and_says_post_ln(page_of):

@@ -4,19 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attn_explorer.gui.lessons.multi_head import LessonPage
 from attn_explorer.lessons.multi_head import split_heads
 from attn_explorer.lessons.projections import random_weights, word_vectors
-from attn_explorer.session.state import SessionState
 
-
-@pytest.fixture
-def page(qtbot):
-    p = LessonPage(SessionState())
-    qtbot.addWidget(p)
-    p.resize(1200, 900)
-    p.show()
-    return p
+LESSON, SIZE = "multi-head", (1200, 900)
 
 
 def shown(table) -> np.ndarray:
@@ -24,8 +15,9 @@ def shown(table) -> np.ndarray:
 
 
 @pytest.mark.parametrize("index,h", [(0, 1), (1, 2), (2, 4)])
-def test_each_head_count_shows_the_module_numbers(page, index, h):
+def test_each_head_count_shows_the_module_numbers(page, settle, index, h):
     page.heads.setCurrentIndex(index)
+    settle(page)
     _, x = word_vectors("the cat sat down")
     mh = split_heads(x, random_weights(0), h)
     assert len(page.pattern_tables) == h
@@ -39,14 +31,17 @@ def test_each_head_count_shows_the_module_numbers(page, index, h):
     assert page.concat.columnCount() == 4
 
 
-def test_edit_and_reroll_update(page):
+def test_edit_and_reroll_update(page, settle):
     _, x = word_vectors("the cat sat down")
     page.x_table.set_cell(2, 0, "1.5")
     x[2, 0] = 1.5
     page.reroll.click()
+    settle(page)
     mh = split_heads(x, random_weights(1), 2)
     np.testing.assert_allclose(shown(page.output), mh.output, atol=5e-3)
     np.testing.assert_allclose(shown(page.w_o), random_weights(1).w_o, atol=5e-3)
+    assert "seed 1" in page.w_o_box.title.text()
     page.x_table.set_cell(0, 0, "")
+    settle(page)
     assert "empty cell" in page.message.text()
     np.testing.assert_allclose(shown(page.output), mh.output, atol=5e-3)

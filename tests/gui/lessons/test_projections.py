@@ -2,20 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from attn_explorer.gui.lessons.projections import LessonPage
 from attn_explorer.lessons.projections import project, random_weights, word_vectors
-from attn_explorer.session.state import SessionState
 
-
-@pytest.fixture
-def page(qtbot):
-    p = LessonPage(SessionState())
-    qtbot.addWidget(p)
-    p.resize(1200, 800)
-    p.show()
-    return p
+LESSON, SIZE = "projections", (1200, 800)
 
 
 def shown(table) -> np.ndarray:
@@ -40,23 +30,27 @@ def test_page_shows_the_default_words(page):
     assert "4×4; the output is 4×4: the same shape" in page.shapes.text()
 
 
-def test_edit_reroll_and_new_words_update_the_numbers(page):
+def test_edit_reroll_and_new_words_update_the_numbers(page, settle):
     _, x = word_vectors("the cat sat down")
     page.x_table.set_cell(1, 2, "3")
+    settle(page)
     x[1, 2] = 3.0
     assert_page_is(page, x, 0)
     page.reroll.click()
+    settle(page)
     assert page.seed.value() == 1 and "seed 1" in page.w_boxes["q"].title.text()
     assert_page_is(page, x, 1)
     page.words.setText("dogs bark loudly")
     page.words.editingFinished.emit()
+    settle(page)
     words, x2 = word_vectors("dogs bark loudly")
     assert page.tokens() == words and page.pattern.rowCount() == 3
     assert_page_is(page, x2, 1)
 
 
-def test_bad_cell_keeps_the_last_numbers(page):
+def test_bad_cell_keeps_the_last_numbers(page, settle):
     before = page.output.texts()
     page.x_table.set_cell(0, 0, "x1")
+    settle(page)
     assert "X, row 1, column 1: 'x1' is not a number" in page.message.text()
     assert page.output.texts() == before

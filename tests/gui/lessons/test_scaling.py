@@ -2,23 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from attn_explorer.lessons import scaling
-from attn_explorer.session.state import SessionState
 
-
-@pytest.fixture
-def page(qtbot):
-    from attn_explorer.gui.lessons.scaling import LessonPage
-
-    state = SessionState(device="cpu")
-    p = LessonPage(state)
-    qtbot.addWidget(p)
-    p.resize(1000, 800)
-    p.show()
-    yield p
-    state.shutdown()
+LESSON, SIZE = "scaling", (1000, 800)
 
 
 def _curve_y(plot, index: int) -> np.ndarray:
@@ -41,8 +28,9 @@ def test_plots_and_table_equal_the_pure_curves(page):
     assert f"{want.entropy.unscaled[-1]:.2f} bits" in page.summary.text()
 
 
-def test_changing_keys_and_seed_recomputes_everything(page):
+def test_changing_keys_and_seed_recomputes_everything(page, settle):
     page.keys.setValue(64)
+    settle(page)
     want = scaling.scaling_curves(num_keys=64, seed=0)
     assert page.curves.num_keys == 64
     np.testing.assert_allclose(_curve_y(page.entropy_plot, 0), want.entropy.scaled, rtol=1e-6)
@@ -50,6 +38,7 @@ def test_changing_keys_and_seed_recomputes_everything(page):
     assert "log₂ 64" in " ".join(i.label.toPlainText() for i in page.entropy_plot.getPlotItem().items
                                   if hasattr(i, "label") and hasattr(i.label, "toPlainText"))
     page.seed.setValue(7)
+    settle(page)
     again = scaling.scaling_curves(num_keys=64, seed=7)
     np.testing.assert_allclose(_curve_y(page.spread_plot, 1), again.spread.unscaled, rtol=1e-6)
     assert "seed 7" in page.summary.text()
