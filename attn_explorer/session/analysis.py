@@ -1,41 +1,69 @@
-"""The doorway from the GUI's analysis pages to the analysis floor, so `gui/` never imports below `session/`.
+"""What the GUI's analysis pages may call from the analysis floor, so `gui/` never imports below `session/`.
 
-`session.analysis.rollout` is `attn_explorer.analysis.rollout`, imported on first use. The pure
-functions take NumPy and give NumPy. What needs the model (value norms, a second run to compare)
-is a job function here, run in a worker: `SessionState.submit(norms_job, ...)`, or `launch(...)`.
+Plain imports (import-linter sees every one). Two kinds of names:
 
-`AnalysisSlot` runs one page's newest job and drops the answers of older ones, so a page never draws
-a result computed for an input that is no longer on screen.
+- pure functions on drawing-sized data, which a page may call in the GUI thread (`findings`, `mismatch`,
+  `special_share` of one head's map);
+- job functions, which a page runs in a worker through `SessionState.submit(job, ..., key="analysis-<page>")`:
+  anything over the whole (L, H, N, N) attention, and anything that needs a model.
+
+Runs in lanes replace the old AnalysisSlot: a lane has newest-wins built in (session.runner).
 """
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-from typing import Any, Callable
+import numpy as np
 
 from attn_explorer.analysis import ANALYSES
+from attn_explorer.analysis.compare import attention_diff, mismatch, shape_text
+from attn_explorer.analysis.norms import LayerNorms, model_norms, special_share
+from attn_explorer.analysis.rollout import FUSIONS, rollout_layers
+from attn_explorer.analysis.search import HeadScore, head_scores, preset_target, rank_heads
+from attn_explorer.analysis.stats import HeadStats, findings, head_stats
 
-__all__ = ["ANALYSES", "calc", "norms_job", "run_job", "load_job", "AnalysisSlot"]
+__all__ = ["ANALYSES", "FUSIONS", "HeadScore", "HeadStats", "LayerNorms", "attention_diff", "compare_job",
+           "findings", "head_stats", "head_stats_job", "load_and_run_job", "mismatch", "norms_job", "rollout_job",
+           "rollout_layers", "run_job", "search_job", "shape_text", "special_share"]
 
-
-def calc(name: str) -> ModuleType:
-    """The pure module of one analysis ("rollout" -> attn_explorer.analysis.rollout)."""
-    if name not in ANALYSES:
-        raise AttributeError(f"no analysis {name!r}")
-    return importlib.import_module(f"attn_explorer.analysis.{name}")
-
-
-def __getattr__(name: str) -> ModuleType:
-    if name in ANALYSES:
-        return calc(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+TOP = 10  # heads the search page lists
 
 
-# ---- jobs that need a model (they run in a worker; the first argument is the model) ---------------
+# ---- pure jobs (run with uses_model=False: the whole attention stack is too big for the GUI thread) -------
 
-def norms_job(model, x, run_kw: dict, layers=None):
-    """Raw attention and value-weighted norms of `layers` (all when None) for input x (a LayerNorms)."""
-    return calc("norms").model_norms(model, x, layers, **run_kw)
+def head_stats_job(att, special, grid, patch_offset, patch_size) -> HeadStats:
+    """Every statistic of every head (the overview page)."""
+    return head_stats(att, special, grid, patch_offset, patch_size)
+
+
+def rollout_job(att, fusion: str, discard_ratio: float) -> np.ndarray:
+    """(L, N, N): the rollout through layers 0..l, for every l (the rollout page)."""
+    return rollout_layers(att, fusion, discard_ratio)
+
+
+def search_job(att, special, tokens, pattern: str, query: str, key: str, offset: int, top: int = TOP):
+    """(target, scores (L, H), the `top` best heads) for one pattern (the head-search page)."""
+    n = att.shape[-1]
+    if pattern == "offset":
+        if offset == 0:
+            target = preset_target("self", n)
+        else:
+            target = np.zeros((n, n), dtype=np.float32)
+            i = np.arange(max(0, -offset), min(n, n - offset))
+            target[i, i + offset] = 1
+    else:
+        target = preset_target(pattern, n, list(tokens), query, key)
+    return target, head_scores(att, target), rank_heads(att, target, top)
+
+
+def compare_job(a, b) -> np.ndarray:
+    """B − A over every head (float32); a UserError says why when the shapes differ."""
+    return attention_diff(a, b)
+
+
+# ---- jobs that need a model (the first argument is the model) ---------------------------------------------
+
+def norms_job(model, x, run_kw: dict, layers=None) -> LayerNorms:
+    """Raw attention and value-weighted norms of `layers` (all when None) for input x."""
+    return model_norms(model, x, layers, **run_kw)
 
 
 def run_job(model, x, run_kw: dict):
@@ -54,65 +82,3 @@ def load_and_run_job(src: str, device: str, x, run_kw: dict, progress=None):
     """(model, its RunResult for x): the second model of a comparison, loaded and run in one job."""
     model = load_job(src, device, progress)
     return model, model.run(x, **run_kw)
-
-
-class AnalysisSlot:
-    """One page's analysis jobs: at most one in flight and one waiting. `start` while a job runs makes
-    the new one wait (replacing any other waiting one) and drops the running one's answer, so typing
-    fast never piles jobs up in the pool, and a page never draws an answer for an input it no longer shows."""
-
-    def __init__(self, on_error: Callable[[str], None]):
-        self._on_error = on_error
-        self._gen = 0
-        self._worker: Any = None
-        self._pending: tuple | None = None
-        self.launched = 0  # jobs started, in all (tests)
-
-    @property
-    def busy(self) -> bool:
-        return self._worker is not None or self._pending is not None
-
-    def cancel(self) -> None:
-        """Drop the waiting job and the running one's answer."""
-        self._gen += 1
-        self._pending = None
-
-    def start(self, fn, *args, on_result: Callable[[Any], None], state=None) -> bool:
-        """fn(*args) in a worker, or fn(model, *args) on `state`'s model when state is given (False: no model)."""
-        if state is not None and not state.has_model:
-            return False
-        self._gen += 1
-        job = (self._gen, fn, args, on_result, state)
-        if self._worker is not None:
-            self._pending = job
-            return True
-        return self._launch(job)
-
-    def _launch(self, job: tuple) -> bool:
-        from attn_explorer.session.workers import launch
-
-        gen, fn, args, on_result, state = job
-
-        def done(value):
-            self._worker = None
-            if gen == self._gen:
-                on_result(value)
-            self._next()
-
-        def failed(message: str):
-            self._worker = None
-            if gen == self._gen:
-                self._on_error(message)
-            self._next()
-
-        self.launched += 1
-        if state is not None:
-            self._worker = state.submit(fn, *args, on_result=done, on_error=failed)
-            return self._worker is not None
-        self._worker = launch(fn, *args, on_result=done, on_error=failed)
-        return True
-
-    def _next(self) -> None:
-        job, self._pending = self._pending, None
-        if job is not None:
-            self._launch(job)

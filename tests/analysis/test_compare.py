@@ -22,8 +22,12 @@ def test_different_shapes_say_why_in_one_line():
     with pytest.raises(UserError) as e:
         attention_diff(a, b)
     msg = str(e.value)
-    assert "\n" not in msg and "6×12×16×16" in msg and "6×12×15×15" in msg and "query tokens: 16 vs 15" in msg
-    assert "heads: 12 vs 6" in mismatch(np.zeros((6, 12, 4, 4)), np.zeros((6, 6, 4, 4)))
+    assert "\n" not in msg and msg == ("cannot compare: A has 16 tokens and B has 15; the maps are subtracted token "
+                                       "by token, so B needs 1 more (for example, change one word)")
+    heads = mismatch(np.zeros((6, 12, 4, 4)), np.zeros((4, 4, 4, 4)), names=("A (the Text box)", "B"))
+    assert heads == ("cannot compare: A (the Text box)'s model has 6 layers of 12 heads and B's has 4 layers of "
+                     "4 heads; heads can only be paired between models of the same size")
+    assert "×" not in heads  # plain words, no shapes
 
 
 def test_different_tokens_of_the_same_length_are_a_note_not_a_refusal():

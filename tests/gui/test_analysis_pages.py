@@ -85,6 +85,12 @@ def test_search_finds_the_previous_token_head_and_opens_it(make_window, qtbot):
     assert page.ranked == [] and page.ranking.count() == 0  # no stale ranking under the message
 
 
+def _said_once(page, text: str) -> bool:
+    """`text` is on the page once: on the canvas, not repeated in the caption above it."""
+    return page.stack.currentWidget() is page.stack.placeholder and text in page.stack.placeholder.text() \
+        and text not in page.caption.text()
+
+
 def test_compare_two_inputs_and_a_mismatch_in_one_line(make_window, qtbot):
     w = make_window(model="minilm", text=TEXT, view="compare")
     page = w.pages["compare"]
@@ -97,15 +103,48 @@ def test_compare_two_inputs_and_a_mismatch_in_one_line(make_window, qtbot):
     page.b_input.setText("A much shorter one.")
     page.compare()
     qtbot.waitUntil(lambda: page.result_b is not None, timeout=30000)
-    assert page.delta is None and page.caption.text().startswith("cannot compare:")
-    assert "\n" not in page.caption.text() and "16" in page.caption.text()
+    line = ("Cannot compare: A (the Text box) has 16 tokens and B has 7; the maps are subtracted token by token, "
+            "so B needs 9 more (for example, change one word).")
+    assert page.delta is None and _said_once(page, line)
     # another model with other heads: the same one line, naming what differs
     page.b_input.setText(TEXT)
     page.b_model.setText("textbook")
     page.compare()
     qtbot.waitUntil(lambda: page.result_b is not None, timeout=60000)
-    assert page.result_b.model == "textbook" and page.caption.text().startswith("cannot compare:")
-    assert "layers" in page.caption.text() or "heads" in page.caption.text()
+    assert page.result_b.model == "textbook"
+    assert _said_once(page, "Cannot compare: A (the Text box)'s model has 6 layers of 12 heads and B's has")
+
+
+def test_compare_waits_for_b_on_open_and_says_what_a_is(make_window, qtbot):
+    """With a text of its own in the Text box, Compare does not run a B of another length and refuse it:
+    it waits for B and says, once and in plain words, what A and B are."""
+    errors = []
+    w = make_window(model="minilm", text="Attention lets every token look at every other token in one step.")
+    w.state.error_raised.connect(errors.append)
+    page = w.pages["compare"]
+    w.show_page("compare")
+    qtbot.waitUntil(lambda: "A (the Text box)" in page.stack.placeholder.text(), timeout=10000)
+    text = page.stack.placeholder.text()
+    assert _said_once(page, "A (the Text box)") and "Press Compare" in text.replace("press", "Press")
+    assert f"{w.state.result.num_tokens} tokens" in text and "×" not in text
+    assert page.result_b is None and not w.state.job_busy("analysis-compare") and errors == []
+    page.b_input.setText("Attention lets every word look at every other word in one step.")
+    page.compare()
+    qtbot.waitUntil(lambda: page.delta is not None, timeout=30000)
+    assert page.stack.currentWidget() is page.canvas
+
+
+def test_compare_shows_a_b_and_the_difference_at_1024_by_700(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="compare")
+    w.resize(1024, 700)
+    page = w.pages["compare"]
+    qtbot.waitUntil(lambda: page.delta is not None, timeout=30000)
+    qtbot.waitUntil(lambda: page.narrow is not None)
+    shown = page.canvas.mapToScene(page.canvas.viewport().rect()).boundingRect()
+    for panel in (page.a, page.b, page.diff):
+        box = panel.plot.sceneBoundingRect()
+        assert panel.plot.isVisible() and box.width() > 80 and box.height() > 80, box
+        assert shown.contains(box), (box, shown)
 
 
 def test_lines_page_draws_heads_and_focuses_a_hovered_token(make_window, qtbot):

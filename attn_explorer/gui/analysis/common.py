@@ -79,6 +79,33 @@ def untrained_tag(info) -> str:
     return "" if info is None or info.trained else " <b>Untrained model (random weights): patterns mean nothing.</b>"
 
 
+class UnusedNote(QLabel):
+    """One small line saying which of the window's drawing options ("Scale: log", "Hide specials") this page
+    does not use, and why; shown only while such an option is on, so no control is silently ignored."""
+
+    def __init__(self, state, hide: str | None = None, log: str | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.reasons = {"hide": hide, "log": log}
+        self.setWordWrap(True)
+        self.setStyleSheet("color: #666; font-style: italic;")
+        state.options_changed.connect(self.update_text)
+        self.update_text()
+
+    def set_reasons(self, hide: str | None = None, log: str | None = None) -> None:
+        self.reasons = {"hide": hide, "log": log}
+        self.update_text()
+
+    def update_text(self) -> None:
+        parts = []
+        if self.state.log_scale and self.reasons["log"]:
+            parts.append(f"Log scale: not used here — {self.reasons['log']}.")
+        if self.state.hide_special and self.reasons["hide"]:
+            parts.append(f"Hide specials: not used here — {self.reasons['hide']}.")
+        self.setText(" ".join(parts))
+        self.setVisible(bool(parts))
+
+
 class AnalysisPage(LazyPage, QWidget):
     """A page frame: a caption line, a bar of controls, a canvas that a message can replace, a read-out."""
 
@@ -94,6 +121,7 @@ class AnalysisPage(LazyPage, QWidget):
         self.canvas = PaintedGraphicsWidget()
         self.stack = CanvasStack(self.canvas)
         self.bar_layout = None
+        self.note = UnusedNote(state)  # the page says which drawing options it does not use (`unused_note`)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         self.page_layout = lay
@@ -102,10 +130,15 @@ class AnalysisPage(LazyPage, QWidget):
     def finish_layout(self, bar) -> None:
         """Caption, controls, canvas and read-out, top to bottom."""
         self.page_layout.addWidget(self.caption)
+        self.page_layout.addWidget(self.note)
         if bar is not None:
             self.page_layout.addLayout(bar)
         self.page_layout.addWidget(self.stack, 1)
         self.page_layout.addWidget(self.readout)
+
+    def unused_note(self, hide: str | None = None, log: str | None = None) -> None:
+        """Why this page does not use "Hide specials" (hide) or "Scale: log" (log); None: it uses it."""
+        self.note.set_reasons(hide, log)
 
     def _loading(self, src: str) -> None:
         self.readout.setText("")
@@ -113,9 +146,10 @@ class AnalysisPage(LazyPage, QWidget):
             self.stack.show_message(f"Loading {src or 'the model'}…")
 
     def _failed(self, message: str) -> None:
-        """A job failed: the caption described what is gone; the message goes on the canvas and in the banner."""
+        """A job failed: the caption described what is gone; the message goes in the banner, once, and the
+        canvas points there."""
         self.caption.setText("")
-        self.stack.show_message(message)
+        self.stack.show_message("This page could not be drawn: the message at the top of the window says why.")
         self.state.error_raised.emit(message)
 
     def open_head(self, layer: int, head: int) -> None:
@@ -123,11 +157,24 @@ class AnalysisPage(LazyPage, QWidget):
         self.head_opened.emit(int(layer), int(head))
 
 
-def label_cells(plot: pg.PlotItem, rows: int, cols: int) -> None:
-    """Layer numbers down and head numbers across an L×H grid, each at its cell's centre."""
-    def ticks(n: int):
-        step = max(1, int(np.ceil(n / 12)))
-        return [[(i + 0.5, str(i)) for i in range(0, n, step)], []]
+def cell_plot(canvas: pg.GraphicsLayoutWidget, row: int, col: int) -> pg.PlotItem:
+    """A plot for an L×H grid of cells (layer down, head across), fixed in place; `label_cells` numbers it."""
+    p = canvas.addPlot(row=row, col=col, axisItems={"left": TokenAxis("left"), "bottom": TokenAxis("bottom")})
+    p.invertY(True)
+    p.setMenuEnabled(False)
+    p.hideButtons()
+    p.setMouseEnabled(x=False, y=False)
+    return p
 
-    plot.getAxis("left").setTicks(ticks(rows))
-    plot.getAxis("bottom").setTicks(ticks(cols))
+
+def label_cells(plot: pg.PlotItem, rows: int, cols: int) -> None:
+    """Layer numbers down and head numbers across an L×H grid, each at its cell's centre; as many as fit
+    without running into each other (a plot made by `cell_plot`: its axes thin their own labels)."""
+    for side, n in (("left", rows), ("bottom", cols)):
+        axis = plot.getAxis(side)
+        labels = [str(i) for i in range(n)]
+        if isinstance(axis, TokenAxis):
+            if axis._labels != labels:
+                axis.set_labels(labels)
+        else:
+            axis.setTicks([[(i + 0.5, t) for i, t in enumerate(labels)], []])

@@ -12,8 +12,11 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QCheckBox, QGraphicsScene, QGraphicsView, QHBoxLayout, QLabel, QVBoxLayout, QWidget)
 
-from attn_explorer.gui.analysis.common import untrained_tag
+from superqt.utils import signals_blocked
+
+from attn_explorer.gui.analysis.common import UnusedNote, untrained_tag
 from attn_explorer.gui.widgets.heatmap import LazyPage, short
+from attn_explorer.maths import kept_tokens, without_specials
 from attn_explorer.session.state import SessionState
 
 MAX_TOKENS = 96  # beyond this the columns are too tall to read
@@ -159,17 +162,22 @@ class LinesPage(LazyPage, QWidget):
         self.chips_row.addWidget(QLabel("heads:"))
         self.chips_row.addStretch(1)
         self.view = LineCanvas()
+        self.note = UnusedNote(state, log=f"a line's opacity is its weight, and lines under {MIN_WEIGHT} are not drawn")
+        self.att: np.ndarray | None = None  # (H, n, n) of the layer drawn: cut, special tokens gone when hidden
+        self.tokens: list[str] = []  # its tokens
         self.readout = QLabel("Hover a token to keep only its lines.")
         self.readout.setStyleSheet("font-family: monospace;")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.caption)
+        lay.addWidget(self.note)
         lay.addLayout(self.chips_row)
         lay.addWidget(self.view, 1)
         lay.addWidget(self.readout)
         self.view.hovered.connect(self._hovered)
         state.attention_ready.connect(self.refresh)
         state.selection_changed.connect(self._selection)
+        state.options_changed.connect(self.refresh)
         state.model_loaded.connect(lambda *_: self._make_chips())
 
     def _make_chips(self) -> None:
@@ -195,9 +203,8 @@ class LinesPage(LazyPage, QWidget):
     def set_heads(self, heads) -> None:
         want = set(int(h) for h in heads)
         for h, c in enumerate(self.chips):
-            c.blockSignals(True)
-            c.setChecked(h in want)
-            c.blockSignals(False)
+            with signals_blocked(c):
+                c.setChecked(h in want)
         self.refresh()
 
     def _selection(self, layer: int, head: int) -> None:
@@ -212,13 +219,18 @@ class LinesPage(LazyPage, QWidget):
         if r is None:
             return
         self._make_chips()
-        n = min(r.num_tokens, MAX_TOKENS)
         layer = self.state.layer
-        att = r.attentions[layer][:, :n, :n]
+        kept = kept_tokens(r.special, r.num_tokens, self.state.hide_special)
+        att = without_specials(r.attentions[layer], r.special) if len(kept) < r.num_tokens else r.attentions[layer]
+        n = min(len(kept), MAX_TOKENS)
+        self.att, self.tokens = att[:, :n, :n], [r.tokens[i] for i in kept[:n]]
         heads = self.heads()
-        self.view.draw(att, heads, list(r.tokens[:n]))
-        cut = (f" Showing the first {n} of {r.num_tokens} tokens (rows are not renormalised)."
-               if n < r.num_tokens else "")
+        self.view.draw(self.att, heads, self.tokens)
+        hidden = len(kept) < r.num_tokens
+        cut = (f" Showing the first {n} of {len(kept)} tokens (rows are not renormalised to the cut)."
+               if n < len(kept) else "")
+        if hidden:
+            cut += f" Special tokens hidden: {len(kept)} of {r.num_tokens} tokens, rows renormalised over them."
         names = ", ".join(f"H{h}" for h in heads) or "none (tick a head above)"
         self.caption.setText(f"<b>Layer {layer}</b>, heads {names}: query tokens on the left, keys on the right; "
                              f"a line's opacity is its weight (lines below {MIN_WEIGHT}, and beyond each query's {TOP_PER_ROW} strongest "
@@ -226,16 +238,16 @@ class LinesPage(LazyPage, QWidget):
                              + untrained_tag(self.state.info))
 
     def _hovered(self, side: str, i: int) -> None:
-        r = self.state.result
-        if r is None or not side or i >= r.num_tokens:
+        att, tokens = self.att, self.tokens
+        if att is None or not side or i >= len(tokens):
             self.readout.setText("Hover a token to keep only its lines.")
             return
-        layer, heads = self.state.layer, self.heads()
+        heads = self.heads()
         if not heads:
             return
         h = heads[0]
-        row = r.attentions[layer, h, i] if side == "query" else r.attentions[layer, h, :, i]
+        row = att[h, i] if side == "query" else att[h, :, i]
         top = np.argsort(row)[::-1][:3]
         what = "looks at" if side == "query" else "is looked at by"
-        self.readout.setText(f'H{h}: "{r.tokens[i]}" {what} ' +
-                             ", ".join(f'"{r.tokens[j]}" {row[j]:.2f}' for j in top))
+        self.readout.setText(f'H{h}: "{tokens[i]}" {what} ' +
+                             ", ".join(f'"{tokens[j]}" {row[j]:.2f}' for j in top))

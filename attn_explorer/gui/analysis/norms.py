@@ -13,14 +13,14 @@ import pyqtgraph as pg
 
 from attn_explorer.gui.analysis.common import AnalysisPage, HeatPanel, peak, untrained_tag
 from attn_explorer.gui.widgets.heatmap import TokenAxis
-from attn_explorer.session.analysis import AnalysisSlot, calc, norms_job
+from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, without_specials
+from attn_explorer.session.analysis import norms_job, special_share
 from attn_explorer.session.state import SessionState
 
 
 class NormsPage(AnalysisPage):
     def __init__(self, state: SessionState, parent=None):
         super().__init__(state, parent)
-        self.slot = AnalysisSlot(self._failed)
         self.raw = HeatPanel(self.canvas, 0, 0, state.colormap, "weight α")
         self.norm = HeatPanel(self.canvas, 0, 1, state.colormap, "‖α f(x)‖")
         for p in (self.raw, self.norm):
@@ -37,6 +37,7 @@ class NormsPage(AnalysisPage):
         self.canvas.ci.layout.setRowStretchFactor(1, 1)
         self.finish_layout(None)
         self.data = None  # LayerNorms of the result on screen
+        self.shown = None  # (α, ‖α f(x)‖, ‖f(x)‖, tokens) of the head drawn, special tokens gone when hidden
         self._for = None
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
         state.attention_ready.connect(self.refresh)
@@ -55,7 +56,8 @@ class NormsPage(AnalysisPage):
         self.caption.setText("")
         self.stack.show_message("Measuring value norms (one more forward pass)…")
         x, kw = self.state.run_input()
-        if not self.slot.start(norms_job, x, kw, None, on_result=lambda d: self._arrived(r, d), state=self.state):
+        if not self.state.submit(norms_job, x, kw, None, key="analysis-norms", on_result=lambda d: self._arrived(r, d),
+                                 on_error=self._failed):
             self.stack.show_message("Load a model to measure value norms.")
 
     def _arrived(self, r, data) -> None:
@@ -66,40 +68,48 @@ class NormsPage(AnalysisPage):
         self.data, self._for = data, r
         self._draw()
 
-    def _failed(self, message: str) -> None:
-        self.stack.show_message(message)
-        self.state.error_raised.emit(message)
-
     def _draw(self) -> None:
         st, d = self.state, self.data
         self.stack.show_canvas()
         l, h = min(st.layer, len(d.layers) - 1), st.head
         a, nrm, fx = d.attentions[l, h], d.norms[l, h], d.value_norms[l, h]
-        tok = d.tokens
-        self.raw.show(a, tok, tok, (0.0, peak(a)), st.colormap, title=f"raw weight α — L{l} H{h}")
-        self.norm.show(nrm, tok, tok, (0.0, peak(nrm)), st.colormap, title=f"‖α · f(x)‖ — L{l} H{h}")
+        raw_share, norm_share = special_share(a, d.special), special_share(nrm, d.special)  # on every token
+        kept = kept_tokens(d.special, len(d.tokens), st.hide_special)
+        if len(kept) < len(d.tokens):  # hidden: α renormalised over the rest, and ‖α' f(x)‖ = α' ‖f(x)‖ with it
+            a = without_specials(a, d.special)
+            fx = fx[kept]
+            nrm = a * fx[None, :]
+        tok = [d.tokens[i] for i in kept]
+        self.shown = (a, nrm, fx, tok)
+        log = st.log_scale
+        for panel, m, what, title in ((self.raw, a, "weight α", "raw weight α"),
+                                      (self.norm, nrm, "‖α f(x)‖", "‖α · f(x)‖")):
+            values, levels, _ = clipped_values(m, log)
+            panel.show(values, tok, tok, levels, st.colormap, title=f"{title} — L{l} H{h}", label=clipped_label(what, log))
+            panel.matrix = np.asarray(m)  # the read-out gives the values, not their logs
         n = len(tok)
         self.bars.setOpts(x=np.arange(n) + 0.5, height=fx, width=0.8)
         self.bar_axis.set_labels(tok)
         self.bars_plot.setRange(xRange=(0, n), yRange=(0, peak(fx)), padding=0.02)
         self.bars_plot.setTitle(f"length of each token's transformed value f(x_j) in L{l} H{h}")
-        norms = calc("norms")
-        raw_share, norm_share = norms.special_share(a, d.special), norms.special_share(nrm, d.special)
         sink = ("special tokens" if np.any(d.special) else "no special tokens")
+        hidden = (f" Special tokens hidden: {n} of {len(d.tokens)} tokens drawn, α renormalised over them "
+                  "(the shares above count every token)." if n < len(d.tokens) else "")
+        scale = "log₁₀, over 4 powers of ten below" if log else "from 0 to"
         self.caption.setText(
-            f"<b>Value-weighted norms</b> (Kobayashi et al. 2020) — each map scaled to its own maximum. In L{l} H{h} "
-            f"the raw weights put <b>{raw_share:.0%}</b> on {sink}; the norms put <b>{norm_share:.0%}</b> there. "
-            "Where the right map is darker than the left, the weight moves little." + untrained_tag(st.info))
+            f"<b>Value-weighted norms</b> (Kobayashi et al. 2020) — each map coloured {scale} its own 99th "
+            f"percentile (its strongest 1% saturate). In L{l} H{h} the raw weights put <b>{raw_share:.0%}</b> on {sink}; "
+            f"the norms put <b>{norm_share:.0%}</b> there. Where the right map is darker than the left, the weight moves "
+            "little." + hidden + untrained_tag(st.info))
 
     def _hovered(self, pos) -> None:
-        d = self.data
-        if d is None:
+        if self.shown is None:
             return
+        a, nrm, fx, tok = self.shown
         for panel in (self.raw, self.norm):
             hit = panel.cell_at(pos)
             if hit is not None:
                 i, j = hit
-                l, h = min(self.state.layer, len(d.layers) - 1), self.state.head
-                self.readout.setText(f'query "{d.tokens[i]}" → key "{d.tokens[j]}": α = {d.attentions[l, h, i, j]:.3f}, '
-                                     f'‖α f(x)‖ = {d.norms[l, h, i, j]:.3f} (‖f(x)‖ = {d.value_norms[l, h, j]:.2f})')
+                self.readout.setText(f'query "{tok[i]}" → key "{tok[j]}": α = {a[i, j]:.3f}, '
+                                     f'‖α f(x)‖ = {nrm[i, j]:.3f} (‖f(x)‖ = {fx[j]:.2f})')
                 return

@@ -10,9 +10,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
-from attn_explorer.gui.analysis.common import AnalysisPage, label_cells
+from attn_explorer.gui.analysis.common import AnalysisPage, cell_plot, label_cells
 from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
-from attn_explorer.session.analysis import AnalysisSlot, calc
+from attn_explorer.session.analysis import findings, head_stats_job
 from attn_explorer.session.state import SessionState
 
 GRIDS = ("entropy", "sink", "distance", "prev", "next")
@@ -26,18 +26,15 @@ class HeadOverviewPage(AnalysisPage):
         super().__init__(state, parent)
         self.caption.setOpenExternalLinks(False)
         self.caption.linkActivated.connect(self._link)
-        self.slot = AnalysisSlot(self._failed)
+        self.unused_note("per-head statistics of the whole maps (the sink column is about the special "
+                         "tokens, so they stay in)", log="each grid is coloured from 0 to its largest value")
         self.stats = None
         self._for = None  # the result the stats describe
         self.plots: dict[str, pg.PlotItem] = {}
         self.images: dict[str, pg.ImageItem] = {}
         self.bars: dict[str, pg.ColorBarItem] = {}
         for i, name in enumerate(GRIDS):
-            p = self.canvas.addPlot(row=i // 3, col=i % 3)
-            p.invertY(True)
-            p.setMenuEnabled(False)
-            p.hideButtons()
-            p.setMouseEnabled(x=False, y=False)
+            p = cell_plot(self.canvas, i // 3, i % 3)
             if i % 3 == 0:
                 p.setLabel("left", "layer")
             p.setLabel("bottom", "head")
@@ -70,8 +67,9 @@ class HeadOverviewPage(AnalysisPage):
         self.stack.show_message("Measuring every head…")
         info = self.state.info
         patch = info.patch_size if info is not None and r.grid is not None else None
-        self.slot.start(calc("stats").head_stats, r.attentions, r.special, r.grid, r.patch_offset, patch,
-                        on_result=lambda s: self._arrived(r, s))
+        self.state.submit(head_stats_job, r.attentions, r.special, r.grid, r.patch_offset, patch,
+                          key="analysis-overview", on_result=lambda s: self._arrived(r, s), on_error=self._failed,
+                          uses_model=False)
 
     def _arrived(self, r, s) -> None:
         if r is not self.state.result:
@@ -99,7 +97,7 @@ class HeadOverviewPage(AnalysisPage):
             label_cells(p, L, H)
         self._mark()
         lines = [f"<a href='{f.layer},{f.head}'>{f.text}</a>" if f.layer >= 0 else f.text
-                 for f in calc("stats").findings(s)]
+                 for f in findings(s)]
         info = self.state.info
         tag = "" if info is None or info.trained else "<br><b>Untrained model (random weights): patterns mean nothing.</b>"
         self.caption.setText("<b>Head overview</b> — " + "; ".join(lines) + "." + tag)

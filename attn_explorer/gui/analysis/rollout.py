@@ -12,19 +12,17 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel
 
-from attn_explorer.gui.analysis.common import AnalysisPage, HeatPanel, peak, untrained_tag
+from attn_explorer.gui.analysis.common import AnalysisPage, HeatPanel, untrained_tag
 from attn_explorer.gui.widgets.heatmap import colormap, set_bar_label
-from attn_explorer.gui.widgets.overlay import blend, heat_peak, patch_heat
-from attn_explorer.session.analysis import AnalysisSlot, calc
+from attn_explorer.gui.widgets.overlay import blend, heat_label, heat_levels, patch_heat
+from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, without_specials
+from attn_explorer.session.analysis import FUSIONS, rollout_job
 from attn_explorer.session.state import SessionState
-
-FUSIONS = ("mean", "max", "min")
 
 
 class RolloutPage(AnalysisPage):
     def __init__(self, state: SessionState, parent=None):
         super().__init__(state, parent)
-        self.slot = AnalysisSlot(self._failed)
         self.fusion = QComboBox()
         self.fusion.addItems(FUSIONS)
         self.fusion.setToolTip("How the heads of a layer become one map: their mean, max or min")
@@ -57,7 +55,8 @@ class RolloutPage(AnalysisPage):
         self.finish_layout(bar)
         self.layers: np.ndarray | None = None  # (L, N, N) rollout through each layer
         self._for: tuple | None = None  # (result, fusion, discard) the layers describe
-        self.shown: np.ndarray | None = None  # the (N, N) map on screen
+        self.shown: np.ndarray | None = None  # the (N, N) rollout of the layer on screen (every token)
+        self.tokens: list[str] = []  # the tokens the text map labels (special ones gone when hidden)
         for sig in (self.fusion.currentIndexChanged, self.discard.valueChanged, self.upto.toggled):
             sig.connect(lambda *_: self.refresh())
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
@@ -82,8 +81,8 @@ class RolloutPage(AnalysisPage):
         self.caption.setText("")
         self.stack.show_message("Rolling attention out through the layers…")
         fusion, ratio = self.settings()
-        self.slot.start(calc("rollout").rollout_layers, r.attentions, fusion, ratio,
-                        on_result=lambda out: self._arrived(key, out))
+        self.state.submit(rollout_job, r.attentions, fusion, ratio, key="analysis-rollout",
+                          on_result=lambda out: self._arrived(key, out), on_error=self._failed, uses_model=False)
 
     def _arrived(self, key, layers) -> None:
         if key[0] is not self.state.result or key[1:] != self.settings():
@@ -104,30 +103,45 @@ class RolloutPage(AnalysisPage):
         self.picture.setVisible(image)
         self.pic_bar.setVisible(image)
         self.panel.plot.setVisible(not image)
+        log, hide = st.log_scale, st.hide_special
         if image:
             q = min(st.query, r.num_tokens - 1)
-            heat = patch_heat(self.shown[q], r.grid, r.patch_offset)
+            heat = patch_heat(self.shown[q], r.grid, r.patch_offset, r.special if hide else None)
             ih, iw = r.image.shape[:2]
-            self.picture_img.setImage(blend(r.image, heat, st.alpha, st.colormap), levels=(0, 255), autoLevels=False)
+            self.picture_img.setImage(blend(r.image, heat, st.alpha, st.colormap, log=log), levels=(0, 255),
+                                      autoLevels=False)
             self.picture_img.setRect(QRectF(0, 0, iw, ih))
             self.picture.setRange(xRange=(0, iw), yRange=(0, ih), padding=0.02)
             self.pic_bar.setColorMap(colormap(st.colormap))
-            self.pic_bar.setLevels(values=(0.0, max(heat_peak(heat), 1e-6)))
+            self.pic_bar.setLevels(values=heat_levels(heat, log)[1])
+            set_bar_label(self.pic_bar, heat_label("rollout", log))
             who = "[CLS]" if q < r.patch_offset else f"patch {r.tokens[q]}"
             self.picture.setTitle(f"rollout of {who} over the patches")
-            what = (f"Where <b>{who}</b> at the top of {through} draws from, patch by patch ({how}); colour from 0 to "
-                    "the map's 98th percentile. Pick another query by clicking a patch on the Overlay page.")
+            scale = "log₁₀, 4 powers of ten below" if log else "from 0 to"
+            what = (f"Where <b>{who}</b> at the top of {through} draws from, patch by patch ({how}); colour {scale} "
+                    "the map's 98th percentile" + (", rows renormalised over the patches" if hide else "")
+                    + ". Pick another query by clicking a patch on the Overlay page.")
         else:
-            self.panel.show(self.shown, r.tokens, r.tokens, (0.0, peak(self.shown)), st.colormap,
-                            title=f"rollout through {through}")
+            kept = kept_tokens(r.special, r.num_tokens, hide)
+            shown = without_specials(self.shown, r.special) if hide else self.shown
+            tokens = [r.tokens[i] for i in kept]
+            values, levels, _top = clipped_values(shown, log)
+            self.panel.show(values, tokens, tokens, levels, st.colormap, title=f"rollout through {through}",
+                            label=clipped_label("rollout", log))
+            self.panel.matrix = np.asarray(shown)  # the read-out gives rollout values, not their logs
+            hidden = (f" Special tokens hidden: {len(tokens)} of {r.num_tokens} tokens, rows renormalised."
+                      if len(tokens) < r.num_tokens else "")
             what = (f"Row i: how much of token i's representation after {through} traces back to each input "
-                    f"token, with the residual counted as half of every layer ({how}). Rows sum to 1.")
+                    f"token, with the residual counted as half of every layer ({how}). Rows sum to 1. Colour "
+                    + ("log₁₀, 4 powers of ten below" if log else "from 0 to")
+                    + " the map's 99th percentile (a token's own weight is large and saturates)." + hidden)
+            self.tokens = tokens
         self.caption.setText("<b>Attention rollout</b> — " + what + untrained_tag(st.info))
 
     def _hovered(self, pos) -> None:
         r = self.state.result
         hit = self.panel.cell_at(pos) if self.panel.plot.isVisible() else None
-        if hit is None or r is None or self.shown is None:
+        if hit is None or r is None or self.panel.matrix is None:
             return
         i, j = hit
-        self.readout.setText(f'"{r.tokens[i]}" at the top ← input "{r.tokens[j]}": {self.shown[i, j]:.3f}')
+        self.readout.setText(f'"{self.tokens[i]}" at the top ← input "{self.tokens[j]}": {self.panel.matrix[i, j]:.3f}')

@@ -10,38 +10,29 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QSpinBox
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QSpinBox, QVBoxLayout
+from superqt.utils import signals_blocked
 
-from attn_explorer.gui.analysis.common import AnalysisPage, label_cells, untrained_tag
+from attn_explorer.gui.analysis.common import AnalysisPage, cell_plot, label_cells, untrained_tag
 from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
-from attn_explorer.session.analysis import AnalysisSlot, calc
+from attn_explorer.session.analysis import search_job
 from attn_explorer.session.state import SessionState
 
 PATTERNS = [("pair", "query word → key word"), ("previous", "previous token"), ("next", "next token"),
             ("cls", "[CLS] sink"), ("self", "itself"), ("offset", "offset i → i+k")]
-TOP = 10
+
+TOP = 10  # heads listed beside the map
 
 
-def search_job(att, special, tokens, pattern: str, query: str, key: str, offset: int):
-    """(target, ranking) for one pattern: pure, so it runs in a worker."""
-    search = calc("search")
-    n = att.shape[-1]
-    if pattern == "offset":
-        if offset == 0:
-            target = search.preset_target("self", n)
-        else:
-            target = np.zeros((n, n), dtype=np.float32)
-            i = np.arange(max(0, -offset), min(n, n - offset))
-            target[i, i + offset] = 1
-    else:
-        target = search.preset_target(pattern, n, list(tokens), query, key)
-    return target, search.head_scores(att, target), search.rank_heads(att, target, TOP)
+def ranking_line(layer: int, head: int, score: float) -> str:
+    return f"L{layer} H{head}   {score:.0%} on the pattern"
 
 
 class HeadSearchPage(AnalysisPage):
     def __init__(self, state: SessionState, parent=None):
         super().__init__(state, parent)
-        self.slot = AnalysisSlot(self._failed)
+        self.unused_note(hide="a head's score is the share of its weight on the pattern, counting every token",
+                         log="scores run from 0 to 1 on a plain scale")
         self.pattern = QComboBox()
         for key, title in PATTERNS:
             self.pattern.addItem(title, key)
@@ -57,11 +48,7 @@ class HeadSearchPage(AnalysisPage):
                   QLabel("k"), self.offset):
             bar.addWidget(w)
         bar.addStretch(1)
-        self.plot = self.canvas.addPlot(row=0, col=0)
-        self.plot.invertY(True)
-        self.plot.setMenuEnabled(False)
-        self.plot.hideButtons()
-        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot = cell_plot(self.canvas, 0, 0)
         self.plot.setLabel("left", "layer")
         self.plot.setLabel("bottom", "head")
         self.image = pg.ImageItem(axisOrder="row-major")
@@ -70,14 +57,20 @@ class HeadSearchPage(AnalysisPage):
         self.cbar.setImageItem(self.image, insert_in=self.plot)
         set_bar_label(self.cbar, "score")
         self.ranking = QListWidget()
-        self.ranking.setMaximumWidth(290)
+        self.ranking.setToolTip("The best heads, with the share of their weight on the pattern; click one to open it")
+        fm = self.ranking.fontMetrics()  # wide enough for its longest line, so nothing is cut off at 1024 px
+        self.ranking.setFixedWidth(fm.horizontalAdvance(ranking_line(11, 11, 1.0)) + 2 * fm.averageCharWidth() + 24)
+        self.ranking_title = QLabel(f"best {TOP} heads")
+        side = QVBoxLayout()
+        side.addWidget(self.ranking_title)
+        side.addWidget(self.ranking, 1)
         body = QHBoxLayout()
         self.finish_layout(bar)
         # the list sits beside the map
         self.page_layout.removeWidget(self.stack)
         body.addWidget(self.stack, 1)
-        body.addWidget(self.ranking)
-        self.page_layout.insertLayout(2, body, 1)
+        body.addLayout(side)
+        self.page_layout.insertLayout(self.page_layout.indexOf(self.readout), body, 1)
         self.scores: np.ndarray | None = None
         self.ranked: list = []
         self._enable_fields()
@@ -95,9 +88,8 @@ class HeadSearchPage(AnalysisPage):
 
     def _model_loaded(self, info) -> None:
         if info.modality == "image" and self.pattern.currentData() == "pair":
-            self.pattern.blockSignals(True)  # patches have no words: start on the [CLS] sink
-            self.pattern.setCurrentIndex(self.pattern.findData("cls"))
-            self.pattern.blockSignals(False)
+            with signals_blocked(self.pattern):  # patches have no words: start on the [CLS] sink
+                self.pattern.setCurrentIndex(self.pattern.findData("cls"))
             self._enable_fields()
 
     def _enable_fields(self) -> None:
@@ -128,8 +120,9 @@ class HeadSearchPage(AnalysisPage):
         self.caption.setText("")
         self.stack.show_message("Ranking the heads…")
         args = (r.attentions, r.special, list(r.tokens), self.pattern.currentData(), self.query_edit.text(),
-                self.key_edit.text(), int(self.offset.value()))
-        self.slot.start(search_job, *args, on_result=lambda out: self._arrived(r, args[3:], out))
+                self.key_edit.text(), int(self.offset.value()), TOP)
+        self.state.submit(search_job, *args, key="analysis-search", on_result=lambda out: self._arrived(r, args[3:7], out),
+                          on_error=self._failed, uses_model=False)
 
     def _arrived(self, r, asked, out) -> None:
         now = (self.pattern.currentData(), self.query_edit.text(), self.key_edit.text(), int(self.offset.value()))
@@ -145,15 +138,15 @@ class HeadSearchPage(AnalysisPage):
         label_cells(self.plot, L, H)
         self.plot.setTitle(f"score per head: {self.pattern.currentText()}")
         for s in self.ranked:
-            self.ranking.addItem(f"L{s.layer} H{s.head}   {s.score:.0%} of its weight on the pattern")
+            self.ranking.addItem(ranking_line(s.layer, s.head, s.score))
         best = self.ranked[0]
         self.caption.setText(f"<b>Head search</b> — best match: <b>L{best.layer} H{best.head}</b> puts {best.score:.0%} "
                              "of its weight where the pattern says (mean over the pattern's rows). Click a head to "
                              "open it." + untrained_tag(self.state.info))
 
     def _failed(self, message: str) -> None:
-        self.caption.setText(message)  # a word that is not in the input: say so here, where it was typed
-        self.stack.show_message(message)
+        self.caption.setText(message)  # a word that is not in the input: say so here, where it was typed, once
+        self.stack.show_message("No ranking: the line above says why.")
 
     def _cell(self, pos):
         return None if self.scores is None else cell_under(self.plot, pos, self.scores.shape)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QStackedL
 
 from attn_explorer.gui.widgets.heatmap import (LazyPage, PaintedGraphicsWidget, colormap, follow_loading,
                                        set_bar_label)
-from attn_explorer.gui.widgets.overlay import THUMB, blend, heat_peak, patch_heat, thumbnail
+from attn_explorer.gui.widgets.overlay import THUMB, blend, heat_label, heat_levels, patch_heat, thumbnail
 from attn_explorer.session.state import SessionState
 
 OPEN_HINT = ("Open an image (File → Open image…, drag one in, or pick a sample) to see which patches each "
@@ -87,6 +87,7 @@ class PatchOverlayView(LazyPage, QWidget):
         self.alpha.valueChanged.connect(lambda v: state.set_options(alpha=v / 100.0))
         self.smooth.toggled.connect(lambda *_: self.refresh())
         follow_loading(state, self.placeholder.setText)
+        state.input_cleared.connect(lambda: (self.caption.setText(""), self.stack.setCurrentIndex(0)))
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         state.attention_ready.connect(self.refresh)
         state.query_changed.connect(lambda *_: self.refresh())
@@ -116,9 +117,11 @@ class PatchOverlayView(LazyPage, QWidget):
         smooth = self.smooth.isChecked()
         hidden = r.special if st.hide_special else None
         heat = patch_heat(layer[st.head, q], r.grid, off, hidden)
-        self.big_rgb = blend(r.image, heat, st.alpha, st.colormap, smooth)
+        log = st.log_scale
+        self.big_rgb = blend(r.image, heat, st.alpha, st.colormap, smooth, log)
         self.colorbar.setColorMap(colormap(st.colormap))
-        self.colorbar.setLevels(values=(0.0, max(heat_peak(heat), 1e-6)))
+        self.colorbar.setLevels(values=heat_levels(heat, log)[1])
+        set_bar_label(self.colorbar, heat_label("weight", log))
         ih, iw = r.image.shape[:2]
         self.big_img.setImage(self.big_rgb, levels=(0, 255), autoLevels=False)
         self.big_img.setRect(QRectF(0, 0, iw, ih))
@@ -140,7 +143,7 @@ class PatchOverlayView(LazyPage, QWidget):
         mosaic = np.full((rows_m * side - gap, cols_m * side - gap, 3), 255, np.uint8)
         for h in range(H):
             y, x = divmod(h, cols_m)
-            tile = blend(thumb, patch_heat(layer[h, q], r.grid, off, hidden), st.alpha, st.colormap, smooth)
+            tile = blend(thumb, patch_heat(layer[h, q], r.grid, off, hidden), st.alpha, st.colormap, smooth, log)
             mosaic[y * side: y * side + THUMB, x * side: x * side + THUMB] = tile
         self.small_img.setImage(mosaic, levels=(0, 255), autoLevels=False)
         self.small.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.02)
@@ -155,8 +158,9 @@ class PatchOverlayView(LazyPage, QWidget):
             tag += f"<br><i>{info.note}</i>"
         qname = "[CLS]" if q < off else f"patch row {(q - off) // cols}, col {(q - off) % cols}"
         self.caption.setText(f"Query: <b>{qname}</b> — click a patch on the right to ask from there. "
-                             f"{rows}×{cols} patches; colour and opacity = weight, from 0 to each map's 98th "
-                             f"percentile (the top 2% saturate; the bar is the large map's scale)."
+                             f"{rows}×{cols} patches; colour and opacity = "
+                             + ("log₁₀ weight, over 4 powers of ten below" if log else "weight, from 0 to")
+                             + " each map's 98th percentile (the top 2% saturate; the bar is the large map's scale)."
                              + (" Special tokens hidden: weights renormalised over the patches." if hidden is not None
                                 else "") + tag)
 

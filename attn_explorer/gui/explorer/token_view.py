@@ -17,6 +17,8 @@ from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QListView, QListWidget, QListWidgetItem,
                                QVBoxLayout, QWidget)
 
+from superqt.utils import signals_blocked
+
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        display_values, follow_loading, lut_rgb, style_colorbar)
 from attn_explorer.maths import kept_tokens, rows_without_specials
@@ -58,15 +60,14 @@ class TokenStrip(QListWidget):
         self.setSelectionMode(QListWidget.SingleSelection)
 
     def set_tokens(self, tokens: list[str], special: np.ndarray) -> None:
-        self.blockSignals(True)
-        self.clear()
-        for i, t in enumerate(tokens):
-            it = QListWidgetItem(t)
-            it.setData(Qt.UserRole, i)
-            if special[i]:
-                it.setForeground(Qt.gray)
-            self.addItem(it)
-        self.blockSignals(False)
+        with signals_blocked(self):
+            self.clear()
+            for i, t in enumerate(tokens):
+                it = QListWidgetItem(t)
+                it.setData(Qt.UserRole, i)
+                if special[i]:
+                    it.setForeground(Qt.gray)
+                self.addItem(it)
 
     def sizeHint(self):  # noqa: N802
         return QSize(400, 60)
@@ -151,9 +152,8 @@ class TokenFocusView(LazyPage, QWidget):
             self.state.select(k // info.num_heads, k % info.num_heads)
 
     def _options(self) -> None:
-        self.hide_special.blockSignals(True)
-        self.hide_special.setChecked(self.state.hide_special)
-        self.hide_special.blockSignals(False)
+        with signals_blocked(self.hide_special):
+            self.hide_special.setChecked(self.state.hide_special)
         style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)
         self.refresh()
 
@@ -167,9 +167,8 @@ class TokenFocusView(LazyPage, QWidget):
         if list(r.tokens) != self._tokens:
             self._tokens = list(r.tokens)
             self.strip.set_tokens(self._tokens, r.special)
-        self.strip.blockSignals(True)
-        self.strip.setCurrentRow(q)
-        self.strip.blockSignals(False)
+        with signals_blocked(self.strip):
+            self.strip.setCurrentRow(q)
         rows, keys = focus_rows(r.attentions, q, r.special, self.state.hide_special)
         self.rows, self.keys = rows, keys
         values, levels = display_values(rows, self.state.log_scale)

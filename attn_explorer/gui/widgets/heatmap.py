@@ -143,7 +143,12 @@ class TokenAxis(pg.AxisItem):
         if n == 0 or hi <= lo or length <= 0:
             return []
         per_token = length / (hi - lo)
-        step = max(1, math.ceil((QFontMetrics(self._font()).height() + 1) / per_token))
+        fm = QFontMetrics(self._font())
+        if self.orientation in ("top", "bottom") and not self._rotate:  # side by side: a label's width apart
+            room = max((fm.horizontalAdvance(t) for t in self._labels), default=0) + 6
+        else:  # stacked (left axes, turned labels): a line's height apart
+            room = fm.height() + 1
+        step = max(1, math.ceil(room / per_token))
         first = max(0, int(math.floor(lo)) // step * step)
         last = min(n - 1, int(math.ceil(hi)))
         out = []
@@ -200,6 +205,8 @@ def follow_loading(state, show: Callable[[str], None]) -> None:
     state.model_loading.connect(lambda src: show(f"Loading {src or 'the model'}…") if state.result is None else None)
     state.error_raised.connect(lambda *_: show(NO_MODEL) if state.result is None and state.info is None else None)
     state.model_loaded.connect(lambda info: show(waiting_for_input(info)) if state.result is None else None)
+    # the input was emptied: the maps go, and the page says what to do (InputState.input_cleared)
+    state.input_cleared.connect(lambda: show(waiting_for_input(state.info)) if state.info is not None else None)
 
 
 def waiting_for_input(info) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from attn_explorer.gui.widgets.heatmap import lut_rgb
-from attn_explorer.maths import kept_tokens, rows_without_specials
+from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, rows_without_specials
 
 THUMB = 112  # side of a small overlay, in pixels
 CLIP_PERCENTILE = 98  # colour runs from 0 to this percentile of the map; stronger patches saturate
@@ -26,10 +26,17 @@ def patch_heat(att_row: np.ndarray, grid: tuple[int, int], offset: int, special=
     return att_row[offset: offset + rows * cols].reshape(rows, cols)
 
 
-def heat_peak(heat: np.ndarray) -> float:
-    """The weight where the colour scale tops out: the map's 98th percentile, so a few sink patches
-    do not wash out the rest."""
-    return float(np.percentile(heat, CLIP_PERCENTILE))
+def heat_levels(heat: np.ndarray, log: bool = False) -> tuple[np.ndarray, tuple[float, float]]:
+    """(rows, cols) colour positions in 0..1 and the colour bar's levels: weights from 0 to the map's
+    98th percentile, or (log) log10 weights over LOG_DECADES below it (`maths.clipped_values`)."""
+    values, (lo, hi), _ = clipped_values(heat, log, CLIP_PERCENTILE)
+    q = np.clip((values - lo) / (hi - lo), 0, 1) if hi > lo else np.zeros_like(values)
+    return q.astype(np.float32), (lo, hi)
+
+
+def heat_label(what: str, log: bool) -> str:
+    """The colour bar's title over a picture: what, on which scale, topped at the 98th percentile."""
+    return clipped_label(what, log, CLIP_PERCENTILE)
 
 
 def upsample(q: np.ndarray, h: int, w: int, smooth: bool) -> np.ndarray:
@@ -51,12 +58,13 @@ def upsample(q: np.ndarray, h: int, w: int, smooth: bool) -> np.ndarray:
     return top * (1 - fy[:, None]) + bottom * fy[:, None]
 
 
-def blend(image: np.ndarray, heat: np.ndarray, alpha: float, cmap: str, smooth: bool = False) -> np.ndarray:
-    """The picture with `heat` (rows, cols) stretched over it, coloured 0..98th percentile, mixed by `alpha`."""
+def blend(image: np.ndarray, heat: np.ndarray, alpha: float, cmap: str, smooth: bool = False,
+          log: bool = False) -> np.ndarray:
+    """The picture with `heat` (rows, cols) stretched over it, coloured 0..98th percentile (or on the log
+    scale, `heat_levels`), mixed by `alpha`."""
     h, w = image.shape[:2]
-    peak = heat_peak(heat)
-    q = np.clip(heat / peak, 0, 1) if peak > 0 else np.zeros_like(heat)
-    up_q = upsample(q.astype(np.float32), h, w, smooth)  # (h, w) in 0..1
+    q, _ = heat_levels(heat, log)
+    up_q = upsample(q, h, w, smooth)  # (h, w) in 0..1
     colours = lut_rgb(cmap)[(up_q * 255).astype(np.uint8)]  # (h, w, 3)
     # opacity grows with the weight, so the photo shows through where the head does not look
     a = (alpha * np.sqrt(up_q))[..., None]

@@ -1,0 +1,62 @@
+"""Side-job lanes (state.submit(..., key=...)), as the analysis pages use them: the newest job of a lane
+wins, jobs never pile up, an error is one line and the lane goes on, and without a model nothing starts.
+(What AnalysisSlot did for each page, now the runner's.)"""
+from __future__ import annotations
+
+import threading
+
+from attn_explorer.session.analysis import rollout_job
+from attn_explorer.session.state import SessionState
+
+
+def test_only_the_newest_answer_arrives_and_jobs_never_pile_up(qtbot):
+    st = SessionState()
+    gate = threading.Event()
+    ran, got, errors = [], [], []
+
+    def job(x):
+        if x == 0:
+            gate.wait(10)  # the first job is slow: the others arrive while it runs
+        ran.append(x)
+        return x
+
+    started = st.runner.jobs_started["side"]
+    for x in range(5):
+        assert st.submit(job, x, key="analysis-test", on_result=got.append, on_error=errors.append, uses_model=False)
+    assert st.runner.jobs_started["side"] == started + 1 and st.job_busy("analysis-test")  # 1..3 replaced by 4
+    gate.set()
+    qtbot.waitUntil(lambda: got == [4] and not st.job_busy("analysis-test"), timeout=10000)
+    assert ran == [0, 4] and st.runner.jobs_started["side"] == started + 2 and errors == []
+    st.shutdown()
+
+
+def test_errors_of_the_newest_job_are_one_line_and_the_lane_goes_on(qtbot):
+    st = SessionState()
+    errors, got = [], []
+    st.submit(rollout_job, [[1.0]], "mean", 0.0, key="analysis-rollout", on_result=got.append, on_error=errors.append,
+              uses_model=False)
+    qtbot.waitUntil(lambda: bool(errors) and not st.job_busy("analysis-rollout"), timeout=10000)
+    assert errors[0].startswith("rollout needs attention shaped") and "\n" not in errors[0] and got == []
+    st.submit(sum, [1, 2], key="analysis-rollout", on_result=got.append, on_error=errors.append, uses_model=False)
+    qtbot.waitUntil(lambda: got == [3], timeout=10000)
+    st.shutdown()
+
+
+def test_lanes_are_independent(qtbot):
+    st = SessionState()
+    gate = threading.Event()
+    got = []
+    st.submit(lambda: gate.wait(10) and "slow", key="analysis-a", on_result=got.append, uses_model=False)
+    st.submit(lambda: "quick", key="analysis-b", on_result=got.append, uses_model=False)
+    qtbot.waitUntil(lambda: got == ["quick"], timeout=10000)  # b did not wait for a
+    gate.set()
+    qtbot.waitUntil(lambda: got == ["quick", "slow"], timeout=10000)
+    st.shutdown()
+
+
+def test_without_a_model_nothing_starts(qtbot):
+    st = SessionState()
+    started = st.runner.jobs_started["side"]
+    assert st.submit(lambda model: 1, key="analysis-norms", on_result=print) is False
+    assert st.runner.jobs_started["side"] == started and not st.job_busy("analysis-norms")
+    st.shutdown()
