@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
-from PySide6.QtGui import QMouseEvent
+from PySide6.QtGui import QFontMetrics, QMouseEvent
 
 from tests.gui.conftest import sample
 
@@ -181,3 +181,83 @@ def test_every_analysis_page_draws_an_image_model(make_window, qtbot):
     assert w.pages["overview"].stats.distance_unit == "px"
     assert w.pages["search"].pattern.currentData() == "cls"
     assert "Showing the first 96" in w.pages["lines"].caption.text() or w.state.result.num_tokens <= 96
+
+
+LONG = " ".join(["The animal didn't cross the street because it was too tired."] * 40)  # past 512 tokens
+
+
+def _dark_share(panel) -> float:
+    """The share of a panel's cells drawn in the bottom tenth of its colour scale."""
+    lo, hi = panel.bar.levels()
+    return float((panel.image.image < lo + 0.1 * (hi - lo)).mean())
+
+
+def test_rollout_and_norms_are_readable_at_512_tokens(make_window, qtbot):
+    w = make_window(model="minilm", text=LONG, view="rollout")
+    assert w.state.result.num_tokens == 512
+    page = w.pages["rollout"]
+    qtbot.waitUntil(lambda: page.shown is not None and page.stack.currentWidget() is page.canvas, timeout=60000)
+    assert _dark_share(page.panel) < 0.5, _dark_share(page.panel)  # with levels (0, max) nearly all of it was dark
+    assert "99th" in page.panel.bar.axis.labelText and "99th percentile" in page.caption.text()
+    w.show_page("norms")
+    norms = w.pages["norms"]
+    qtbot.waitUntil(lambda: norms.shown is not None, timeout=60000)
+    for panel in (norms.raw, norms.norm):
+        assert _dark_share(panel) < 0.5, _dark_share(panel)
+        assert "99th" in panel.bar.axis.labelText
+
+
+def test_rollout_norms_and_lines_use_log_scale_and_hide_specials(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="rollout")
+    st, r = w.state, w.state.result
+    page, norms, lines = w.pages["rollout"], w.pages["norms"], w.pages["lines"]
+    qtbot.waitUntil(lambda: page.shown is not None, timeout=30000)
+    st.set_options(log_scale=True, hide_special=True)
+    qtbot.waitUntil(lambda: not st.busy, timeout=30000)
+    qtbot.waitUntil(lambda: page.panel.matrix is not None and page.panel.matrix.shape == (14, 14), timeout=30000)
+    assert page.tokens == r.tokens[1:-1] and "log" in page.panel.bar.axis.labelText
+    assert page.panel.image.image.max() <= 0  # log10 of weights
+    np.testing.assert_allclose(page.panel.matrix.sum(-1), 1.0, atol=1e-5)  # rows renormalised over what is drawn
+    assert "14 of 16 tokens" in page.caption.text()
+    w.show_page("norms")
+    qtbot.waitUntil(lambda: norms.shown is not None, timeout=30000)
+    a, nrm, fx, tok = norms.shown
+    assert tok == r.tokens[1:-1] and a.shape == (14, 14) and "log" in norms.raw.bar.axis.labelText
+    np.testing.assert_allclose(nrm, a * fx[None, :], rtol=1e-5)
+    w.show_page("lines")
+    qtbot.waitUntil(lambda: lines.tokens == r.tokens[1:-1], timeout=30000)
+    assert not lines.note.isHidden() and "Log scale: not used here" in lines.note.text()
+    assert "Hide specials" not in lines.note.text()  # it does use that one
+    st.set_options(log_scale=False)
+    assert lines.note.isHidden()
+
+
+def test_overview_head_numbers_do_not_overlap_at_1024_by_700(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="overview")
+    w.resize(1024, 700)
+    page = w.pages["overview"]
+    qtbot.waitUntil(lambda: page.stats is not None and page.stack.currentWidget() is page.canvas, timeout=30000)
+    qtbot.wait(50)  # one layout pass after the resize
+    for name, p in page.plots.items():
+        axis = p.getAxis("bottom")
+        drawn = axis.drawn_labels()
+        fm = QFontMetrics(axis._font())
+        assert len(drawn) >= 2, name
+        for (x0, t0), (x1, t1) in zip(drawn, drawn[1:]):
+            assert x1 - x0 >= (fm.horizontalAdvance(t0) + fm.horizontalAdvance(t1)) / 2 + 2, (name, t0, t1, x1 - x0)
+
+
+def test_head_search_list_is_not_clipped_at_1024_by_700(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="search")
+    w.resize(1024, 700)
+    page = w.pages["search"]
+    page.set_pattern("previous")
+    qtbot.waitUntil(lambda: bool(page.ranked), timeout=30000)
+    qtbot.wait(50)
+    lst = page.ranking
+    right = lst.mapTo(w, lst.rect().topRight()).x()
+    assert right <= w.width(), (right, w.width())
+    room = lst.viewport().width()
+    fm = lst.fontMetrics()
+    for i in range(lst.count()):
+        assert fm.horizontalAdvance(lst.item(i).text()) < room, (lst.item(i).text(), room)
