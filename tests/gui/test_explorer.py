@@ -198,3 +198,59 @@ def test_arrow_keys_still_move_the_text_cursor(make_window, qtbot):
     assert box.textCursor().position() == before + 1
     assert (w.state.layer, w.state.head) == (0, 0)
 
+
+
+def test_counts_on_the_head_and_token_views_agree_with_what_is_drawn(make_window, qtbot):
+    w = make_window(model="minilm", view="head")
+    st = w.state
+    qtbot.waitUntil(lambda: w.head_view.matrix is not None)
+    N = st.result.num_tokens
+    assert w.head_view.matrix.shape == (N, N) and f"{N}×{N} (all {N} tokens)" in w.head_view.title.text()
+    st.set_options(hide_special=True)
+    qtbot.waitUntil(lambda: not st.busy)
+    n = N - int(np.sum(st.result.special))
+    qtbot.waitUntil(lambda: w.head_view.matrix.shape == (n, n))
+    assert f"{n}×{n}: {n} of {N} tokens, {N - n} special hidden" in w.head_view.title.text()
+    w.show_page("tokens")
+    tv = w.pages["tokens"]
+    qtbot.waitUntil(lambda: tv.rows is not None and tv.rows.shape[1] == n)
+    assert f"{n} of {N} tokens as keys" in tv.caption.text()
+
+
+def test_the_chosen_patch_keeps_its_place_when_the_image_size_changes(make_window, qtbot):
+    """The cat's eye stays the cat's eye: a new patch grid maps the chosen patch's centre, not its number."""
+    w = make_window(model="textbook-vit", image=sample(), view="overlay")
+    st, ov = w.state, w.overlay
+    qtbot.waitUntil(lambda: ov.big_rgb is not None)
+    r = st.result
+    rows, cols = r.grid
+    pr, pc = rows // 3, cols // 4
+    _click_scene(qtbot, ov.canvas, ov.patch_center(pr, pc))
+    assert st.query == r.patch_offset + pr * cols + pc
+    side = r.image.shape[0]
+    st.set_image_size(2 * side)
+    qtbot.waitUntil(lambda: not st.busy and st.result.grid != (rows, cols), timeout=30000)
+    r2 = st.result
+    rows2, cols2 = r2.grid
+    qr, qc = divmod(st.query - r2.patch_offset, cols2)
+    assert (qr, qc) == (int((pr + 0.5) / rows * rows2), int((pc + 0.5) / cols * cols2))
+    assert f"patch row {qr}, col {qc}" in ov.caption.text()
+    st.set_image_size(side)  # and back: the same patch as first chosen
+    qtbot.waitUntil(lambda: not st.busy and st.result.grid == (rows, cols), timeout=30000)
+    assert divmod(st.query - r.patch_offset, cols) == (pr, pc)
+    # a new picture starts again at [CLS]
+    st.set_image(sample("coffee"))
+    qtbot.waitUntil(lambda: not st.busy and st.result.image is not r.image, timeout=30000)
+    assert st.query == 0
+
+
+def test_the_overlay_uses_the_log_scale(make_window, qtbot):
+    w = make_window(model="textbook-vit", image=sample(), view="overlay")
+    st, ov = w.state, w.overlay
+    qtbot.waitUntil(lambda: ov.big_rgb is not None)
+    linear = ov.big_rgb.copy()
+    assert ov.colorbar.levels()[0] == 0.0 and "log" not in ov.colorbar.axis.labelText
+    st.set_options(log_scale=True)
+    lo, hi = ov.colorbar.levels()
+    assert hi - lo == pytest.approx(4.0) and "log₁₀ weight" in ov.colorbar.axis.labelText
+    assert not np.array_equal(ov.big_rgb, linear) and "log₁₀ weight" in ov.caption.text()

@@ -176,7 +176,7 @@ def test_overlay_smooth_mode_and_colour_bar(make_window, qtbot):
         assert levels <= rows * cols if not smooth else levels > 20 * rows * cols
     step = np.abs(np.diff(upsample(heat, ih, iw, True), axis=1)).max()
     assert step < 0.5 * np.abs(np.diff(heat, axis=1)).max()
-    assert _bar_labels(ov.colorbar) == ["weight"]
+    assert _bar_labels(ov.colorbar) == ["weight (0 to 98th pct)"]  # one title, saying where the colours top out
 
 
 @pytest.mark.parametrize("name,words", [("minilm", ("text", "trained")), ("textbook", ("text", "untrained")),

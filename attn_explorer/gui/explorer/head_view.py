@@ -28,6 +28,15 @@ def head_matrix(r, layer: int, head: int, hide_special: bool) -> tuple[np.ndarra
     return without_specials(m, r.special), [r.tokens[i] for i in kept_tokens(r.special, len(r.tokens))]
 
 
+def shown_count(r, n: int) -> str:
+    """What an n×n map of result r shows, in words that agree with the token count elsewhere: "16×16 (all 16
+    tokens)", or "256×256: 256 of 257 tokens, 1 special hidden, rows renormalised"."""
+    total = r.num_tokens
+    if n == total:
+        return f"{n}×{n} (all {total} tokens)"
+    return f"{n}×{n}: {n} of {total} tokens, {total - n} special hidden, rows renormalised"
+
+
 class HeadView(LazyPage, QWidget):
     """One large heatmap of the selected head. Double-clicking a row asks to look inside the head for that
     query token (`inside_requested(token index)`; the window opens the "Inside a head" lesson)."""
@@ -92,8 +101,7 @@ class HeadView(LazyPage, QWidget):
         info = self.state.info
         tag = "" if info is None or info.trained else "  (untrained model: random weights)"
         causal = " — causal: no weight above the diagonal" if info is not None and info.causal else ""
-        hidden = " — special tokens hidden, rows renormalised" if n < r.num_tokens else ""
-        self.title.setText(f"<b>Layer {l}, head {h}</b> — {n}×{n}, dk scale {r.dk_scale:.2f}×{causal}{hidden}{tag}")
+        self.title.setText(f"<b>Layer {l}, head {h}</b> — {shown_count(r, n)}, dk scale {r.dk_scale:.2f}×{causal}{tag}")
 
     def _options(self):
         style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)

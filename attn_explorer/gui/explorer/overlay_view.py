@@ -89,6 +89,9 @@ class PatchOverlayView(LazyPage, QWidget):
         follow_loading(state, self.placeholder.setText)
         state.input_cleared.connect(lambda: (self.caption.setText(""), self.stack.setCurrentIndex(0)))
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        self._place: tuple | None = None  # (y, x, grid, query): the chosen patch's centre as a fraction of the picture
+        state.query_changed.connect(self._remember_place)
+        state.attention_ready.connect(self._keep_place)  # before drawing: a new patch grid keeps the place
         state.attention_ready.connect(self.refresh)
         state.query_changed.connect(lambda *_: self.refresh())
         state.selection_changed.connect(lambda *_: self.refresh())
@@ -177,6 +180,31 @@ class PatchOverlayView(LazyPage, QWidget):
                 t.show()
             else:
                 t.hide()
+
+    # ----------------------------------------------------------------------------------- the query's place
+    def _remember_place(self, q: int) -> None:
+        """Where in the picture the asking patch is, so another image size keeps it there (not its number)."""
+        r = self.state.result
+        if r is None or r.grid is None or q < r.patch_offset:
+            self._place = None
+            return
+        rows, cols = r.grid
+        pr, pc = divmod(q - r.patch_offset, cols)
+        self._place = ((pr + 0.5) / rows, (pc + 0.5) / cols, tuple(r.grid), q)
+
+    def _keep_place(self, r) -> None:
+        """A result on a new patch grid (the image size changed): ask from the patch at the same place."""
+        place = self._place
+        if place is None or r.grid is None or tuple(r.grid) == place[2]:
+            return
+        fy, fx, _grid, q = place
+        if self.state.query != min(q, r.num_tokens - 1):
+            self._place = None  # the query moved on (a new picture starts at [CLS]): nothing to keep
+            return
+        rows, cols = r.grid
+        pr, pc = min(int(fy * rows), rows - 1), min(int(fx * cols), cols - 1)
+        self._place = None
+        self.state.set_query(r.patch_offset + pr * cols + pc)  # query_changed remembers the new place
 
     # ----------------------------------------------------------------------------------- input
     def patch_center(self, row: int, col: int):

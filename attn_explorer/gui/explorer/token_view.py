@@ -196,7 +196,9 @@ class TokenFocusView(LazyPage, QWidget):
             vb.setLimits(xMin=0, xMax=K, yMin=0, yMax=L * H, maxXRange=max(FOCUS_WINDOW, 1), minXRange=min(K, 4))
             self.plot.setRange(xRange=(lo, hi), yRange=(0, L * H), padding=0)
         self.caption.setText(f'Attention <b>from "{html.escape(r.tokens[q])}"</b> (token {q}) in every head; '
-                             f"the red box is layer {self.state.layer}, head {self.state.head}."
+                             f"the red box is layer {self.state.layer}, head {self.state.head}. "
+                             + (f"{K} of {N} tokens as keys ({N - K} special hidden, rows renormalised)."
+                                if K < N else f"All {N} tokens as keys.")
                              + (f" {FOCUS_WINDOW} of {K} keys at a time: drag sideways for the rest."
                                 if K > FOCUS_WINDOW else ""))
         self._shade_sentence(r, rows[sel], keys)
