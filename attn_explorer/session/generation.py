@@ -1,9 +1,12 @@
 """The Generate page's session object: one generation at a time on the session's model, streamed step
-by step through `workers.launch` (a generator job; Stop is the worker's `quit()`).
+by step as a generator job in the session's "generate" lane (`state.submit(key="generate", on_yield=...)`);
+Stop is `state.cancel("generate")`, which drops every step still on its way.
 
 It keeps what the page draws, already reduced to NumPy arrays: each step's attention row, the
 next-token probabilities, and the share of attention on the first token (the "attention sink"),
-averaged over every layer and head. A new model or a new generation clears it all at once.
+averaged over every layer and head. A new model or a new generation clears it all at once; asking for
+another model stops a generation in flight (its steps would come from the old model), and the clearing
+then says what happened (`cleared`'s note).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 SUGGESTED_MODEL = "smollm2-135m"
+LANE = "generate"
 
 
 @dataclass
@@ -47,17 +51,19 @@ class GenerationSession(QObject):
     started = Signal()  # a generation began: everything shown before is cleared
     prompt_ready = Signal(object)  # PromptInfo
     step_arrived = Signal(object)  # api.generate.Step
-    finished = Signal(str)  # "done", "stopped" or "failed: <one line>"
-    cleared = Signal()  # the model changed: nothing generated is valid any more
+    finished = Signal(str)  # "done", "stopped", "stopped: <why>" or "failed: <one line>"
+    cleared = Signal(str)  # the model changed: nothing generated is valid any more; a note ("" or what stopped)
 
     def __init__(self, state: Any, parent: QObject | None = None):
         super().__init__(parent)
         self.state = state
-        self._worker: Any = None
+        self._running = False
+        self._interrupted: tuple[str, int] | None = None  # (old model, tokens) of a generation a load stopped
         self.prompt: PromptInfo | None = None
         self.steps: list = []
         self.sink: list[float] = []  # per step: mean over layers and heads of the weight on token 0
         self.temperature = 0.0  # of the generation shown (the slider may have moved since)
+        state.model_loading.connect(self._model_loading)
         state.model_loaded.connect(lambda _info: self.clear())
 
     # ------------------------------------------------------------------ what the page asks
@@ -73,7 +79,7 @@ class GenerationSession(QObject):
 
     @property
     def running(self) -> bool:
-        return self._worker is not None
+        return self._running
 
     @property
     def text(self) -> str:
@@ -104,29 +110,45 @@ class GenerationSession(QObject):
         """Begin a new generation (stopping one in flight). False when there is no decoder to run."""
         if not self.can_generate:
             return False
-        self.stop(report=False)
+        self.stop(report=False)  # the old stream ends at its next step instead of running on unseen
         self._reset()
+        self._interrupted = None
         self.temperature = float(temperature)
         self.started.emit()
-        worker = self.state.submit(generation_job, prompt, max_new_tokens, temperature, top_k, chat, seed,
-                                   on_yield=self._on_yield, on_result=lambda _n: self._end("done"),
-                                   on_error=self._on_error)
-        self._worker = worker
-        return worker is not None
+        self._running = bool(self.state.submit(generation_job, prompt, max_new_tokens, temperature, top_k, chat, seed,
+                                               key=LANE, on_yield=self._on_yield,
+                                               on_result=lambda _n: self._end("done"), on_error=self._on_error))
+        return self._running
 
     def stop(self, report: bool = True) -> None:
         """Stop the generation in flight: steps already on their way are dropped."""
-        if self._worker is None:
+        if not self._running:
             return
-        self._worker.quit()
-        self._worker = None
+        self.state.cancel(LANE)
+        self._running = False
         if report:
             self.finished.emit("stopped")
 
     def clear(self) -> None:
+        """Forget everything generated (a new model); the note says if a generation was cut short."""
         self.stop(report=False)
         self._reset()
-        self.cleared.emit()
+        note = ""
+        if self._interrupted is not None:
+            old, n = self._interrupted
+            info = self.state.info
+            new = f" ({info.name})" if info is not None and info.name != old else ""
+            note = (f"Another model{new} was loaded: the generation stopped after {n} token{'' if n == 1 else 's'}, "
+                    "and what it wrote is cleared (it came from the old model).")
+        self._interrupted = None
+        self.cleared.emit(note)
+
+    def _model_loading(self, _src: str) -> None:
+        """Another model was asked for: stop now (the old model's steps are no use), say so once it is in."""
+        if self._running:
+            self._interrupted = (self.info.name if self.info is not None else "the old model", len(self.steps))
+            self.stop(report=False)
+            self.finished.emit("stopped: another model was asked for")
 
     # ------------------------------------------------------------------ from the worker
     def _reset(self) -> None:
@@ -142,10 +164,10 @@ class GenerationSession(QObject):
         self.step_arrived.emit(item)
 
     def _on_error(self, message: str) -> None:
-        self._worker = None
+        self._running = False
         self.state.error_raised.emit(message)
         self.finished.emit(f"failed: {message}")
 
     def _end(self, how: str) -> None:
-        self._worker = None
+        self._running = False
         self.finished.emit(how)

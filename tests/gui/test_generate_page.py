@@ -1,6 +1,8 @@
 """The Generate page under pytest-qt, with a tiny random Llama folder (not SmolLM2)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -41,10 +43,13 @@ def test_generation_adds_one_column_per_new_token(make_window, llama_folder, qtb
     assert len(page.sink_curve.getData()[0]) == len(steps)
     np.testing.assert_allclose(page.sink_curve.getData()[1][-1], steps[-1].attention[:, :, 0].mean(), rtol=1e-6)
     assert f"step {len(steps)}" in page.sink_label.text()
-    assert "T = 1 (greedy)" in page.bars_plot.plotItem.titleLabel.text
+    # one wording for temperature 0: the slider and the title both say greedy (no "T = 1" beside a 0)
+    assert page.temperature_label.text() == "0 (greedy)"
+    assert page.bars_plot.plotItem.titleLabel.text == f"step {len(steps)}: greedy"
     page.temperature.setValue(20)  # moving the slider afterwards does not relabel what was drawn
     page._step(steps[-1])
-    assert "T = 1 (greedy)" in page.bars_plot.plotItem.titleLabel.text
+    assert page.bars_plot.plotItem.titleLabel.text == f"step {len(steps)}: greedy"
+    assert page.temperature_label.text() == "1.00"
     assert len(page.bars.opts["width"]) == 10
     np.testing.assert_allclose(page.bars.opts["width"], steps[-1].top_probs[:10])
     # one head's rows: a triangle with one row per step
@@ -77,7 +82,8 @@ def test_stop_ends_the_stream(make_window, llama_folder, qtbot, monkeypatch):
     page.generate()
     assert page.stop_button.isEnabled()
     qtbot.waitUntil(lambda: bool(ends), timeout=30000)
-    qtbot.wait(500)
+    # the stopped job ends at its next step; by then anything it made has arrived (or been dropped)
+    qtbot.waitUntil(lambda: not window.state.job_busy("generate"), timeout=30000)
     assert ends == ["stopped"] and len(page.session.steps) == 1
     assert "stopped" in page.status.text() and not page.stop_button.isEnabled()
 
@@ -105,6 +111,77 @@ def test_a_new_model_clears_what_was_generated(make_window, llama_folder, qtbot)
     assert page.output.toPlainText() == "" and page.image.image is None and page.session.steps == []
     assert len(page.sink_curve.getData()[0] if page.sink_curve.getData()[0] is not None else []) == 0
     assert "encoder" in page.notice.text()
+
+
+def _endless(window, monkeypatch):
+    """The special tokens (ids 0..2) never win: the generation runs until it is stopped."""
+    module = window.state._model.module
+    plain = module.logits
+
+    def no_end(hidden):
+        logits = plain(hidden).clone()
+        logits[..., :3] = float("-inf")
+        return logits
+
+    monkeypatch.setattr(module, "logits", no_end)
+
+
+def test_a_model_switch_mid_generation_stops_it_and_says_so(make_window, llama_folder, qtbot, monkeypatch):
+    window = make_window(model=llama_folder, text="The capital of France")
+    page = _page(window)
+    _endless(window, monkeypatch)
+    page.max_tokens.setValue(100)
+    titles = []
+
+    def third_step(_step):  # ask for another model while the generation is mid-way
+        if len(page.session.steps) == 3:
+            titles.append(page.bars_plot.plotItem.titleLabel.text)
+            window.state.load_model("textbook")
+
+    page.session.step_arrived.connect(third_step)
+    page.generate()
+    qtbot.waitUntil(lambda: bool(titles), timeout=30000)
+    assert titles == ["step 3: greedy"]
+    qtbot.waitUntil(lambda: window.state.info.name == "textbook", timeout=30000)
+    qtbot.waitUntil(lambda: not window.state.job_busy("generate"), timeout=30000)  # the old job ended
+    assert not page.session.running and not page.stop_button.isEnabled()
+    assert page.session.steps == [] and page.output.toPlainText() == ""
+    note = page.status.text()
+    assert re.fullmatch(r"Another model \(textbook\) was loaded: the generation stopped after \d+ tokens, and what "
+                        r"it wrote is cleared \(it came from the old model\)\.", note), note
+    title = page.bars_plot.plotItem.titleLabel.text
+    assert "step" not in title and "step" not in page.attn_plot.plotItem.titleLabel.text
+
+
+def test_before_a_run_the_plots_give_way_to_a_hint(make_window, llama_folder, qtbot):
+    window = make_window(model=llama_folder, text="The capital of France")
+    page = _page(window)
+    qtbot.waitUntil(lambda: page.isVisible())
+    for plot in (page.bars_plot, page.attn_plot, page.sink_plot):
+        assert not plot.isVisible()  # no −0.5…0.5 axes around nothing
+    assert page.empty_hint.isVisible() and "Press Generate" in page.empty_hint.text()
+    page.max_tokens.setValue(2)
+    with qtbot.waitSignal(page.session.finished, timeout=30000):
+        page.generate()
+    assert all(p.isVisible() for p in (page.bars_plot, page.attn_plot, page.sink_plot))
+    assert not page.empty_hint.isVisible()
+
+
+def test_the_titles_fit_at_1024x700(make_window, llama_folder, qtbot, monkeypatch):
+    window = make_window(model=llama_folder, text="The capital of France")
+    window.resize(1024, 700)
+    page = _page(window)
+    _endless(window, monkeypatch)
+    page.temperature.setValue(13)  # T = 0.65: the longest title wording
+    page.max_tokens.setValue(12)
+    with qtbot.waitSignal(page.session.finished, timeout=30000):
+        page.generate()
+    qtbot.waitUntil(lambda: page.bars_plot.width() < 400)  # the window's layout settled at 1024 px
+    for plot in (page.bars_plot, page.attn_plot, page.sink_plot):
+        title = plot.plotItem.titleLabel
+        text = title.item.toPlainText()
+        drawn = title.item.mapRectToScene(title.item.boundingRect())  # scene = the plot widget's pixels
+        assert text and drawn.left() >= 0 and drawn.right() <= plot.width(), (text, drawn, plot.width())
 
 
 def qtbot_button():

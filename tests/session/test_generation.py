@@ -60,3 +60,19 @@ def test_a_bad_request_is_one_line_on_the_session(qtbot, folder):
     qtbot.waitUntil(lambda: bool(ends), timeout=30000)
     assert "positions" in errors[0] and ends[0].startswith("failed:") and not gen.running
     state.shutdown()
+
+
+def test_the_generation_runs_in_the_generate_lane_and_stop_empties_it(qtbot, folder):
+    state = _loaded(qtbot, folder)
+    gen = GenerationSession(state)
+    ends = []
+    gen.finished.connect(ends.append)
+    assert gen.start("The capital of", max_new_tokens=40)
+    assert state.job_busy("generate") and gen.running
+    with qtbot.waitSignal(gen.step_arrived, timeout=30000):
+        pass
+    gen.stop()
+    assert ends == ["stopped"] and not gen.running
+    qtbot.waitUntil(lambda: not state.job_busy("generate"), timeout=30000)  # the job ended at its next step
+    assert ends == ["stopped"] and len(gen.steps) >= 1
+    state.shutdown()

@@ -18,13 +18,23 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
-                               QSizePolicy, QSlider, QSpinBox, QSplitter, QVBoxLayout, QWidget)
+                               QSizePolicy, QSlider, QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
 
 from attn_explorer.session.generation import SUGGESTED_MODEL, GenerationSession
 
 TEMPERATURE_STEPS = 40  # the slider: 0 .. 2 in steps of 0.05
 MODES = ("all heads: newest row", "one head: every step")
 BARS = 10
+BARS_TITLE = "next token"
+SINK_TITLE = "share on token 0"
+EMPTY_HINT = ("Press Generate: for every new token this shows the model's next-token probabilities, the "
+              "new token's attention over every token so far, and how much of that attention lands on the "
+              "first token.")
+
+
+def temperature_words(t: float) -> str:
+    """The one wording of a temperature, on the slider and in the titles: 0 is greedy."""
+    return "greedy" if t == 0 else f"T = {t:.2f}"
 
 
 class _PageLayout(QVBoxLayout):
@@ -89,7 +99,9 @@ class GeneratePage(QWidget):
         self.status.setStyleSheet("font-family: monospace;")
 
         # --- plots
-        self.bars_plot = _plot("next-token probabilities", "token", "probability")
+        self.bars_plot = _plot(BARS_TITLE, "token", "probability")
+        self.bars_plot.setToolTip("the ten most likely next tokens. Greedy (temperature 0) takes the top one; the "
+                                  "bars are then softmax(logits). Above 0 they are softmax(logits / T), sampled from")
         self.bars_plot.getViewBox().invertY(True)
         self.bars = pg.BarGraphItem(x0=[], y=[], height=0.7, width=[], brush=(70, 110, 190))
         self.bars_plot.addItem(self.bars)
@@ -108,7 +120,8 @@ class GeneratePage(QWidget):
         self.head.setPrefix("head ")
         for w in (self.mode, self.layer, self.head):
             (w.currentIndexChanged if w is self.mode else w.valueChanged).connect(self._draw_attention)
-        self.sink_plot = _plot("share on the first token (all heads)", "share", "new token")
+        self.sink_plot = _plot(SINK_TITLE, "share", "new token")
+        self.sink_plot.setToolTip("the share of attention on the first token, averaged over every layer and head")
         self.sink_plot.setYRange(0, 1)
         self.sink_curve = self.sink_plot.plot([], [], pen=pg.mkPen((200, 80, 40), width=2), symbol="o", symbolSize=5)
         self.sink_label = QLabel("")
@@ -116,9 +129,15 @@ class GeneratePage(QWidget):
             label.setWordWrap(True)
             label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
 
+        self.empty_hint = QLabel(EMPTY_HINT)
+        self.empty_hint.setWordWrap(True)
+        self.empty_hint.setAlignment(Qt.AlignCenter)
+        self.empty_hint.setStyleSheet("QLabel { color: #555; padding: 24px; }")
+        self.empty_hint.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Ignored)
+
         self._layout()
-        self.session.started.connect(self._clear_views)
-        self.session.cleared.connect(self._clear_views)
+        self.session.started.connect(self._started)
+        self.session.cleared.connect(self._cleared)
         self.session.prompt_ready.connect(self._prompt_ready)
         self.session.step_arrived.connect(self._step)
         self.session.finished.connect(self._finished)
@@ -172,7 +191,10 @@ class GeneratePage(QWidget):
         lay.addLayout(knobs)
         lay.addWidget(self.output)
         lay.addWidget(self.status)
-        lay.addWidget(plots, 1)
+        self.plots_stack = QStackedWidget()  # a hint until the first step is drawn: no axes around nothing
+        self.plots_stack.addWidget(self.empty_hint)
+        self.plots_stack.addWidget(plots)
+        lay.addWidget(self.plots_stack, 1)
 
     # ------------------------------------------------------------------ intent
     @property
@@ -193,6 +215,7 @@ class GeneratePage(QWidget):
     def _temperature_changed(self) -> None:
         t = self.temperature_value
         self.temperature_label.setText("0 (greedy)" if t == 0 else f"{t:.2f}")
+        self.temperature.setToolTip(f"temperature: {temperature_words(t)}")
 
     # ------------------------------------------------------------------ drawing
     def _model_changed(self) -> None:
@@ -220,13 +243,25 @@ class GeneratePage(QWidget):
         self.prompt.setEnabled(self.session.can_generate)
         self.stop_button.setEnabled(self.session.running)
 
+    def _started(self) -> None:
+        self._clear_views()
+        self.empty_hint.setText("Generating: the first token is on its way.")
+
+    def _cleared(self, note: str) -> None:
+        self._clear_views()
+        self.status.setText(note)
+
     def _clear_views(self) -> None:
+        """Everything drawn goes, titles included, and the plots give way to the hint."""
         self.output.setPlainText("")
         self.status.setText("")
         self.bars.setOpts(x0=[], y=[], width=[])
         self.bars_plot.getAxis("left").setTicks([[]])
+        self.bars_plot.setTitle(BARS_TITLE, color="k", size="9pt")
         self.image.clear()
         self.attn_plot.setTitle("")
+        self.empty_hint.setText(EMPTY_HINT)
+        self.plots_stack.setCurrentWidget(self.empty_hint)
         self.sink_curve.setData([], [])
         self.sink_label.setText("")
         self._sync_buttons()
@@ -235,6 +270,7 @@ class GeneratePage(QWidget):
         self.status.setText(f"prompt: {len(prompt.ids)} tokens; generating…")
 
     def _step(self, step) -> None:
+        self.plots_stack.setCurrentIndex(1)
         cursor = self.output.textCursor()
         cursor.movePosition(cursor.MoveOperation.End)
         cursor.insertText(step.text)
@@ -245,8 +281,7 @@ class GeneratePage(QWidget):
         self.bars_plot.setXRange(0, max(1e-3, max(step.top_probs[:k], default=1.0)) * 1.05)
         self.bars_plot.setYRange(-0.5, k - 0.5)
         t = self.session.temperature  # the one this generation uses, not the slider's now
-        self.bars_plot.setTitle(f"step {step.index + 1}: next token, {'T = 1 (greedy)' if t == 0 else f'T = {t:.2f}'}",
-                                color="k", size="9pt")
+        self.bars_plot.setTitle(f"step {step.index + 1}: {temperature_words(t)}", color="k", size="9pt")
         sink = self.session.sink
         self.sink_curve.setData(np.arange(1, len(sink) + 1), np.asarray(sink))
         self.sink_label.setText(f"step {len(sink)}: {sink[-1]:.0%} of the attention is on the first token "
@@ -273,7 +308,7 @@ class GeneratePage(QWidget):
         vb.setRange(xRange=(0, m.shape[1]), yRange=(0, m.shape[0]), padding=0)
         if by_head:
             self.attn_plot.setLabel("left", "new token (step)")
-            self.attn_plot.setTitle(f"L{self.layer.value()} H{self.head.value()}: each new token's row", color="k",
+            self.attn_plot.setTitle(f"L{self.layer.value()} H{self.head.value()}: each step's row", color="k",
                                     size="9pt")
         else:
             self.attn_plot.setLabel("left", "layer × head")
@@ -282,8 +317,8 @@ class GeneratePage(QWidget):
     def _finished(self, how: str) -> None:
         n = len(self.session.steps)
         tokens = f"{n} token{'' if n == 1 else 's'}"
-        if how == "stopped":
-            self.status.setText(f"stopped after {tokens}")
+        if how.startswith("stopped"):
+            self.status.setText(f"stopped after {tokens}{how[len('stopped'):]}")
         elif how == "done":
             self.status.setText(f"done: {tokens}" + (
                 f"; last step {self.session.steps[-1].ms:.0f} ms" if self.session.steps else ""))
