@@ -28,8 +28,40 @@ INTRO = (
 )
 SCALED, UNSCALED = "#1f77b4", "#d62728"
 SIDE_BY_SIDE_PX = 900
+DIMS_UNLABELLED = (8, 32, 128, 512)
 LANE = "lesson-scaling"
 COLUMNS = ["d_k", "spread ÷√d_k", "spread", "entropy ÷√d_k", "entropy", "gradient ÷√d_k", "gradient"]
+
+
+D_K_LABELLED = (4, 16, 64, 256, 1024)  # every other d_k: the labels fit beside the side panels at 1024 px
+MAX_Y_LABELS = 6
+
+
+def number_label(v: float) -> str:
+    """A tick label in plain numbers: 0.5, 2, 30, or 1e-6 far from 1 (never 10¹ or 3·10¹)."""
+    if 1e-3 <= v < 1e4:
+        return f"{v:g}"
+    exp = int(np.floor(np.log10(v)))
+    mant = round(v / 10 ** exp)
+    return f"1e{exp}" if mant == 1 else f"{mant}e{exp}"
+
+
+def log_ticks(lo: float, hi: float, most: int = MAX_Y_LABELS) -> list[list[tuple[float, str]]]:
+    """pyqtgraph ticks (log10 positions) for a log axis over [lo, hi]: labelled 1-2-5 steps, or whole
+    decades, or every k-th decade, whichever gives at most `most` labels; the rest unlabelled."""
+    lo, hi = max(lo, 1e-300), max(hi, lo * 10)
+    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    for mantissas in ((1, 2, 5), (1,)):
+        values = [m * 10.0 ** e for e in range(first, last + 1) for m in mantissas]
+        values = [v for v in values if lo / 1.05 <= v <= hi * 1.05]
+        if 2 <= len(values) <= most:
+            break
+    else:
+        decades = [10.0 ** e for e in range(first, last + 1)]
+        step = int(np.ceil(len(decades) / most))
+        values = decades[::step]
+    major = [(float(np.log10(v)), number_label(v)) for v in values]
+    return [major, []]
 
 
 def _plot(title: str, y_label: str, log_y: bool, legend_at: tuple[int, int]) -> pg.PlotWidget:
@@ -42,6 +74,8 @@ def _plot(title: str, y_label: str, log_y: bool, legend_at: tuple[int, int]) -> 
     p.addLegend(offset=legend_at, labelTextSize="8pt")
     p.setLogMode(x=True, y=log_y)
     p.setLabel("bottom", "d_k (log scale)")
+    p.getAxis("bottom").setTicks([[(float(np.log10(d)), str(d)) for d in D_K_LABELLED],
+                                  [(float(np.log10(d)), "") for d in DIMS_UNLABELLED]])
     p.setLabel("left", y_label)
     p.showGrid(x=True, y=True, alpha=0.25)
     p.setMouseEnabled(False, False)
@@ -147,6 +181,9 @@ class LessonPage(QWidget):
             for ys, colour, name in ((curve.scaled, SCALED, "÷√d_k"), (curve.unscaled, UNSCALED, "not scaled")):
                 p.plot(x, np.maximum(ys, floor), pen=pg.mkPen(colour, width=2), symbol="o", symbolSize=6,
                        symbolBrush=colour, symbolPen=None, name=name)
+            if log_y:  # readable labels, as many as fit, in plain numbers
+                ys = np.maximum(np.concatenate([curve.scaled, curve.unscaled]), floor)
+                p.getAxis("left").setTicks(log_ticks(float(ys.min()), float(ys.max())))
             if w is self.entropy_plot:
                 top = pg.InfiniteLine(c.max_entropy, angle=0, pen=pg.mkPen("#777", style=Qt.DashLine),
                                       label=f"most: log₂ {c.num_keys} = {c.max_entropy:.2f}",
@@ -154,7 +191,9 @@ class LessonPage(QWidget):
                 p.addItem(top)
                 p.setYRange(0, c.max_entropy * 1.08, padding=0)
             else:
-                p.enableAutoRange()
+                p.enableAutoRange(axis="y")
+            # room for the first and last d_k labels (log10 positions: the axis is in log mode)
+            p.setXRange(float(np.log10(x.min() / 1.6)), float(np.log10(x.max() * 2.0)), padding=0)
 
     def _fill_table(self, c) -> None:
         rows = [c.dims, c.spread.scaled, c.spread.unscaled, c.entropy.scaled, c.entropy.unscaled,
