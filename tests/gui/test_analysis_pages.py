@@ -238,7 +238,9 @@ def test_overview_head_numbers_do_not_overlap_at_1024_by_700(make_window, qtbot)
     page = w.pages["overview"]
     qtbot.waitUntil(lambda: page.stats is not None and page.stack.currentWidget() is page.canvas, timeout=30000)
     qtbot.wait(50)  # one layout pass after the resize
+    shown = page.canvas.mapToScene(page.canvas.viewport().rect()).boundingRect()
     for name, p in page.plots.items():
+        assert shown.contains(p.sceneBoundingRect()), (name, p.sceneBoundingRect(), shown)  # colour bar included
         axis = p.getAxis("bottom")
         drawn = axis.drawn_labels()
         fm = QFontMetrics(axis._font())

@@ -16,8 +16,9 @@ from attn_explorer.session.analysis import findings, head_stats_job
 from attn_explorer.session.state import SessionState
 
 GRIDS = ("entropy", "sink", "distance", "prev", "next")
-TITLES = {"entropy": "entropy (bits)", "sink": "on [CLS]/[SEP]/first", "distance": "distance",
-          "prev": "top key: previous", "next": "top key: next"}
+# short: a plot is at least as wide as its title, and three grids share 600 px at 1024×700
+TITLES = {"entropy": "entropy (bits)", "sink": "on special/first", "distance": "distance",
+          "prev": "previous token", "next": "next token"}  # the rows whose top key is that token
 HINT = "Hover a cell for its value; click it to open that head."
 
 
@@ -92,7 +93,7 @@ class HeadOverviewPage(AnalysisPage):
             self.bars[name].setColorMap(cmap)
             self.bars[name].setLevels(values=levels)
             p = self.plots[name]
-            p.setTitle(TITLES[name] + (f" ({s.distance_unit})" if name == "distance" else ""), size="10pt")
+            p.setTitle(TITLES[name] + (f" ({s.distance_unit})" if name == "distance" else ""), size="9pt")
             p.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
             label_cells(p, L, H)
         self._mark()
