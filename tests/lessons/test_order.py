@@ -53,3 +53,28 @@ def test_encoding_table_and_similarity_are_core_sinusoids():
     assert sim[5, 6] > sim[5, 15]  # near positions are more alike than far ones
     with pytest.raises(UserError):
         order.encoding_table(10, 7)
+
+
+def test_the_textbook_models_are_their_seeds_even_while_a_load_skips_init():
+    """A load swaps torch.nn.init for no-ops while it builds (hub.built.skip_init), process-wide: a lesson
+    model built then in another thread kept garbage weights, and the order lesson showed "nan"."""
+    import threading
+
+    from attn_explorer.hub.built import skip_init
+
+    want = order.shuffle_check(order.DEFAULT_TEXT, seed=0)
+    order.textbook.cache_clear()
+    inside, leave = threading.Event(), threading.Event()
+
+    def loading():
+        with skip_init():
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=loading)
+    t.start()
+    inside.wait(10)
+    threading.Timer(0.3, leave.set).start()  # the load ends a little later
+    got = order.shuffle_check(order.DEFAULT_TEXT, seed=0)
+    t.join()
+    assert got.diff_nopos == want.diff_nopos and got.diff_pos == want.diff_pos
