@@ -263,3 +263,14 @@ def test_head_search_list_is_not_clipped_at_1024_by_700(make_window, qtbot):
     fm = lst.fontMetrics()
     for i in range(lst.count()):
         assert fm.horizontalAdvance(lst.item(i).text()) < room, (lst.item(i).text(), room)
+
+
+def test_value_norms_maps_and_bars_fit_1024_by_700(make_window, qtbot):
+    w = make_window(model="minilm", text=TEXT, view="norms")
+    w.resize(1024, 700)
+    page = w.pages["norms"]
+    qtbot.waitUntil(lambda: page.shown is not None, timeout=30000)
+    qtbot.wait(50)
+    shown = page.canvas.mapToScene(page.canvas.viewport().rect()).boundingRect()
+    for p in (page.raw.plot, page.norm.plot, page.bars_plot):
+        assert shown.contains(p.sceneBoundingRect()), (p.sceneBoundingRect(), shown)

@@ -23,8 +23,7 @@ class NormsPage(AnalysisPage):
         super().__init__(state, parent)
         self.raw = HeatPanel(self.canvas, 0, 0, state.colormap, "weight α")
         self.norm = HeatPanel(self.canvas, 0, 1, state.colormap, "‖α f(x)‖")
-        for p in (self.raw, self.norm):
-            p.plot.setLabel("left", "query")
+        self.raw.plot.setLabel("left", "query")  # one axis title: the right map's rows are the same queries
         self.bar_axis = TokenAxis("bottom", rotate=True)
         self.bars_plot = self.canvas.addPlot(row=1, col=0, colspan=2, axisItems={"bottom": self.bar_axis})
         self.bars_plot.setMenuEnabled(False)

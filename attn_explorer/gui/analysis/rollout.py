@@ -50,6 +50,7 @@ class RolloutPage(AnalysisPage):
         self.picture.addItem(self.picture_img)
         self.pic_bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(state.colormap), interactive=False, width=12)
         self.pic_bar.axis.enableAutoSIPrefix(False)
+        self.pic_bar.axis.setWidth(None)  # wide enough for "0.007" and the title beside it
         set_bar_label(self.pic_bar, "rollout")
         self.canvas.addItem(self.pic_bar, row=0, col=2)
         self.finish_layout(bar)
