@@ -131,15 +131,18 @@ class GenerationSession(QObject):
 
     def clear(self) -> None:
         """Forget everything generated (a new model); the note says if a generation was cut short."""
+        had = len(self.steps)
         self.stop(report=False)
         self._reset()
+        info = self.state.info
+        new = f" ({info.name})" if info is not None else ""
         note = ""
         if self._interrupted is not None:
-            old, n = self._interrupted
-            info = self.state.info
-            new = f" ({info.name})" if info is not None and info.name != old else ""
+            n = self._interrupted[1]
             note = (f"Another model{new} was loaded: the generation stopped after {n} token{'' if n == 1 else 's'}, "
                     "and what it wrote is cleared (it came from the old model).")
+        elif had:
+            note = f"Another model{new} was loaded: what the old model wrote is cleared."
         self._interrupted = None
         self.cleared.emit(note)
 

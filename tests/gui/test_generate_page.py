@@ -92,6 +92,7 @@ def test_an_encoder_gets_a_plain_notice(make_window, qtbot):
     window = make_window(model="textbook")
     page = _page(window)
     assert "encoder" in page.notice.text() and "smollm2-135m" in page.notice.text()
+    assert page.empty_hint.text() == "Generation needs a decoder: load one above."  # not "Press Generate"
     assert page.load_button.isVisible() and not page.generate_button.isEnabled()
     page.generate()
     assert page.session.steps == [] and not page.session.running
@@ -109,6 +110,8 @@ def test_a_new_model_clears_what_was_generated(make_window, llama_folder, qtbot)
     window.state.load_model("textbook")
     qtbot.waitUntil(lambda: window.state.info.name == "textbook", timeout=30000)
     assert page.output.toPlainText() == "" and page.image.image is None and page.session.steps == []
+    assert page.status.text() == "Another model (textbook) was loaded: what the old model wrote is cleared."
+    assert page.bars_plot.plotItem.titleLabel.text == "next token"  # no step title over empty bars
     assert len(page.sink_curve.getData()[0] if page.sink_curve.getData()[0] is not None else []) == 0
     assert "encoder" in page.notice.text()
 

@@ -231,6 +231,8 @@ class GeneratePage(QWidget):
             self.notice.setText(f"{info.name}: {info.num_layers} layers × {info.num_heads} heads, decoder."
                                 + (f" {info.note}" if info.note else ""))
         self.load_button.setVisible(info is not None and not ok)
+        if self.plots_stack.currentWidget() is self.empty_hint and not self.session.running:
+            self.empty_hint.setText(self._hint())
         if info is not None and ok:
             self.layer.setRange(0, info.num_layers - 1)
             self.head.setRange(0, info.num_heads - 1)
@@ -242,6 +244,9 @@ class GeneratePage(QWidget):
         self.generate_button.setEnabled(ok)
         self.prompt.setEnabled(self.session.can_generate)
         self.stop_button.setEnabled(self.session.running)
+
+    def _hint(self) -> str:
+        return EMPTY_HINT if self.session.can_generate else "Generation needs a decoder: load one above."
 
     def _started(self) -> None:
         self._clear_views()
@@ -260,7 +265,7 @@ class GeneratePage(QWidget):
         self.bars_plot.setTitle(BARS_TITLE, color="k", size="9pt")
         self.image.clear()
         self.attn_plot.setTitle("")
-        self.empty_hint.setText(EMPTY_HINT)
+        self.empty_hint.setText(self._hint())
         self.plots_stack.setCurrentWidget(self.empty_hint)
         self.sink_curve.setData([], [])
         self.sink_label.setText("")
