@@ -54,9 +54,29 @@ def test_sampling_is_repeatable_with_a_seed_and_respects_top_k(model):
     a = [s.token_id for s in model.generate("Attention lets", 8, temperature=1.5, seed=3)]
     b = [s.token_id for s in model.generate("Attention lets", 8, temperature=1.5, seed=3)]
     assert a == b
-    for s in model.generate("Attention lets", 8, temperature=2.0, top_k=3, seed=4):
+    g = model.generate("Attention lets", 8, temperature=2.0, top_k=3, seed=4)
+    n0 = len(g.prompt_ids)
+    steps = list(g)
+    with torch.inference_mode():  # the model's own logits at each query that chose a token
+        logits = model.module.logits(model.module(input_ids=torch.tensor([g.ids])).hidden[0])
+    for s in steps:
         assert len(s.top_ids) == 3 and s.token_id in s.top_ids
         assert abs(sum(s.top_probs) - 1.0) < 1e-5  # renormalised over the top 3
+        want = logits[n0 + s.index - 1].topk(3)  # all three kept, none of them with probability 0
+        assert s.top_ids == want.indices.tolist()
+        np.testing.assert_allclose(s.top_probs, torch.softmax(want.values / 2.0, -1).numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7])
+def test_top_k_keeps_exactly_k_tokens(model, k):
+    """The distribution sampled from has exactly k tokens with any probability: the k largest logits,
+    softmax(logits / T) over them; not k − 1, not k + 1."""
+    g = model.generate("Attention lets", 1, temperature=0.5, top_k=k, seed=0)
+    logits = torch.tensor([0.3, 2.0, -1.0, 1.5, 0.9, -0.2, 1.1, 0.0, 0.6, -3.0])
+    p = g.distribution(logits)
+    kept = torch.nonzero(p).flatten()
+    assert sorted(kept.tolist()) == sorted(logits.topk(k).indices.tolist())
+    torch.testing.assert_close(p[kept], torch.softmax(logits[kept] / 0.5, -1))
 
 
 def test_sampling_leaves_torch_global_random_state_alone(model):
