@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -64,7 +65,8 @@ def test_impossible_sizes_in_config_json(tmp_path, change, words):
 def test_integer_tensors_in_safetensors(tmp_path, dtype):
     tensors = {k: (v > 0) if dtype is np.bool_ else v.astype(dtype) for k, v in mk.bert_tensors().items()}
     message = refused(mk.bert_folder(tmp_path / "m", tensors=tensors), "floating-point")
-    assert f"holds {np.dtype(dtype).name}" in message and "weight" in message or "bias" in message
+    # the tensor's name, then its dtype (before, `A and B or "bias" in message` passed on any bias name)
+    assert re.search(rf"tensor '[\w.]+\.(weight|bias)' holds {np.dtype(dtype).name};", message), message
 
 
 @pytest.mark.parametrize("config_text, words", [
