@@ -1,10 +1,13 @@
 """The cost lab's session object: it runs the measuring sweep and the model-q/k/v comparison in
 workers and hands the Cost page plain data. No widgets here.
 
-The sweep is `cost.measure.sweep`, a generator run through `workers.launch`: each yielded
-Measurement arrives as `point_measured` (a dict), each yielded Progress as `progressed` with the
-estimated time left. Quitting the worker stops the generator at its next yield, which comes before
-every call.
+The sweep is `cost.measure.sweep`, a generator run in the side-job lane "cost-sweep" (no model), and
+the q/k/v comparison a job in the lane "cost-qkv" (on the model): the session's lanes (`Runner.submit`),
+or this object's own Runner when it has no session. Each yielded Measurement arrives as
+`point_measured` (a dict), each yielded Progress as `progressed` with the estimated time left.
+Cancelling the lane stops the generator at its next yield, which comes before every call, and drops
+whatever is still on its way; `sweep_finished("cancelled")` is said at once. Newest wins in a lane, so
+a sweep started right after a cancel waits for the cancelled call to end instead of timing beside it.
 
 The page may not import cost/ (import-linter: the GUI never touches the floors below the session),
 so what it needs from there (the variant registry, the memory guard and budget, fits, the noise
@@ -23,7 +26,7 @@ from attn_explorer.cost.fit import FIT_RULE, noise_verdict, slopes
 from attn_explorer.cost.fit import GROWTH as FIT_GROWTH
 from attn_explorer.cost.memory import default_budget, human_bytes, matrix_bytes
 from attn_explorer.errors import UserError
-from attn_explorer.session.workers import launch
+from attn_explorer.session.runner import Runner, Task
 
 __all__ = ["CostSweep", "VARIANTS", "FIT_RULE", "FIT_GROWTH", "human_bytes", "human_seconds", "matrix_bytes", "fitted_slopes",
            "noise_line", "largest_fitting_n", "budget_bytes", "estimate_seconds"]
@@ -34,6 +37,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     for v in _variants.VARIANTS.values()
 }
 QKV_REPEATS = 5
+SWEEP_LANE = "cost-sweep"
+QKV_LANE = "cost-qkv"
 
 _budgets: dict[str, int] = {}
 
@@ -133,9 +138,9 @@ class CostSweep(QObject):
         super().__init__(parent)
         self.state = state
         self._probe = probe
-        self._worker: Any = None
-        self._outcome = "done"
-        self._qkv_worker: Any = None
+        self._runner: Runner = state.runner if state is not None else Runner(self)
+        self._running = False  # a sweep of ours is measuring (a cancelled one is not, even while its call ends)
+        self._measuring_qkv = False
         self._qkv_key: tuple | None = None  # what the comparison in flight or on screen was taken from
         self.qkv_result: dict | None = None
         if state is not None:
@@ -146,27 +151,32 @@ class CostSweep(QObject):
 
     @property
     def is_running(self) -> bool:
-        return self._worker is not None
+        return self._running
+
+    @property
+    def busy(self) -> bool:
+        """A sweep job is still in the pool (a cancelled one ends at its next call)."""
+        return self._runner.lane_busy(SWEEP_LANE)
 
     def start(self, settings: dict) -> bool:
         """Start measuring; settings are SweepConfig fields. False if a sweep is already running."""
-        if self._worker is not None:
+        if self._running:
             return False
-        self._outcome = "done"
-        self._worker = launch(_sweep_job, dict(settings), on_yield=self._yielded, on_error=self._failed,
-                              on_finished=self._finished)
+        self._running = True
+        self._runner.submit(SWEEP_LANE, Task(_sweep_job, (dict(settings),), on_yield=self._yielded,
+                                             on_result=lambda _none: self._end("done"),
+                                             on_error=lambda message: self._end(f"failed: {message}")),
+                            uses_model=False)
         self.sweep_started.emit()
         return True
 
     def cancel(self) -> None:
-        """Stop before the next call (a kernel cannot be interrupted halfway)."""
-        if self._worker is not None:
-            self._outcome = "cancelled"
-            self._worker.quit()
+        """Stop before the next call (a kernel cannot be interrupted halfway); nothing more arrives."""
+        if self._running:
+            self._runner.cancel_lane(SWEEP_LANE)
+            self._end("cancelled")
 
     def _yielded(self, item: tuple[str, dict]) -> None:
-        if self._outcome == "cancelled":
-            return  # queued before the quit: the user no longer wants it
         kind, data = item
         if kind == "point":
             self.point_measured.emit(data)
@@ -174,12 +184,9 @@ class CostSweep(QObject):
             left = human_seconds(data["eta_s"])
             self.progressed.emit(data["done"] / max(1, data["total"]), data["message"], f"{left} left" if left else "")
 
-    def _failed(self, message: str) -> None:
-        self._outcome = f"failed: {message}"
-
-    def _finished(self) -> None:
-        self._worker = None
-        self.sweep_finished.emit(self._outcome)
+    def _end(self, outcome: str) -> None:
+        self._running = False
+        self.sweep_finished.emit(outcome)
 
     # --- the model's own q, k, v ----------------------------------------------------------
 
@@ -202,21 +209,22 @@ class CostSweep(QObject):
     def measure_qkv(self, settings: dict) -> bool:
         """Measure settings["impls"] on the current layer's q, k, v for the current input."""
         t = self._target()
-        if t is None or self._qkv_worker is not None:
+        if t is None or self.measuring_qkv:
             return False
         s = self.state
         x, run_kw = s.run_input()
         self._qkv_key = t[0]
-        self._qkv_worker = launch(_qkv_job, s._model, x, run_kw, s.layer, bool(s.info.causal), dict(settings), self._probe,
-                                  on_result=self._qkv_done, on_error=self._qkv_error,
-                                  on_finished=self._qkv_finished)
-        return True
+        self._measuring_qkv = s.submit(_qkv_job, x, run_kw, s.layer, bool(s.info.causal), dict(settings), self._probe,
+                                       key=QKV_LANE, on_result=self._qkv_done, on_error=self._qkv_error)
+        return self._measuring_qkv
 
     @property
     def measuring_qkv(self) -> bool:
-        return self._qkv_worker is not None
+        """A comparison is on its way (one whose answer a load dropped is not, once its job ends)."""
+        return self._measuring_qkv and self._runner.lane_busy(QKV_LANE)
 
     def _qkv_done(self, result: dict) -> None:
+        self._measuring_qkv = False
         t = self._target()
         if t is None or t[0] != self._qkv_key:
             return  # the model, input or layer changed while it ran: it describes nothing on screen
@@ -224,10 +232,8 @@ class CostSweep(QObject):
         self.qkv_measured.emit(self.qkv_result)
 
     def _qkv_error(self, message: str) -> None:
+        self._measuring_qkv = False
         self.qkv_failed.emit(message)
-
-    def _qkv_finished(self) -> None:
-        self._qkv_worker = None
 
     def _state_changed(self, *_: Any) -> None:
         t = self._target()
@@ -244,12 +250,10 @@ class CostSweep(QObject):
 
         from PySide6.QtCore import QCoreApplication
 
-        if self._worker is not None:
-            self._outcome = "cancelled"
-        for w in (self._worker, self._qkv_worker):
-            if w is not None:
-                w.quit()
+        self._running = self._measuring_qkv = False
+        for lane in (SWEEP_LANE, QKV_LANE):
+            self._runner.cancel_lane(lane)
         deadline = time.monotonic() + wait_ms / 1000
-        while (self._worker is not None or self._qkv_worker is not None) and time.monotonic() < deadline:
+        while any(self._runner.lane_busy(k) for k in (SWEEP_LANE, QKV_LANE)) and time.monotonic() < deadline:
             QCoreApplication.processEvents()  # their finished signals are queued to this thread
             time.sleep(0.01)

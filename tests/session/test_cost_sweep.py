@@ -37,10 +37,24 @@ def test_cancel_ends_the_sweep_as_cancelled(qtbot):
         sweep.start(SMALL | {"ns": [64, 128, 256, 512, 1024, 2048, 4096], "repeats": 5})
     with qtbot.waitSignal(sweep.sweep_finished, timeout=30000) as done:
         sweep.cancel()
-    assert done.args == ["cancelled"]
+    assert done.args == ["cancelled"] and not sweep.is_running
     kept = len(points)
-    qtbot.wait(200)
+    qtbot.waitUntil(lambda: not sweep.busy, timeout=30000)  # the call in flight ended: whatever it made is dropped
     assert len(points) == kept < 14
+
+
+def test_the_sweep_and_the_comparison_run_in_the_session_lanes(qtbot, loaded):
+    state = loaded
+    sweep = CostSweep(state)
+    with qtbot.waitSignal(sweep.sweep_finished, timeout=30000) as done:
+        assert sweep.start(SMALL | {"ns": [32, 64]})
+        assert state.job_busy("cost-sweep")
+    assert done.args == ["done"]
+    qtbot.waitUntil(lambda: not state.job_busy("cost-sweep"), timeout=30000)
+    with qtbot.waitSignal(sweep.qkv_measured, timeout=30000):
+        assert sweep.measure_qkv({"impls": ["naive", "window"], "window": 2})
+        assert state.job_busy("cost-qkv") and sweep.measuring_qkv
+    assert not sweep.measuring_qkv
 
 
 def test_bad_settings_end_as_one_failed_line(qtbot):
@@ -89,8 +103,7 @@ def test_a_comparison_that_finishes_after_the_layer_changed_is_dropped(qtbot, lo
     assert sweep.measure_qkv({"impls": ["naive", "window"], "window": 2})
     state.select(layer=1)  # the user moves on while it runs
     release.set()
-    qtbot.waitUntil(lambda: not sweep.measuring_qkv, timeout=30000)
-    qtbot.wait(100)
+    qtbot.waitUntil(lambda: not state.job_busy("cost-qkv"), timeout=30000)  # its answer has come and gone
     assert measured == [] and sweep.qkv_result is None  # it would describe layer 0, which is no longer shown
 
     assert sweep.measure_qkv({"impls": ["naive", "window"], "window": 2})

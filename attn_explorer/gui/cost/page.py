@@ -312,6 +312,7 @@ class CostPage(QWidget):
             self.status_label.setText("Tick at least one variant.")
             return False
         ns = list(ns) if ns is not None else self.n_values
+        after = " (after the cancelled call ends)" if self.sweep.busy else ""
         if not self.sweep.start(self.settings(ns)):
             return False
         self.run_button.setEnabled(False)
@@ -319,18 +320,14 @@ class CostPage(QWidget):
         self.cancel_button.setEnabled(True)
         self.progress_bar.setValue(0)
         self.eta_label.setText("")
-        self.status_label.setText(f"measuring n = {ns[0]:,}…" if len(ns) == 1 else
-                                  f"measuring n = {ns[0]:,} … {ns[-1]:,}")
+        self.status_label.setText((f"measuring n = {ns[0]:,}…" if len(ns) == 1 else
+                                   f"measuring n = {ns[0]:,} … {ns[-1]:,}") + after)
         self.sweep_started.emit()
         return True
 
     def cancel(self) -> None:
         """Stop before the next call (a kernel cannot be interrupted halfway)."""
-        if self.is_running:
-            self.sweep.cancel()
-            self.cancel_button.setEnabled(False)
-            self.status_label.setText("cancelling after the current call…")
-            self.eta_label.setText("")
+        self.sweep.cancel()  # sweep_finished("cancelled") follows at once; the call in flight ends on its own
 
     def measure_qkv(self) -> bool:
         """Measure the ticked variants on the loaded model's q, k, v (selected layer, input on screen)."""
