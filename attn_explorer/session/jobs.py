@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from attn_explorer.api.result import ModelInfo, RunResult
+from attn_explorer.budget import attention_maps_bytes, human_bytes
 
 DEFAULT_TEXT_MODEL = "minilm"
 # torch's intra-op threads for every model job: every core but one, which stays with the GUI thread.
@@ -42,6 +43,24 @@ class Ran:
     started: float  # perf_counter when the job began
     forward_done: float  # perf_counter when Model.run returned (forward pass, tokenising, copy-out)
     ended: float  # perf_counter when the mosaic was ready
+    fit_tokens: int | None = None  # text: the most tokens whose maps fit in memory now (None: no limit known)
+    cut: str = ""  # why the text was cut, in words, when it was ("" when nothing was cut)
+
+
+def memory_budget(device: Any) -> int:
+    """Bytes a run's attention maps may take now (the rule Model.run refuses by; tests replace it)."""
+    from attn_explorer.budget import default_budget
+
+    return default_budget(device)
+
+
+def fit_tokens(info: ModelInfo, budget: int, elem: int = 4) -> int:
+    """The most tokens whose L·H·n²·elem bytes of attention maps fit in `budget`."""
+    per = max(1, info.num_layers * info.num_heads * elem)
+    n = int((max(0, budget) / per) ** 0.5)
+    while n > 0 and attention_maps_bytes(n, info.num_layers, info.num_heads, elem=elem) > budget:
+        n -= 1
+    return n
 
 
 def configure_torch(threads: int = TORCH_THREADS) -> None:
@@ -83,13 +102,38 @@ def pool_job(r: RunResult, hide_special: bool = False) -> Any:
 
 
 def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran:
-    """Run the model and pool its attention for the grid, in the same worker job."""
+    """Run the model and pool its attention for the grid, in the same worker job.
+
+    Text longer than the memory allows (all L·H·n² maps are kept) is cut to the first tokens that fit,
+    with a note, instead of being refused: a model switch carries a long text over this way."""
     configure_torch()
     t0 = time.perf_counter()
+    info: ModelInfo = model.info
+    fit, budget, limit = None, 0, None
+    if info.modality == "text":
+        dtype = getattr(model, "dtype", None)
+        elem = int(getattr(dtype, "itemsize", 4) or 4)
+        budget = memory_budget(info.device)
+        fit = fit_tokens(info, budget, elem)
+        asked = kwargs.get("max_tokens") or info.max_positions
+        if fit < min(asked, info.max_positions):
+            limit = max(fit, info.min_tokens)
+            kwargs = {**kwargs, "max_tokens": limit}
     r = model.run(x, **kwargs)
     t1 = time.perf_counter()
+    cut = ""
+    if r.grid is None and r.total_tokens > r.num_tokens:
+        if limit is not None and r.num_tokens == limit:
+            cut = (f"the attention maps of more than {limit:,} tokens would not fit in the "
+                   f"{human_bytes(budget)} of memory that can be spared now")
+            r.notes = [n for n in r.notes if not n.startswith("input truncated")] + [
+                f"input cut to its first {limit:,} of {r.total_tokens:,} tokens: {cut}"]
+        elif kwargs.get("max_tokens") is not None and r.num_tokens == kwargs["max_tokens"] < info.max_positions:
+            cut = "the n slider"
+        else:
+            cut = f"{info.name} reads at most {info.max_positions:,} tokens"
     grid = pool_job(r, hide_special)
-    return Ran(result=r, grid=grid, started=t0, forward_done=t1, ended=time.perf_counter())
+    return Ran(result=r, grid=grid, started=t0, forward_done=t1, ended=time.perf_counter(), fit_tokens=fit, cut=cut)
 
 
 def sweep_job(model: Any, x: Any, kw: dict, want: int, reps: int) -> tuple[int, float, bool]:

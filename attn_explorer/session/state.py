@@ -1,11 +1,13 @@
-"""The session: which model is open, what input it sees, what the views have selected.
+"""The session: which model is open, and the jobs that load and run it (the job façade).
 
-`SessionState` is the one QObject that views read and write, through its past-tense signals. It
-holds the model only as a handle for the next job: loading and running go through its `Runner` (one
-model job at a time, newest request first, stale results dropped), and the n sweep is an `NSweep`
-whose steps the runner fits in between runs. Only `ModelInfo`, `RunResult` and the grid's already
-pooled mosaic (`grid_image`) come back, as NumPy arrays and plain data. The model package itself
-(and with it torch) is imported inside the jobs, so the window can appear before torch is loaded.
+`SessionState` is the one QObject that views read and write, through its past-tense signals. It is
+composed of the input and options (`inputs.InputState`: text or image, d_k, the cut, the selection,
+the view options, each with its signal) and the job façade here: loading and running go through its
+`Runner` (one model job at a time, newest request first, stale results dropped), the n sweep is an
+`NSweep` whose steps the runner fits in between runs, and side jobs run in the runner's lanes (newest
+wins per lane key). Only `ModelInfo`, `RunResult` and the grid's already pooled mosaic (`grid_image`)
+come back, as NumPy arrays and plain data. The model package itself (and with it torch) is imported
+inside the jobs, so the window can appear before torch is loaded.
 """
 from __future__ import annotations
 
@@ -16,30 +18,25 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attn_explorer.api.result import ModelInfo, RunResult
-from attn_explorer.session.jobs import (DEFAULT_TEXT_MODEL, Loaded, Loader, Ran, default_loader, load_job, pool_job,
-                                        run_job)
+from attn_explorer.api.result import RunResult
+from attn_explorer.session.inputs import DK_MAX, DK_MIN, SAMPLE_TEXT, InputState
+from attn_explorer.session.jobs import Loaded, Loader, Ran, default_loader, load_job, pool_job, run_job
 from attn_explorer.session.runner import Runner, Task
 from attn_explorer.session.sweep import NSweep
 
-__all__ = ["SessionState", "Loaded", "default_loader", "default_query", "sample_images", "first_sample",
-           "SAMPLE_TEXT", "DK_MIN", "DK_MAX"]
-
-SAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
-DK_MIN, DK_MAX = 0.05, 20.0
+__all__ = ["SessionState", "InputState", "Loaded", "default_loader", "default_query", "sample_images",
+           "first_sample", "SAMPLE_TEXT", "DK_MIN", "DK_MAX"]
 
 
-class SessionState(QObject):
-    """Current model, input, result and selection. Views connect to its past-tense signals."""
+class SessionState(InputState):
+    """The input and options (`InputState`) and the jobs that load and run the model. Views connect to
+    its past-tense signals."""
 
     model_loading = Signal(str)  # what is being loaded ("" = the default)
     load_progressed = Signal(float, str)  # fraction, message
     model_loaded = Signal(object)  # ModelInfo
     models_listed = Signal(list)  # [(name, description)] of the built-in models
     attention_ready = Signal(object)  # RunResult, the newest one (its mosaic is `grid_image`)
-    selection_changed = Signal(int, int)  # layer, head
-    query_changed = Signal(int)  # token index of the query
-    options_changed = Signal()  # colormap, log scale, hide specials, overlay alpha
     error_raised = Signal(str)  # one line for the user
     busy_changed = Signal(bool)  # a load or a run is in flight or waiting
     sweep_started = Signal(int)  # number of sequence lengths to measure
@@ -60,29 +57,12 @@ class SessionState(QObject):
         self.sweep.finished.connect(self.sweep_finished)
         self.sweep.failed.connect(self.error_raised)
         self._model: Any = None  # handle for the next job; only worker threads use it
-        self.info: ModelInfo | None = None
-        self.result: RunResult | None = None
         self._grid: tuple[Any, Any] = (None, None)  # (result, its api.display.GridImage): see `grid_image`
         self.builtins: list[tuple[str, str]] = []
-        # input
-        self.text: str = SAMPLE_TEXT
-        self.image: Any = None  # a file path (str) or a PIL image
-        self.input_kind: str = "text"  # "text" or "image"
-        self.last_text_model: str = DEFAULT_TEXT_MODEL
-        # knobs that change the run
-        self.dk_scale: float = 1.0
-        self.dk_layer_only: bool = False
-        self.max_tokens: int | None = None  # text: keep the first n tokens
-        self.image_size: int | None = None  # image: square side in pixels
-        # selection and view options
-        self.layer: int = 0
-        self.head: int = 0
-        self.query: int = 0
-        self._query_chosen = False
-        self.colormap: str = "viridis"
-        self.log_scale: bool = False
-        self.hide_special: bool = False
-        self.alpha: float = 0.55
+        # text: the most tokens whose maps fit in memory (newest run), and why the text on screen was cut
+        self.fit_tokens: int | None = None
+        self.cut_reason: str = ""
+        self.result_asked_at = 0.0  # perf_counter of the request that made `result`
         # measured (n, forward_ms) of the runs shown: the cost plot
         self.timings: list[tuple[int, float]] = []
         # where the time of the newest run went, in ms (benchmarks and the status bar read it)
@@ -154,7 +134,8 @@ class SessionState(QObject):
             self.models_listed.emit(self.builtins)
         self.timings = []
         self.sweep.clear()
-        self.max_tokens = None
+        self.fit_tokens = None
+        self.max_tokens = None  # the new model reads as much of the text as it can (see jobs.run_job)
         self.image_size = None
         # images: start on the last layer, where [CLS] attention outlines objects (as in DINO)
         self.layer = self.info.num_layers - 1 if self.info.modality == "image" else min(self.layer, self.info.num_layers - 1)
@@ -173,125 +154,37 @@ class SessionState(QObject):
     def _on_load_error(self, message: str) -> None:
         self.error_raised.emit(message)  # the old model stays, and so does its view
 
-    # ----------------------------------------------------------------------------- input
-    def set_text(self, text: str) -> None:
-        self.text = text
-        self.input_kind = "text"
-        if self.info is not None and self.info.modality != "text" and not self.runner.loading:
+    # ----------------------------------------------------------------------------- input -> jobs
+    def _input_changed(self, what: str) -> None:
+        """A change of input or knobs (see `InputState`): switch model, clear, re-pool or run."""
+        loading = self.runner.loading
+        if what == "text" and self.info is not None and self.info.modality != "text" and not loading:
             self.load_model(self.last_text_model, want_image=False)
             return
-        self.request_run()
-
-    def set_image(self, image: Any) -> None:
-        """Show an image (a path or a PIL image); switches to the default image model if needed."""
-        self.image = str(image) if isinstance(image, Path) else image
-        self.input_kind = "image"
-        self._query_chosen = False
-        self.query = 0
-        if self.info is not None and self.info.modality != "image" and not self.runner.loading:
+        if what == "image" and self.info is not None and self.info.modality != "image" and not loading:
             self.load_model(None, want_image=True)
             return
+        if what == "text" and not self.has_input:
+            self._clear()
+            return
         self.request_run()
 
-    def set_dk_scale(self, scale: float, layer_only: bool | None = None) -> None:
-        scale = float(min(max(scale, DK_MIN), DK_MAX))
-        if layer_only is not None:
-            self.dk_layer_only = bool(layer_only)
-        if scale == self.dk_scale and layer_only is None:
-            return
-        self.dk_scale = scale
-        self.request_run()
-
-    def set_dk_layer_only(self, only: bool) -> None:
-        if bool(only) != self.dk_layer_only:
-            self.dk_layer_only = bool(only)
-            if self.dk_scale != 1.0:
-                self.request_run()
-
-    def set_max_tokens(self, n: int | None) -> None:
-        total = self.result.total_tokens if self.result is not None and self.result.grid is None else 0
-        if n is not None and total and n >= total:
-            n = None
-        if n != self.max_tokens:
-            self.max_tokens = n
-            self.request_run()
-
-    def set_image_size(self, side: int | None) -> None:
-        if side != self.image_size:
-            self.image_size = side
-            self.request_run()
-
-    # ----------------------------------------------------------------------------- selection
-    def select(self, layer: int | None = None, head: int | None = None) -> None:
-        if self.info is None:
-            return
-        L, H = self.info.num_layers, self.info.num_heads
-        new_layer = self.layer if layer is None else int(layer) % L
-        new_head = self.head if head is None else int(head) % H
-        if (new_layer, new_head) == (self.layer, self.head):
-            return
-        layer_moved = new_layer != self.layer
-        self.layer, self.head = new_layer, new_head
-        self.selection_changed.emit(self.layer, self.head)
-        if layer_moved and self.dk_layer_only and self.dk_scale != 1.0:
-            self.request_run()
-
-    def step_layer(self, delta: int) -> None:
-        if self.info is not None:
-            self.select(layer=max(0, min(self.info.num_layers - 1, self.layer + delta)))
-
-    def step_head(self, delta: int) -> None:
-        if self.info is not None:
-            self.select(head=max(0, min(self.info.num_heads - 1, self.head + delta)))
-
-    def set_query(self, index: int) -> None:
-        n = self.result.num_tokens if self.result is not None else 0
-        if n == 0:
-            return
-        index = int(max(0, min(n - 1, index)))
-        self._query_chosen = True
-        if index != self.query:
-            self.query = index
-            self.query_changed.emit(index)
-
-    def set_options(self, **kw) -> None:
-        """colormap=, log_scale=, hide_special=, alpha=; emits options_changed once."""
-        changed, was_hidden = False, self.hide_special
-        for k, v in kw.items():
-            if not hasattr(self, k) or k not in ("colormap", "log_scale", "hide_special", "alpha"):
-                raise AttributeError(k)
-            if getattr(self, k) != v:
-                setattr(self, k, v)
-                changed = True
-        if changed:
-            self.options_changed.emit()
-        if self.hide_special != was_hidden and self.result is not None:
-            self.request_run()  # the grid's mosaic is pooled without the specials: re-pooled, not re-run
+    def _clear(self) -> None:
+        """The input is empty: drop the run in flight and the result, and say so (`input_cleared`)."""
+        self.runner.cancel()
+        had = self.result is not None
+        self.result = None
+        self._grid = (None, None)
+        self._shown_from = None
+        self.cut_reason = ""
+        if had or self.info is not None:
+            self.input_cleared.emit()
 
     # ----------------------------------------------------------------------------- running
-    def run_input(self) -> tuple[Any, dict]:
-        """What the next run sees: the input object and Model.run keyword arguments."""
-        kw: dict = {"dk_scale": self.dk_scale}
-        if self.dk_layer_only and self.dk_scale != 1.0:
-            kw["dk_layers"] = [self.layer]
-        if self.input_kind == "image":
-            if self.image_size is not None:
-                kw["image_size"] = int(self.image_size)
-            return self.image, kw
-        if self.max_tokens is not None:
-            kw["max_tokens"] = int(self.max_tokens)
-        return self.text, kw
-
     def request_run(self) -> None:
         """Run the current input. Requests made while a job is in flight collapse into one."""
         self._asked_at = time.perf_counter()
         self.runner.request(self._run_task)
-
-    @property
-    def has_input(self) -> bool:
-        """There is something to run: an image, or text with a visible character."""
-        x, _ = self.run_input()
-        return x is not None and not (self.input_kind == "text" and not str(x).strip())
 
     def _run_task(self) -> Task | None:
         """The run, as the runner starts it: the input and model of this moment."""
@@ -322,6 +215,8 @@ class SessionState(QObject):
 
     def _on_ran(self, ran: Ran, asked: float, launched: float, source: tuple) -> None:
         arrived = time.perf_counter()
+        if not self.has_input:
+            return  # the input was cleared after this run started
         r = ran.result
         self._shown_from = source
         self.timings.append((r.num_tokens, float(r.forward_ms)))
@@ -331,6 +226,9 @@ class SessionState(QObject):
         self.query = min(self.query, r.num_tokens - 1)
         self.result = r
         self.grid_image = ran.grid
+        self.result_asked_at = asked
+        self.fit_tokens = ran.fit_tokens
+        self.cut_reason = ran.cut
         self.ready_at = arrived  # the GUI's share starts here
         forward = float(r.forward_ms)
         self.run_timing = {"waited": (launched - asked) * 1000,  # behind another job

@@ -136,3 +136,84 @@ def test_loaded_model_with_empty_text_says_so_not_loading(make_window, qtbot):
         assert "Loading" not in msg and "type or paste some text" in msg, (name, msg)
     assert "is loaded" in w.grid.title.text()
     assert "Loading" not in w.dk_panel.readout.text()
+
+
+def test_the_text_box_follows_the_sessions_text_and_keeps_the_next_keystroke(make_window, qtbot):
+    """A lesson's "Use the primer's sentence" calls state.set_text: the box shows it, and typing goes on from it."""
+    from PySide6.QtCore import Qt
+
+    w = make_window(model="textbook")
+    st, box = w.state, w.input_panel.text
+    st.set_text("the cat sat")
+    assert box.toPlainText() == "the cat sat"
+    qtbot.waitUntil(lambda: st.result.tokens == ["the", "cat", "sat"] and not st.busy, timeout=20000)
+    box.setFocus()
+    box.moveCursor(box.textCursor().MoveOperation.End)
+    qtbot.keyClicks(box, " down")
+    qtbot.waitUntil(lambda: st.text == "the cat sat down", timeout=5000)  # the box's own edit, sent once
+    assert box.toPlainText() == "the cat sat down" and box.textCursor().position() == len("the cat sat down")
+    qtbot.waitUntil(lambda: st.result.tokens[-1] == "down" and not st.busy, timeout=20000)
+    cursor = box.textCursor()
+    cursor.setPosition(3)  # typing in the middle: the session's echo must not move the cursor
+    box.setTextCursor(cursor)
+    qtbot.keyClick(box, Qt.Key_X)
+    qtbot.waitUntil(lambda: st.text == "thex cat sat down", timeout=5000)
+    assert box.textCursor().position() == 4
+
+
+def test_clearing_the_text_shows_the_empty_state_everywhere(make_window, qtbot):
+    w = make_window(model="textbook", view="grid")
+    st = w.state
+    qtbot.waitUntil(lambda: "tokens" in w.input_panel.current.text() and not st.busy, timeout=20000)
+    with qtbot.waitSignal(st.input_cleared, timeout=10000):
+        w.input_panel.text.setPlainText("")
+    qtbot.waitUntil(lambda: "No input" in w.input_panel.current.text(), timeout=5000)
+    for name in ("grid", "head", "tokens"):
+        page = w.pages[name]
+        assert page.stack.currentWidget() is page.placeholder, name
+        assert "type or paste some text" in page.placeholder.text(), name
+    assert "tokens" not in w.grid.title.text() and "is loaded" in w.grid.title.text()
+    assert w.status_labels["tokens"].text() == "" and w.seq_panel.readout.text() == ""
+    assert not w.seq_panel.slider.isEnabled() and not w.dk_panel.plot.isVisible()
+    w.input_panel.text.setPlainText("cats sleep")
+    qtbot.waitUntil(lambda: st.result is not None and st.result.tokens == ["cats", "sleep"], timeout=20000)
+    qtbot.waitUntil(lambda: w.grid.stack.currentWidget() is w.grid.canvas and "2 tokens" in w.input_panel.current.text())
+
+
+def test_the_side_panel_counts_the_tokens_the_maps_show(make_window, qtbot):
+    w = make_window(model="minilm", text="cats sleep on warm mats")
+    st = w.state
+    n = st.result.num_tokens
+    qtbot.waitUntil(lambda: f"Showing text: {n} tokens" in w.input_panel.current.text(), timeout=10000)
+    w.hide_special_box.setChecked(True)
+    qtbot.waitUntil(lambda: st.grid_image is not None and st.grid_image.hidden_specials, timeout=20000)
+    qtbot.waitUntil(lambda: f"{n - 2} tokens shown (2 special hidden)" in w.input_panel.current.text(), timeout=5000)
+    assert f"{n - 2} tokens shown (2 special hidden" in w.grid.title.text()
+    assert f"{n} tokens" not in w.grid.title.text().replace(f"{n - 2} tokens", "")
+
+
+def test_a_failed_run_on_a_new_model_is_not_called_running_and_a_later_success_clears_the_banner(
+        make_window, qtbot, monkeypatch):
+    from attn_explorer.errors import UserError
+    from attn_explorer.session import state as state_module
+
+    w = make_window(model="textbook", view="grid")
+    st = w.state
+    real = state_module.run_job
+
+    def refuse_minilm(model, x, kw, hide=False):
+        if model.info.name == "minilm" and x.startswith("long"):
+            raise UserError("5,541 tokens would need 33.2 GB: use fewer tokens")
+        return real(model, x, kw, hide)
+
+    monkeypatch.setattr(state_module, "run_job", refuse_minilm)
+    st.set_text("long text here")
+    qtbot.waitUntil(lambda: st.result.tokens[0] == "long" and not st.busy, timeout=20000)
+    st.load_model("minilm")
+    qtbot.waitUntil(lambda: w.banner.isVisible() and st.info.name == "minilm" and not st.busy, timeout=60000)
+    title = w.grid.title.text()
+    assert "running" not in title and "textbook" in title and "has not run" in title
+    st.set_text("short now")
+    qtbot.waitUntil(lambda: st.result.model == "minilm" and not st.busy, timeout=20000)
+    assert not w.banner.isVisible()  # the error described the run before this one
+    assert "has not run" not in w.grid.title.text()

@@ -84,13 +84,15 @@ def test_status_bar_names_model_device_length_and_times(make_window, qtbot):
 
 def test_errors_go_to_a_banner_not_a_dialog(make_window, qtbot):
     w = make_window(model="textbook")
-    w.state.set_text("   ")  # nothing to run: the last view stays, no error
+    w.state.set_text("   ")  # nothing to run: the empty state, no error
     w.state.error_raised.emit("something went wrong")
     assert w.banner.isVisible() and "something went wrong" in w.banner.text
     assert QApplication.activeModalWidget() is None
     assert "something went wrong" in w.statusBar().currentMessage()
     w.state.set_text("typing still works")
-    qtbot.waitUntil(lambda: w.state.result.tokens == ["typing", "still", "works"], timeout=20000)
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.tokens == ["typing", "still", "works"],
+                    timeout=20000)
+    assert not w.banner.isVisible()  # the run asked for after the error succeeded: the banner went
 
 
 def test_overlay_uses_the_results_patch_offset(make_window, qtbot):

@@ -164,3 +164,90 @@ def test_typing_then_hiding_specials_still_runs_the_typed_text(qtbot, world):
     gate.set()
     qtbot.waitUntil(lambda: not st.busy and " ".join(st.result.tokens) == "cls second edit here sep", timeout=10000)
     assert st.grid_image.hidden_specials and st.grid_image.cell == 3
+
+
+def test_set_text_tells_the_views_once_per_change(qtbot, world):
+    """The text lives in the session: whoever sets it (a lesson's button, a file), `text_changed` says so."""
+    st, models, gate, shown = world
+    said = []
+    st.text_changed.connect(said.append)
+    st.set_text("from a lesson")
+    st.set_text("from a lesson")  # the same text again: nothing to follow
+    assert said == ["from a lesson"] and st.text == "from a lesson"
+
+
+def test_clearing_the_text_drops_the_maps_and_the_run_in_flight(qtbot, world):
+    st, models, gate, shown = world
+    st.text = "one two three"
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    gate.clear()
+    st.set_text("four five")
+    qtbot.waitUntil(lambda: models["alpha"].runs[-1] == "four five", timeout=10000)  # in flight
+    with qtbot.waitSignal(st.input_cleared, timeout=5000):
+        st.set_text("  ")
+    assert st.result is None and st.grid_image is None and not st.has_input
+    gate.set()
+    qtbot.waitUntil(lambda: not st.busy and live_workers() == 0, timeout=10000)
+    assert st.result is None and shown[-1] == ("alpha", "one two three")  # "four five" never arrived
+    st.set_text("back again")
+    qtbot.waitUntil(lambda: st.result is not None and st.result.tokens == ["back", "again"], timeout=10000)
+
+
+class Sized(Words):
+    """A Words model that reads at most `max_positions` words and, like Model.run, refuses an input whose
+    maps would not fit in `jobs.memory_budget`."""
+
+    def __init__(self, name, gate, layers, heads, positions):
+        super().__init__(name, gate)
+        self.info = ModelInfo(name=name, family="textbook", modality="text", num_layers=layers, num_heads=heads,
+                              hidden_size=8, max_positions=positions, device="cpu", dtype="float32", trained=True)
+
+    def run(self, text, dk_scale=1.0, dk_layers=None, max_tokens=None):
+        from attn_explorer import budget
+        from attn_explorer.errors import UserError
+        from attn_explorer.session import jobs
+
+        words = text.split()
+        k = min(self.info.max_positions, max_tokens or self.info.max_positions)
+        n = min(len(words), k)
+        need = budget.attention_maps_bytes(n, self.info.num_layers, self.info.num_heads)
+        if need > jobs.memory_budget("cpu"):
+            raise UserError(f"{n:,} tokens would need {budget.human_bytes(need)}: use fewer tokens")
+        self.runs.append(text)
+        att = np.full((self.info.num_layers, self.info.num_heads, n, n), 1.0 / n, np.float32)
+        return RunResult(attentions=att, tokens=words[:n], special=np.zeros(n, bool), model=self.info.name,
+                         dk_scale=dk_scale, forward_ms=1.0, total_tokens=len(words))
+
+
+def test_a_model_switch_carries_a_long_text_over_cut_to_what_fits(qtbot, monkeypatch):
+    """MiniLM cut a 5,821-token text to its 512 positions; SmolLM2 reads 8,192, but the maps of 5,541 tokens
+    did not fit in memory: the run was refused ("use fewer tokens") and the old maps stayed. Now the new
+    model gets as much of the text as fits, with a note saying why it was cut."""
+    from attn_explorer.budget import attention_maps_bytes
+    from attn_explorer.session import jobs
+
+    gate = threading.Event()
+    gate.set()
+    models = {"short": Sized("short", gate, 2, 2, 512), "wide": Sized("wide", gate, 3, 3, 8192)}
+    budget = attention_maps_bytes(700, 3, 3) + 1  # 700 tokens of "wide" fit, 701 do not
+    monkeypatch.setattr(jobs, "memory_budget", lambda device: budget)
+    st = SessionState(loader=lambda src, **kw: Loaded(model=models[src], info=models[src].info), device="cpu")
+    errors = []
+    st.error_raised.connect(errors.append)
+    try:
+        st.text = " ".join(f"w{i}" for i in range(5821))
+        st.load_model("short")
+        qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+        assert st.result.num_tokens == 512 and "512" in st.cut_reason
+        st.load_model("wide")
+        qtbot.waitUntil(lambda: st.result.model == "wide" and not st.busy, timeout=10000)
+        r = st.result
+        assert errors == []
+        assert (r.num_tokens, r.total_tokens) == (700, 5821) and st.fit_tokens == 700
+        assert "memory" in st.cut_reason and any("700 of 5,821" in n for n in r.notes)
+        st.set_text(" ".join(f"w{i}" for i in range(300)))  # short enough: nothing cut, no note
+        qtbot.waitUntil(lambda: st.result.num_tokens == 300, timeout=10000)
+        assert st.cut_reason == "" and st.result.notes == []
+    finally:
+        st.shutdown()

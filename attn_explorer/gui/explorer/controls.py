@@ -13,6 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QSlider, QVBoxLayout, QWidget)
+from superqt.utils import signals_blocked
 
 from attn_explorer.gui.widgets.heatmap import follow_loading
 from attn_explorer.gui.widgets.stats import head_entropy_and_peak
@@ -41,8 +42,20 @@ def deferred(owner: QObject, slot: Callable[[], None]) -> Callable[..., None]:
     return lambda *_: timer.start()
 
 
+EMPTY_INPUT = "No input: type some text (or open an image) to see its attention."
+
+
+def token_counts(r, hide_special: bool) -> str:
+    """'16 tokens shown (2 special hidden)', or '18 tokens': the count the maps show."""
+    special = int(np.count_nonzero(r.special)) if r.special is not None else 0
+    if hide_special and special:
+        return f"{r.num_tokens - special} tokens shown ({special} special hidden)"
+    return f"{r.num_tokens} tokens"
+
+
 class InputPanel(QGroupBox):
-    """Text box (live, debounced) and image choices."""
+    """Text box (live, debounced) and image choices. The text lives in the session: the box sends what is
+    typed (`set_text`) and follows `text_changed`, so a lesson's button or a file opened shows here."""
 
     open_image_requested = Signal()
 
@@ -78,10 +91,23 @@ class InputPanel(QGroupBox):
         self.debounce.timeout.connect(self._send_text)
         self.open_image.clicked.connect(self.open_image_requested)
         self.samples.activated.connect(self._sample_chosen)
-        state.attention_ready.connect(deferred(self, self._describe))
+        describe = deferred(self, self._describe)
+        state.attention_ready.connect(describe)
+        state.options_changed.connect(describe)  # hide specials changes the count shown
+        state.input_cleared.connect(describe)
+        state.text_changed.connect(self._follow_text)
 
     def _send_text(self) -> None:
         self.state.set_text(self.text.toPlainText())
+
+    def _follow_text(self, text: str) -> None:
+        """The session's text changed: show it, unless it came from this box (then the box has it, and its
+        cursor stays where the user is typing)."""
+        if text == self.text.toPlainText():
+            return
+        self.debounce.stop()  # an edit not yet sent is replaced, not sent after
+        with signals_blocked(self.text):
+            self.text.setPlainText(text)
 
     def _sample_chosen(self, index: int) -> None:
         path = self.samples.itemData(index)
@@ -92,6 +118,9 @@ class InputPanel(QGroupBox):
         """Say what is on screen, and let the sample picker name it (or no sample at all)."""
         r = self.state.result
         if r is None:
+            if not self.state.has_input:
+                self.current.setText(EMPTY_INPUT)
+                self.samples.setCurrentIndex(0)
             return
         shown = None
         if r.grid is not None:
@@ -101,9 +130,11 @@ class InputPanel(QGroupBox):
             self.current.setText(f"Showing image {name}: {r.image.shape[1]}×{r.image.shape[0]} px, "
                                  f"{r.grid[0]}×{r.grid[1]} patches.")
         else:
-            cut = (f" (cut: the first {r.num_tokens} of {r.total_tokens})"
-                   if r.total_tokens and r.num_tokens < r.total_tokens else "")
-            self.current.setText(f"Showing text: {r.num_tokens} tokens{cut}.")
+            cut = ""
+            if r.total_tokens and r.num_tokens < r.total_tokens:
+                why = f": {self.state.cut_reason}" if self.state.cut_reason else ""
+                cut = f" (cut to the first {r.num_tokens:,} of {r.total_tokens:,}{why})"
+            self.current.setText(f"Showing text: {token_counts(r, self.state.hide_special)}{cut}.")
         index = next((i for i in range(1, self.samples.count())
                       if shown is not None and str(Path(self.samples.itemData(i)).resolve()) == shown), 0)
         self.samples.setCurrentIndex(index)
@@ -161,6 +192,7 @@ class DkPanel(QGroupBox):
         state.attention_ready.connect(deferred(self, self.refresh))
         state.selection_changed.connect(lambda *_: self.refresh())
         state.model_loaded.connect(lambda *_: self._show_value())
+        state.input_cleared.connect(self.plot.hide)  # its bars described the maps that went
         follow_loading(state, self.readout.setText)
 
     def _show_value(self) -> None:

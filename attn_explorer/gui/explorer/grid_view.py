@@ -12,7 +12,6 @@ changes n (that relayout cost more than the new image itself).
 from __future__ import annotations
 
 import html
-import time
 
 import numpy as np
 import pyqtgraph as pg
@@ -29,12 +28,10 @@ class HeadGridView(LazyPage, QWidget):
     """L×H attention maps with layer and head labels and one shared colour bar."""
 
     head_opened = Signal(int, int)  # layer, head: the user clicked a cell
-    rendered = Signal(float)  # ms spent turning the result into the image
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self._cell = 1
         self._shape = (0, 0)
         self._coming: str | None = None  # the model being loaded, while it loads
         self.last_image: np.ndarray | None = None
@@ -86,6 +83,8 @@ class HeadGridView(LazyPage, QWidget):
         state.options_changed.connect(self._options)
         state.model_loaded.connect(lambda info: self._load_ended())
         state.error_raised.connect(lambda *_: self._load_ended())
+        state.busy_changed.connect(lambda *_: self._set_title())  # "running …" only while it runs
+        state.input_cleared.connect(self._cleared)
 
     # --------------------------------------------------------------------------------- drawing
     def redraw(self) -> None:
@@ -98,9 +97,7 @@ class HeadGridView(LazyPage, QWidget):
         grid = grid if grid is not None else self.state.grid_image
         if r is None or grid is None:
             return
-        t0 = time.perf_counter()
         L, H = grid.layers, grid.heads
-        self._cell = grid.cell
         values, levels = grid.values(self.state.log_scale)
         self.last_image = values
         self.image.setImage(values, levels=levels, autoLevels=False)
@@ -110,21 +107,20 @@ class HeadGridView(LazyPage, QWidget):
             self._layout_axes(L, H)
         self._move_highlight(self.state.layer, self.state.head)
         self._set_title(r)
-        self.rendered.emit((time.perf_counter() - t0) * 1000.0)
 
     def _layout_axes(self, L: int, H: int) -> None:
-        c = 1  # one unit per cell
-        self.plot.getAxis("left").setTicks([[((l + 0.5) * c, f"L{l}") for l in range(L)], []])
-        self.plot.getAxis("top").setTicks([[((h + 0.5) * c, f"H{h}") for h in range(H)], []])
+        """Ticks, separators and range for L × H cells of one unit each."""
+        self.plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(L)], []])
+        self.plot.getAxis("top").setTicks([[(h + 0.5, f"H{h}") for h in range(H)], []])
         xs, ys = [], []
         for l in range(1, L):
-            xs += [0, H * c]
-            ys += [l * c, l * c]
+            xs += [0, H]
+            ys += [l, l]
         for h in range(1, H):
-            xs += [h * c, h * c]
-            ys += [0, L * c]
+            xs += [h, h]
+            ys += [0, L]
         self.separators.setData(np.array(xs, float), np.array(ys, float))
-        self.plot.setRange(xRange=(0, H * c), yRange=(0, L * c), padding=0.01)
+        self.plot.setRange(xRange=(0, H), yRange=(0, L), padding=0.01)
         self._fit_timer.start()
 
     def _fit_view(self) -> None:
@@ -161,6 +157,11 @@ class HeadGridView(LazyPage, QWidget):
         self._coming = None
         self._set_title()
 
+    def _cleared(self) -> None:
+        """The input was emptied: the mosaic goes with it (the placeholder says what to do)."""
+        self.last_image = None
+        self._set_title()
+
     def _options(self) -> None:
         style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)
         if self.state.result is not None:
@@ -174,8 +175,11 @@ class HeadGridView(LazyPage, QWidget):
         same = info is not None and r is not None and info.name == r.model
         if self._coming is not None:
             coming = f" — <i>loading {html.escape(self._coming or 'the default model')}…</i>"
-        elif info is not None and r is not None and not same:
+        elif info is not None and r is not None and not same and st.busy:
             coming = f" — <i>running {html.escape(info.name)}…</i>"
+        elif info is not None and r is not None and not same:
+            # the new model's run failed (the banner says why): these maps are still the old model's
+            coming = f" — <i>{html.escape(info.name)} is loaded but has not run this input</i>"
         else:
             coming = ""
         if r is None:
@@ -186,8 +190,12 @@ class HeadGridView(LazyPage, QWidget):
         tag = " — <b>UNTRAINED (random weights)</b>" if same and not info.trained else ""
         note = f"<br><i>{html.escape(info.note)}</i>" if same and info.note else ""
         grid = st.grid_image
-        hidden = " (special tokens hidden, rows renormalised)" if getattr(grid, "hidden_specials", False) else ""
-        self.title.setText(f"<b>{html.escape(r.model)}</b>{tag}: {L} layers × {H} heads, {N} tokens{hidden}{coming}. "
+        special = int(np.count_nonzero(r.special))
+        if getattr(grid, "hidden_specials", False) and special:
+            count = f"{N - special} tokens shown ({special} special hidden, rows renormalised)"
+        else:
+            count = f"{N} tokens"
+        self.title.setText(f"<b>{html.escape(r.model)}</b>{tag}: {L} layers × {H} heads, {count}{coming}. "
                            "Row i of each map = where token i looks. Click a head to open it." + note)
 
     # --------------------------------------------------------------------------------- input

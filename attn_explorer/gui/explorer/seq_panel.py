@@ -11,6 +11,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSlider, QVBoxLayout, QWidget
+from superqt.utils import signals_blocked
 
 from attn_explorer.gui.explorer.controls import deferred
 from attn_explorer.gui.widgets.stats import human_count
@@ -104,6 +105,7 @@ class SeqLenPanel(QGroupBox):
         self.cancel_button.clicked.connect(state.cancel_sweep)
         state.attention_ready.connect(deferred(self, self.refresh))
         state.model_loaded.connect(self._model_loaded)
+        state.input_cleared.connect(self._cleared)
         state.sweep_started.connect(self._sweep_started)
         state.sweep_progressed.connect(self._sweep_progressed)
         state.sweep_point_measured.connect(lambda *_: self.redraw_plot())
@@ -138,13 +140,25 @@ class SeqLenPanel(QGroupBox):
         self.progress.setFormat("")
         self.redraw_plot()
 
+    def _cleared(self) -> None:
+        """No input: no n to choose, and nothing to say about the maps that went."""
+        self.debounce.stop()
+        self.slider.setEnabled(False)
+        self.value.setText("")
+        self.readout.setText("")
+
     def refresh(self) -> None:
         st = self.state
         info, r = st.info, st.result
         if info is None or r is None:
             return
         self._image_mode = r.grid is not None
-        self.slider.blockSignals(True)
+        with signals_blocked(self.slider):
+            self._set_slider(info, r)
+        self._show_value(self.slider.value())
+        self._describe(info, r)
+
+    def _set_slider(self, info, r) -> None:
         if self._image_mode and info.patch_size:
             side = r.image.shape[0] if r.image is not None else (info.image_size or 224)
             default = (info.image_size or side) // info.patch_size
@@ -153,12 +167,14 @@ class SeqLenPanel(QGroupBox):
             self.slider.setValue(side // info.patch_size)
         else:
             self.setTitle("Sequence length n (first tokens)")
-            # the whole input's length, as far as the model can read
-            top = max(min(r.total_tokens or r.num_tokens, info.max_positions), r.num_tokens, 2)
+            # the whole input's length, as far as the model can read and the memory can hold
+            can = min(info.max_positions, self.state.fit_tokens or info.max_positions)
+            top = max(min(r.total_tokens or r.num_tokens, can), r.num_tokens, 2)
             self.slider.setRange(min(smallest_n(info, r), r.num_tokens), top)
             self.slider.setValue(r.num_tokens)
-        self.slider.blockSignals(False)
-        self._show_value(self.slider.value())
+
+    def _describe(self, info, r) -> None:
+        st = self.state
         self.plot.show()
         self.slider.setEnabled(True)
         if not st.sweeping:

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFrame, QHBoxLayout, QInputDialog, QLabel,
                                QSpinBox, QToolBar, QToolButton, QWidget)
+from superqt.utils import signals_blocked
 
 from attn_explorer.errors import UserError
 from attn_explorer.files import read_text_file
@@ -148,20 +149,20 @@ class WindowActions:
     # ------------------------------------------------------------------------------- model picker
     def _fill_models(self, builtins) -> None:
         current = self.state.info.name if self.state.info else ""
-        self.model_combo.blockSignals(True)
-        self.model_combo.clear()
-        names = [n for n, _ in builtins]
-        for name, desc in builtins:
-            self.model_combo.addItem(model_item_text(name, desc), name)
-            self.model_combo.setItemData(self.model_combo.count() - 1, KIND.sub("", desc), Qt.ToolTipRole)
-        if current and current not in names:
-            self.model_combo.addItem(self._loaded_item_text(), current)
-        if not builtins and not current:
-            self.model_combo.addItem("loading…", None)
-        self.model_combo.insertSeparator(self.model_combo.count())
-        self.model_combo.addItem(OPEN_FOLDER, OPEN_FOLDER)
-        self.model_combo.addItem(HF_ID, HF_ID)
-        self.model_combo.blockSignals(False)
+        combo = self.model_combo
+        with signals_blocked(combo):
+            combo.clear()
+            names = [n for n, _ in builtins]
+            for name, desc in builtins:
+                combo.addItem(model_item_text(name, desc), name)
+                combo.setItemData(combo.count() - 1, KIND.sub("", desc), Qt.ToolTipRole)
+            if current and current not in names:
+                combo.addItem(self._loaded_item_text(), current)
+            if not builtins and not current:
+                combo.addItem("loading…", None)
+            combo.insertSeparator(combo.count())
+            combo.addItem(OPEN_FOLDER, OPEN_FOLDER)
+            combo.addItem(HF_ID, HF_ID)
         if current:
             self._select_model_item(current)
 
@@ -177,9 +178,8 @@ class WindowActions:
             i = 0
         elif self.state.info is not None and self.state.info.name == name:
             self.model_combo.setItemText(i, self._loaded_item_text())  # what loading it showed
-        self.model_combo.blockSignals(True)
-        self.model_combo.setCurrentIndex(i)
-        self.model_combo.blockSignals(False)
+        with signals_blocked(self.model_combo):
+            self.model_combo.setCurrentIndex(i)
 
     def _model_chosen(self, index: int) -> None:
         data = self.model_combo.itemData(index)
@@ -207,7 +207,7 @@ class WindowActions:
             self.show_error(str(e))
             return False
         self.settings.setValue("paths/last_folder", str(p.parent))
-        self.input_panel.text.setPlainText(text)  # textChanged -> the debounced run
+        self.state.set_text(text)  # the text box follows the session's text_changed
         return True
 
     def open_text_dialog(self) -> None:

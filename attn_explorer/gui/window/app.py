@@ -54,10 +54,7 @@ def build_window(args, settings: QSettings | None = None, loader=None):
     text = getattr(args, "text", None)
     image = getattr(args, "image", None)
     if text is not None:
-        state.text = text
-        window.input_panel.text.blockSignals(True)
-        window.input_panel.text.setPlainText(text)
-        window.input_panel.text.blockSignals(False)
+        state.set_text(text)  # before any model: nothing runs yet; the text box follows text_changed
     model = getattr(args, "model", None)
     if image:
         state.image = str(image)

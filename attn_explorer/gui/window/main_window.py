@@ -45,6 +45,7 @@ class MainWindow(WindowActions, QMainWindow):
         self._result_at: float | None = None
         self.render_ms = 0.0
         self._note: str = ""  # the result's note now in the status bar, cleared with that result
+        self._error_at = 0.0  # perf_counter when the banner's error was shown
         self._page_pinned = False  # the command line chose the page: the first model load keeps it
 
         # pages
@@ -132,6 +133,7 @@ class MainWindow(WindowActions, QMainWindow):
         self._build_statusbar()
 
         state.attention_ready.connect(self._result_arrived)
+        state.input_cleared.connect(self._input_cleared)
         state.model_loading.connect(self._loading)
         state.load_progressed.connect(self._progress)
         state.model_loaded.connect(self._loaded)
@@ -186,6 +188,8 @@ class MainWindow(WindowActions, QMainWindow):
     # ------------------------------------------------------------------------------- state -> view
     def _result_arrived(self, r) -> None:
         self._result_at = self.state.ready_at or time.perf_counter()
+        if self.banner.isVisible() and self.state.result_asked_at > self._error_at:
+            self.banner.hide()  # it described a failure before this run was asked for
         s = self.status_labels
         s["tokens"].setText(f"n = {r.num_tokens}")
         s["forward"].setText(f"forward {r.forward_ms:.1f} ms")
@@ -195,6 +199,15 @@ class MainWindow(WindowActions, QMainWindow):
         self._note = "; ".join(r.notes)
         if self._note:
             sb.showMessage(self._note, 8000)
+
+    def _input_cleared(self) -> None:
+        """No input: the read-outs of the result that went go with it."""
+        self._result_at = None
+        for key in ("tokens", "forward", "render"):
+            self.status_labels[key].setText("")
+        if self._note and self.statusBar().currentMessage() == self._note:
+            self.statusBar().clearMessage()
+        self._note = ""
 
     def _painted(self) -> None:
         if self._result_at is None:
@@ -260,6 +273,7 @@ class MainWindow(WindowActions, QMainWindow):
     def show_error(self, message: str) -> None:
         """Non-blocking: a banner over the view and a status message; the last good view stays."""
         self.progress.hide()
+        self._error_at = time.perf_counter()
         self.banner.show_message(message)
         self.statusBar().showMessage(message, 8000)
 

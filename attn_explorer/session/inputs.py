@@ -1,0 +1,173 @@
+"""The session's input and options: what the next run sees and how its maps are drawn.
+
+`InputState` holds the text or image (and which of the two is the input), the d_k scale, the cut
+(max_tokens / image_size), the selected layer, head and query, and the view options. It is the one
+source of truth for them: the text box follows `text_changed`, the toolbar follows `selection_changed`
+and `options_changed`. It runs nothing itself: each change is handed to `_input_changed(what)`, which
+the job façade (`SessionState`) turns into a run, a re-pooling or a model switch.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from attn_explorer.api.result import ModelInfo, RunResult
+from attn_explorer.session.jobs import DEFAULT_TEXT_MODEL
+
+SAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
+DK_MIN, DK_MAX = 0.05, 20.0
+VIEW_OPTIONS = ("colormap", "log_scale", "hide_special", "alpha")
+
+
+class InputState(QObject):
+    """Input, knobs, selection and view options. Views connect to its past-tense signals."""
+
+    text_changed = Signal(str)  # the text input, whoever set it (the text box follows it)
+    input_cleared = Signal()  # the input became empty: nothing is shown until there is some
+    selection_changed = Signal(int, int)  # layer, head
+    query_changed = Signal(int)  # token index of the query
+    options_changed = Signal()  # colormap, log scale, hide specials, overlay alpha
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        # what the job side fills in: the loaded model's description and the result on screen
+        self.info: ModelInfo | None = None
+        self.result: RunResult | None = None
+        # input
+        self.text: str = SAMPLE_TEXT
+        self.image: Any = None  # a file path (str) or a PIL image
+        self.input_kind: str = "text"  # "text" or "image"
+        self.last_text_model: str = DEFAULT_TEXT_MODEL
+        # knobs that change the run
+        self.dk_scale: float = 1.0
+        self.dk_layer_only: bool = False
+        self.max_tokens: int | None = None  # text: keep the first n tokens
+        self.image_size: int | None = None  # image: square side in pixels
+        # selection and view options
+        self.layer: int = 0
+        self.head: int = 0
+        self.query: int = 0
+        self._query_chosen = False
+        self.colormap: str = "viridis"
+        self.log_scale: bool = False
+        self.hide_special: bool = False
+        self.alpha: float = 0.55
+
+    def _input_changed(self, what: str) -> None:
+        """What changed: "text", "image", "knob" (d_k, cut), "layer" (matters to a one-layer d_k) or
+        "pooling" (hide specials). The job façade overrides it; alone, nothing runs."""
+
+    # ----------------------------------------------------------------------------- input
+    @property
+    def has_input(self) -> bool:
+        """There is something to run: an image, or text with a visible character."""
+        x, _ = self.run_input()
+        return x is not None and not (self.input_kind == "text" and not str(x).strip())
+
+    def set_text(self, text: str) -> None:
+        """Make `text` the input (the text box, a lesson's button, a file, a restored session)."""
+        text = str(text)
+        changed = text != self.text
+        self.text = text
+        self.input_kind = "text"
+        if changed:
+            self.text_changed.emit(text)
+        self._input_changed("text")
+
+    def set_image(self, image: Any) -> None:
+        """Show an image (a path or a PIL image); switches to the default image model if needed."""
+        self.image = str(image) if isinstance(image, Path) else image
+        self.input_kind = "image"
+        self._query_chosen = False
+        self.query = 0
+        self._input_changed("image")
+
+    def set_dk_scale(self, scale: float, layer_only: bool | None = None) -> None:
+        scale = float(min(max(scale, DK_MIN), DK_MAX))
+        if layer_only is not None:
+            self.dk_layer_only = bool(layer_only)
+        if scale == self.dk_scale and layer_only is None:
+            return
+        self.dk_scale = scale
+        self._input_changed("knob")
+
+    def set_dk_layer_only(self, only: bool) -> None:
+        if bool(only) != self.dk_layer_only:
+            self.dk_layer_only = bool(only)
+            if self.dk_scale != 1.0:
+                self._input_changed("knob")
+
+    def set_max_tokens(self, n: int | None) -> None:
+        total = self.result.total_tokens if self.result is not None and self.result.grid is None else 0
+        if n is not None and total and n >= total:
+            n = None
+        if n != self.max_tokens:
+            self.max_tokens = n
+            self._input_changed("knob")
+
+    def set_image_size(self, side: int | None) -> None:
+        if side != self.image_size:
+            self.image_size = side
+            self._input_changed("knob")
+
+    def run_input(self) -> tuple[Any, dict]:
+        """What the next run sees: the input object and Model.run keyword arguments."""
+        kw: dict = {"dk_scale": self.dk_scale}
+        if self.dk_layer_only and self.dk_scale != 1.0:
+            kw["dk_layers"] = [self.layer]
+        if self.input_kind == "image":
+            if self.image_size is not None:
+                kw["image_size"] = int(self.image_size)
+            return self.image, kw
+        if self.max_tokens is not None:
+            kw["max_tokens"] = int(self.max_tokens)
+        return self.text, kw
+
+    # ----------------------------------------------------------------------------- selection
+    def select(self, layer: int | None = None, head: int | None = None) -> None:
+        if self.info is None:
+            return
+        L, H = self.info.num_layers, self.info.num_heads
+        new_layer = self.layer if layer is None else int(layer) % L
+        new_head = self.head if head is None else int(head) % H
+        if (new_layer, new_head) == (self.layer, self.head):
+            return
+        layer_moved = new_layer != self.layer
+        self.layer, self.head = new_layer, new_head
+        self.selection_changed.emit(self.layer, self.head)
+        if layer_moved and self.dk_layer_only and self.dk_scale != 1.0:
+            self._input_changed("layer")
+
+    def step_layer(self, delta: int) -> None:
+        if self.info is not None:
+            self.select(layer=max(0, min(self.info.num_layers - 1, self.layer + delta)))
+
+    def step_head(self, delta: int) -> None:
+        if self.info is not None:
+            self.select(head=max(0, min(self.info.num_heads - 1, self.head + delta)))
+
+    def set_query(self, index: int) -> None:
+        n = self.result.num_tokens if self.result is not None else 0
+        if n == 0:
+            return
+        index = int(max(0, min(n - 1, index)))
+        self._query_chosen = True
+        if index != self.query:
+            self.query = index
+            self.query_changed.emit(index)
+
+    def set_options(self, **kw) -> None:
+        """colormap=, log_scale=, hide_special=, alpha=; emits options_changed once."""
+        changed, was_hidden = False, self.hide_special
+        for k, v in kw.items():
+            if k not in VIEW_OPTIONS:
+                raise AttributeError(k)
+            if getattr(self, k) != v:
+                setattr(self, k, v)
+                changed = True
+        if changed:
+            self.options_changed.emit()
+        if self.hide_special != was_hidden and self.result is not None:
+            self._input_changed("pooling")  # the grid's mosaic is pooled without the specials
