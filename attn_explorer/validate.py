@@ -64,7 +64,12 @@ def finite_attention(att):
     e.g. in float16)."""
     import numpy as np
 
-    if not np.isfinite(att).all():
+    # NaN and infinity survive a sum (inf - inf is NaN), and the float64 sum needs no temporary as large as
+    # the maps (np.isfinite(att).all() makes one, a byte an element). Only a sum that overflowed on finite
+    # values (float64 near 1e308; never float32) needs the element-wise check.
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.sum(att, dtype=np.float64)
+    if not np.isfinite(total) and not np.isfinite(att).all():
         raise UserError("the attention came out as NaN or infinity (the logits overflowed); "
                         "try a smaller dk scale or float32")
     return att

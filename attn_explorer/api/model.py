@@ -86,10 +86,13 @@ class Model:
 
     def _check_memory(self, prep: Prepared) -> None:
         """Refuse, before running, an input whose attention maps would not fit in memory (the same
-        budget the Cost page uses: half of the free memory on the CPU, 80 % on a GPU)."""
+        budget the Cost page uses: half of the free memory on the CPU, 80 % on a GPU). The module holds
+        the maps in its own dtype, and a RunResult's are float32: a float16 or bfloat16 model holds both
+        at once while the copy is made, 2 + 4 bytes an element; a float32 model shares one buffer, 4."""
         n = self.token_count(prep)
         i = self.info
-        need = attention_maps_bytes(n, i.num_layers, i.num_heads, elem=self.dtype.itemsize)
+        elem = self.dtype.itemsize + (0 if self.dtype == torch.float32 else 4)
+        need = attention_maps_bytes(n, i.num_layers, i.num_heads, elem=elem)
         budget = default_budget(self.device)
         if need > budget:
             raise UserError(f"{n:,} tokens would need {human_bytes(need)} for the attention maps of "

@@ -1,7 +1,9 @@
 """A run whose attention maps would not fit in memory is refused before it starts, with the size."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 
 import attn_explorer as ax
 from attn_explorer import budget
@@ -39,5 +41,35 @@ def test_a_run_that_fits_goes_through(vit, monkeypatch):
 def test_text_guard_counts_tokens(monkeypatch):
     m = ax.load_model("textbook", device="cpu")
     monkeypatch.setattr(model_mod, "default_budget", lambda device: 100)  # bytes: 3 tokens need 2 × 4 × 3² × 4 = 288
+    with pytest.raises(UserError, match="tokens would need"):
+        m.run("a few words")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_two_byte_model_counts_its_maps_and_their_float32_copy(tmp_path, monkeypatch, dtype):
+    """A 16-bit model holds its maps at 2 bytes an element, and the RunResult gets a float32 copy (4 bytes)
+    while they are still held: 6 bytes an element, not 2 (nor 4). A budget between 2 and 6 bytes refuses."""
+    from tests.corpus.make_cases import bert_folder
+
+    m = ax.load_model(bert_folder(tmp_path / "bert"), device="cpu")
+    m.module.to(dtype)
+    text = "the animal was tired"
+    n = len(m.prepare(text).tokens)
+    L, H = m.info.num_layers, m.info.num_heads
+    assert m.run(text).attentions.dtype == np.float32  # the copy the guard counts
+    real = budget.attention_maps_bytes(n, L, H, elem=2 + 4)
+    monkeypatch.setattr(model_mod, "default_budget", lambda device: real - 1)  # 2 bytes an element would fit
+    with pytest.raises(UserError, match=f"{n} tokens would need {budget.human_bytes(real)}"):
+        m.run(text)
+    monkeypatch.setattr(model_mod, "default_budget", lambda device: real)
+    assert m.run(text).attentions.shape == (L, H, n, n)
+
+
+def test_a_float32_model_counts_4_bytes_an_element(monkeypatch):
+    m = ax.load_model("textbook", device="cpu")
+    need = budget.attention_maps_bytes(3, m.info.num_layers, m.info.num_heads, elem=4)
+    monkeypatch.setattr(model_mod, "default_budget", lambda device: need)
+    assert m.run("a few words").attentions.shape[-1] == 3
+    monkeypatch.setattr(model_mod, "default_budget", lambda device: need - 1)
     with pytest.raises(UserError, match="tokens would need"):
         m.run("a few words")
