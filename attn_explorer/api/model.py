@@ -147,7 +147,7 @@ class Model:
         if max_tokens is not None:
             k = positive_int(max_tokens, "max_tokens")
             if k < self.info.min_tokens:
-                raise UserError(f"max_tokens must be at least {self.info.min_tokens} for {self.info.name} "
+                raise UserError(f"the token limit must be at least {self.info.min_tokens} for {self.info.name} "
                                 f"(its special tokens and one word), got {k}")
             limit = min(limit, k)
         if self._encode is not None:
@@ -163,7 +163,8 @@ class Model:
         truncated = len(tokens) < total  # what was cut, not what might have been
         notes = []
         if truncated:
-            why = "max_tokens" if max_tokens is not None and limit < self.info.max_positions else "the model's positions"
+            why = ("the token limit you set" if max_tokens is not None and limit < self.info.max_positions
+                   else f"the most {self.info.name} can read")
             notes.append(f"input truncated to its first {len(tokens)} tokens ({why})")
         return Prepared(inputs, tokens, special, total, truncated, notes)
 

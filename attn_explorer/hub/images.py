@@ -78,7 +78,7 @@ def open_image(source):
             _refuse_huge(img.size, name)
             img.load()
         except UnidentifiedImageError:
-            raise UserError(f"{name} is not an image PIL can read") from None
+            raise UserError(f"{name} is not an image file this app can read (PNG, JPEG, GIF, BMP, TIFF, WebP...)") from None
         except (OSError, SyntaxError, ValueError) as e:
             raise UserError(f"{name} could not be read as an image ({e})") from None
     try:

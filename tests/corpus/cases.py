@@ -82,8 +82,8 @@ def _image(name: str, expect: str) -> Case:
 
 IMAGES = [
     _image("truncated_jpg", "could not be read as an image"),
-    _image("zero_png", "is not an image PIL can read"),
-    _image("text_png", "is not an image PIL can read"),
+    _image("zero_png", "is not an image file this app can read"),
+    _image("text_png", "is not an image file this app can read"),
     _image("huge_png", "100000×100000 pixels"),
     _image("garbage_jpg", "could not be read as an image"),
     _image("image_folder", "is a folder, not an image file"),
