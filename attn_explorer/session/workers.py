@@ -1,13 +1,14 @@
 """The one way a long job runs: superqt's workers, started through `launch`, kept in one registry.
 
-- A plain function becomes a `Job` (superqt's `WorkerBase` plus a `progressed(fraction, message)`
-  signal, for loaders that report through a callback).
+- A plain function becomes a `Job` (superqt's public `FunctionWorker`, plus a `progressed(fraction,
+  message)` signal for loaders that report through a callback).
 - A generator function becomes superqt's `GeneratorWorker`: each `yield` arrives as `yielded`, which
   is how streams (the n sweep, the cost sweep, training, generation) report partial results.
 
-Live workers sit in superqt's registry (`WorkerBase._worker_set`) until they finish, so Python never
-collects one mid-run. Cancellation is superqt's `quit()`: a `Job` then emits no result and its
-progress callback raises `Cancelled`; a generator stops at its next `yield`.
+Only superqt's public API is used. Live workers sit in our own registry (`_LIVE`, a set) until their
+`finished` signal arrives, so Python never collects one mid-run; they start in Qt's global thread pool.
+Cancellation is superqt's `quit()`: a `Job` then emits no result and its progress callback raises
+`Cancelled`; a generator stops at its next `yield`.
 
 Errors never escape: `on_error` gets one line, a `UserError`'s own message or "ExceptionName: message"
 (which covers `MemoryError` and torch's out-of-memory).
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 import inspect
 import traceback
+import weakref
 from typing import Any, Callable
 
-from PySide6.QtCore import QThreadPool, Qt, Signal
-from superqt.utils import GeneratorWorker, WorkerBase
-from superqt.utils._qthreading import WorkerBaseSignals
+from PySide6.QtCore import QObject, QThreadPool, Qt, Signal
+from superqt.utils import FunctionWorker, GeneratorWorker, WorkerBase
 
 from attn_explorer.errors import UserError, error_message
 
@@ -31,25 +32,29 @@ class Cancelled(Exception):
     """Raised inside a job that noticed its cancel flag; it ends the job quietly."""
 
 
-class JobSignals(WorkerBaseSignals):
+class _Progress(QObject):
+    """A Job's own progress signal (created in the launching thread, so its handlers run there)."""
+
     progressed = Signal(float, str)  # fraction in [0, 1], message
 
 
-class Job(WorkerBase):
+class Job(FunctionWorker):
     """Runs `fn(*args, **kwargs)` in the pool. If `fn` takes `progress`, it gets a callback that emits
     `progressed` (and raises `Cancelled` once `quit()` was called); if it takes `worker`, it gets the job."""
 
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        super().__init__(SignalsClass=JobSignals)
-        self._fn, self._args, self._kwargs = fn, args, kwargs
         try:
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):
             params = {}
+        kwargs = dict(kwargs)
         if "progress" in params and "progress" not in kwargs:
-            self._kwargs["progress"] = self.report_progress
+            kwargs["progress"] = self.report_progress
         if "worker" in params:
-            self._kwargs["worker"] = self
+            kwargs["worker"] = self
+        super().__init__(fn, *args, **kwargs)
+        self._progress = _Progress()
+        self.progressed = self._progress.progressed
 
     def report_progress(self, fraction: float, message: str = "") -> None:
         if self.abort_requested:
@@ -58,18 +63,28 @@ class Job(WorkerBase):
 
     def work(self) -> Any:
         try:
-            return self._fn(*self._args, **self._kwargs)
+            return super().work()
         except Cancelled:
             self.quit()
             return None
 
 
+_LIVE: set[WorkerBase] = set()  # started and not yet finished: held here so Python never collects one mid-run
+
+
 QUEUED = Qt.ConnectionType.QueuedConnection
 
 
+def _quit_asked(ref: weakref.ref) -> bool:
+    worker = ref()
+    return worker is None or worker.abort_requested
+
+
 def _connect_error(worker: WorkerBase, on_error: Callable[[str], None] | None) -> None:
+    ref = weakref.ref(worker)  # handlers hold no strong reference: a finished worker can be collected
+
     def report(exc: BaseException) -> None:
-        if isinstance(exc, Cancelled) or worker.abort_requested:
+        if isinstance(exc, Cancelled) or _quit_asked(ref):
             return
         if not isinstance(exc, UserError):
             traceback.print_exception(type(exc), exc, exc.__traceback__)
@@ -80,8 +95,10 @@ def _connect_error(worker: WorkerBase, on_error: Callable[[str], None] | None) -
 
 
 def _unless_quit(worker: WorkerBase, handler: Callable[[Any], None]) -> Callable[[Any], None]:
+    ref = weakref.ref(worker)
+
     def deliver(value: Any) -> None:
-        if not worker.abort_requested:
+        if not _quit_asked(ref):
             handler(value)
 
     return deliver
@@ -114,21 +131,22 @@ def launch(
     _connect_error(worker, on_error)
     if on_finished is not None:
         worker.finished.connect(on_finished, QUEUED)
-    # superqt's start() defers the pool start by a 1 ms timer when an event loop runs; the handlers
-    # are already connected, so start at once (same registry, no timer).
-    WorkerBase._worker_set.add(worker)
-    worker._finished.connect(WorkerBase._set_discard)
+    # Our registry, and Qt's pool: superqt's start() would defer the start by a 1 ms timer and keep the
+    # worker in superqt's private registry; the handlers are already connected, so start at once.
+    _LIVE.add(worker)
+    ref = weakref.ref(worker)  # no closure over the worker itself: that would keep it alive for ever
+    worker.finished.connect(lambda: _LIVE.discard(ref()), QUEUED)
     QThreadPool.globalInstance().start(worker)
     return worker
 
 
 def live_workers() -> int:
     """Workers started and not yet finished."""
-    return len(WorkerBase._worker_set)
+    return len(_LIVE)
 
 
 def await_workers(msecs: int = 10000) -> None:
     """Ask every live worker to stop, and wait up to `msecs` for them (shutdown, tests)."""
-    for w in list(WorkerBase._worker_set):
+    for w in list(_LIVE):
         w.quit()
     QThreadPool.globalInstance().waitForDone(msecs)

@@ -154,3 +154,22 @@ def test_the_registry_empties(qtbot):
     gate.set()
     qtbot.waitUntil(lambda: live_workers() == 0, timeout=10000)
     assert all(not w.is_running for w in workers)
+
+
+def test_superqt_is_used_through_its_public_api_only():
+    """Private superqt names (WorkerBase._worker_set, _finished, _set_discard, utils._qthreading) change
+    without notice between releases; the registry of live workers is ours."""
+    import ast
+    import inspect
+
+    from attn_explorer.session import workers
+
+    tree = ast.parse(inspect.getsource(workers))
+    private = [node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+               and node.attr.startswith("_") and not node.attr.startswith("__")
+               and isinstance(node.value, ast.Name) and node.value.id in ("WorkerBase", "GeneratorWorker",
+                                                                           "FunctionWorker", "superqt")]
+    modules = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and node.module and node.module.startswith("superqt") and "._" in node.module]
+    assert private == [] and modules == []
+
