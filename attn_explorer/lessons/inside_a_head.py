@@ -54,10 +54,3 @@ def trace_table(trace, top: int = TOP_KEYS) -> TraceTable:
     return TraceTable(rows=rows, rest_count=len(rest), rest_weight=float(probs[rest].sum()),
                       rest_exp=float(exps[rest].sum()), hidden_count=int((~allowed).sum()), shift=shift,
                       exp_sum=exp_sum, weight_sum=float(probs.sum()), softmax_gap=gap)
-
-
-def fmt_vector(v, limit: int = 8, digits: int = 3) -> str:
-    """[0.123, -1.2, …] with at most `limit` numbers and how many there are in all."""
-    v = np.asarray(v, dtype=np.float64).ravel()
-    head = ", ".join(f"{x:.{digits}f}" for x in v[:limit])
-    return f"[{head}, … ({v.size} numbers)]" if v.size > limit else f"[{head}]"

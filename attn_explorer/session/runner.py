@@ -76,7 +76,6 @@ class Runner(QObject):
         self._current: _InFlight | None = None
         self._stopped_run: tuple[int, Callable[[], Task | None]] | None = None  # a run a load stopped
         self._busy = False
-        self.jobs_started = {"load": 0, "run": 0, "background": 0, "side": 0}  # by kind (tests, benchmarks)
         self._lanes: dict[str, _Lane] = {}
 
     # --------------------------------------------------------------------------- what is going on
@@ -157,7 +156,6 @@ class Runner(QObject):
     def _start_side(self, lane: _Lane, request: tuple) -> None:
         gen, task, uses_model = request
         epoch = self._epoch
-        self.jobs_started["side"] += 1
 
         def fresh() -> bool:
             return gen == lane.gen and not (uses_model and epoch != self._epoch)
@@ -228,7 +226,6 @@ class Runner(QObject):
     def _start(self, kind: str, task: Task, gen: int, prepare: Callable[[], Task | None] | None = None) -> None:
         job = _InFlight(kind, gen, self._epoch, prepare)
         self._current = job
-        self.jobs_started[kind] += 1
 
         def fresh() -> bool:
             return not job.cancelled and job.epoch == self._epoch

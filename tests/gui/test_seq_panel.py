@@ -16,8 +16,10 @@ def test_n_slider_minimum_runs_exactly_that_many_tokens(make_window, qtbot):
     panel.slider.setValue(low)
     assert panel.value.text() == f"n = {low}"
     qtbot.waitUntil(lambda: not st.busy and st.result.num_tokens != 16, timeout=20000)
-    qtbot.wait(200)  # a stray second run (the old snap-back) would land here
-    qtbot.waitUntil(lambda: not st.busy)
+    # the panel has redrawn from this result and has no slider move left to send: a stray second run
+    # (the old snap-back) would have been asked for by now
+    qtbot.waitUntil(lambda: f"{low}×{low}" in panel.readout.text() and not panel.debounce.isActive()
+                    and not st.busy, timeout=10000)
     r = st.result
     assert r.num_tokens == low and r.tokens[1] == "the"
     qtbot.waitUntil(lambda: f"{low}×{low}" in panel.readout.text())

@@ -91,12 +91,11 @@ def test_page_switch_clears_the_render_time(make_window, qtbot):
     w.show_page("overlay")  # a text model: the overlay shows its placeholder, no heatmap paints
     st.set_text("a new sentence arrives")
     qtbot.waitUntil(lambda: st.result.tokens[0] == "a" and not st.busy, timeout=20000)
-    qtbot.wait(300)
     got = []
     w.frame_painted.connect(got.append)
-    w.show_page("head")
-    qtbot.waitUntil(lambda: w.head_view.matrix is not None and w.head_view.matrix.shape[0] == 4)
-    qtbot.wait(200)
+    with qtbot.waitSignal(w.head_view.canvas.painted, timeout=10000):  # the head page's first paint
+        w.show_page("head")
+    assert w.head_view.matrix is not None and w.head_view.matrix.shape[0] == 4
     assert got == []  # the paint after a page switch is not a result's render time
     assert w.status_labels["render"].text() == ""
 
@@ -129,7 +128,6 @@ def test_loaded_model_with_empty_text_says_so_not_loading(make_window, qtbot):
     """Empty text: once the model is loaded, no page may still say it is loading (it said so for ever)."""
     w = make_window(model="textbook", text="", wait=False)
     qtbot.waitUntil(lambda: w.state.info is not None and not w.state.busy, timeout=60000)
-    qtbot.wait(50)
     assert w.state.result is None
     for name in ("grid", "head", "tokens"):
         msg = w.pages[name].stack.placeholder.text()

@@ -115,7 +115,7 @@ def test_quit_while_a_result_is_queued_drops_it(qtbot):
     gate.set()
     assert returned.wait(5)
     w.quit()
-    qtbot.wait(50)  # let the queued handler run
+    qtbot.waitUntil(lambda: live_workers() == 0, timeout=5000)  # its queued handlers ran before it left the registry
     assert got == []
 
 
@@ -138,12 +138,14 @@ def test_quit_stops_a_generator_and_a_progress_job(qtbot):
     for fn in (stream, slow):
         got: list = []
         done = threading.Event()
-        w = launch(fn, on_yield=got.append, on_result=got.append, on_finished=done.set)
-        qtbot.wait(30)
+        progressed = threading.Event()
+        w = launch(fn, on_yield=got.append, on_result=got.append, on_finished=done.set,
+                   on_progress=lambda *_: progressed.set())
+        qtbot.waitUntil(lambda: bool(got) or progressed.is_set(), timeout=5000)  # it is under way
         w.quit()
         qtbot.waitUntil(done.is_set, timeout=5000)
         n = len(got)
-        qtbot.wait(50)
+        qtbot.waitUntil(lambda: live_workers() == 0, timeout=5000)  # every queued value has arrived
         assert "all" not in got and len(got) == n  # nothing after the stop
 
 
