@@ -250,22 +250,18 @@ class SessionState(InputState):
         x, kw = self.run_input()
         return self.sweep.start(self._model, self.info, x, kw, self.result, repeats, lengths)
 
-    def submit(self, fn, *args, key: str | None = None, on_result=None, on_error=None, on_yield=None,
-               on_progress=None, uses_model: bool = True) -> Any:
+    def submit(self, fn, *args, key: str, on_result=None, on_error=None, on_yield=None, on_progress=None,
+               uses_model: bool = True) -> bool:
         """Run a side job in lane `key` (a lesson's numbers, an analysis), newest wins (`Runner.submit`).
 
         With uses_model (the default) it is `fn(model, *args)` on the current model, and False is returned
-        when there is none; without, it is `fn(*args)` (pure calculations, kept off the GUI thread). A
-        generator function streams through on_yield. Errors arrive as one line through on_error, or as
-        `error_raised` when none is given. `cancel(key)` stops it."""
+        (nothing starts) when there is none; without, it is `fn(*args)` (pure calculations, kept off the GUI
+        thread). A generator function streams through on_yield. Errors arrive as one line through on_error,
+        or as `error_raised` when none is given. `cancel(key)` stops it."""
         if uses_model:
             if self._model is None:
-                return None if key is None else False
+                return False
             args = (self._model, *args)
-        if key is None:  # TRANSITIONAL: the callers not yet moved to a lane get the bare worker
-            from attn_explorer.session.workers import launch
-
-            return launch(fn, *args, on_result=on_result, on_yield=on_yield, on_error=on_error or self.error_raised.emit)
         self.runner.submit(key, Task(fn, args, on_result=on_result, on_error=on_error or self.error_raised.emit,
                                      on_progress=on_progress, on_yield=on_yield), uses_model=uses_model)
         return True

@@ -233,3 +233,15 @@ def test_the_first_window_is_at_least_1024_by_700_but_never_larger_than_the_scre
     assert (w, h) == (1024, 700)
     aw, ah, w, h = _first_window(tmp_path, 900, 650)
     assert w <= aw and h <= ah and w >= 0.8 * aw
+
+
+def test_after_choosing_a_model_the_arrows_step_heads_not_models(make_window, qtbot):
+    w = make_window(model="textbook")
+    combo = w.model_combo
+    combo.setFocus()
+    i = combo.findData("textbook")
+    combo.setCurrentIndex(i)
+    combo.activated.emit(i)  # the user picked it
+    qtbot.waitUntil(lambda: not combo.hasFocus() and not w.state.busy, timeout=20000)
+    qtbot.keyClick(QApplication.focusWidget(), Qt.Key_Right)
+    assert w.state.head == 1 and w.state.info.name == "textbook" and combo.currentData() == "textbook"

@@ -251,3 +251,16 @@ def test_a_model_switch_carries_a_long_text_over_cut_to_what_fits(qtbot, monkeyp
         assert st.cut_reason == "" and st.result.notes == []
     finally:
         st.shutdown()
+
+
+def test_side_jobs_always_run_in_a_lane(qtbot, world):
+    """The keyless path (a bare worker, no newest-wins) is gone: every side job names its lane."""
+    st, models, gate, shown = world
+    with pytest.raises(TypeError):
+        st.submit(lambda model: 1)
+    assert st.submit(lambda model: 1, key="test") is False  # no model yet: nothing starts
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.has_model and not st.busy, timeout=10000)
+    got = []
+    assert st.submit(lambda model: model.info.name, key="test", on_result=got.append) is True
+    qtbot.waitUntil(lambda: got == ["alpha"] and not st.job_busy("test"), timeout=10000)

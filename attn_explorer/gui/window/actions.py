@@ -191,6 +191,7 @@ class WindowActions:
             self.state.load_model(data, want_image=None)
         if self.state.info is not None:
             self._select_model_item(self.state.info.name)
+        self.focus_page()  # the arrows step layers and heads again, not through the model list
 
     # ------------------------------------------------------------------------------- files
     def open_image(self, path: str) -> None:
