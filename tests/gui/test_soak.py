@@ -1,5 +1,7 @@
 """Long runs: 2,000 live grid updates, and 10,000 alternating text and slider edits through the real
-widgets and the textbook model: no crash, every edit answered, and memory stays bounded."""
+widgets and the textbook model: no crash, every edit answered, and memory stays bounded. The lengths vary
+from edit to edit (1 to 40 words, in no fixed cycle), as typing does: memory that grows with each new
+shape (caches keyed by n, buffers sized to the largest input) shows here, where fixed lengths hid it."""
 from __future__ import annotations
 
 import gc
@@ -33,7 +35,8 @@ def test_grid_survives_2000_live_updates_with_bounded_memory(make_window, qtbot)
     w = make_window(model="textbook", view="grid")
     st = w.state
     rng = np.random.default_rng(0)
-    pool = [_synthetic(rng, n) for n in (8, 16, 24, 32)]
+    lengths = [int(n) for n in rng.permutation(np.arange(1, 41))]  # every n from 1 to 40, shuffled
+    pool = [_synthetic(rng, n) for n in lengths]
     grids = [grid_image(r.attentions) for r in pool]  # the session's worker pools these with the run
     painted = []
     w.frame_painted.connect(painted.append)
@@ -56,7 +59,8 @@ def test_grid_survives_2000_live_updates_with_bounded_memory(make_window, qtbot)
     gc.collect()
     grown = _rss_mib() - base
     assert grown < 40, f"memory grew {grown:.1f} MiB over 1,800 updates"
-    assert w.grid.last_image.shape == (6 * 32, 12 * 32)
+    last = lengths[1999 % len(pool)]
+    assert w.grid.last_image.shape == (6 * last, 12 * last)
     assert len(painted) > 50  # the grid really repainted along the way
 
 
@@ -65,7 +69,11 @@ def _vmrss_mib() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
-SENTENCES = [" ".join(f"w{i}" for i in range(n)) for n in (5, 12, 33, 60, 8, 24)]
+def sentence(k: int) -> str:
+    """Edit k's text: 1 to 40 words (with the edit's own tag, 2 to 41), the length jumping as pasting and
+    deleting make it; 37 is prime to 40, so every length comes up, in no short cycle."""
+    n = 1 + (k * 37 + k // 40) % 40
+    return " ".join(f"w{i}" for i in range(n)) + f" k{k}"
 
 
 @pytest.mark.slow
@@ -73,7 +81,7 @@ def test_10000_text_and_slider_edits_keep_memory_bounded(make_window, qtbot):
     """The text box and the dk slider, edited in turn 10,000 times as fast as the event loop allows; the
     textbook model answers each run that the newest-wins runner starts. After 1,000 edits of warm-up the
     process may grow by at most 50 MB (VmRSS), and the last result is the last edit's."""
-    w = make_window(model="textbook", text=SENTENCES[0])
+    w = make_window(model="textbook", text=sentence(0))
     st = w.state
     w.input_panel.debounce.setInterval(0)  # the debounce would swallow edits this fast; the path is the same
     slider = w.dk_panel.slider
@@ -83,7 +91,7 @@ def test_10000_text_and_slider_edits_keep_memory_bounded(make_window, qtbot):
     base = None
     for k in range(10_000):
         if k % 2 == 0:
-            w.input_panel.text.setPlainText(SENTENCES[(k // 2) % len(SENTENCES)] + f" k{k}")
+            w.input_panel.text.setPlainText(sentence(k))
         else:
             slider.setValue((k * 37) % (top + 1))
         if k % 10 == 9:
