@@ -12,9 +12,7 @@ from typing import Callable
 import numpy as np
 
 from attn_explorer.errors import UserError
-from attn_explorer.validate import finite_attention, has_visible_text
-
-MAX_TEXT_BYTES = 1_000_000  # the models read at most a few thousand characters; more only slows the text box
+from attn_explorer.validate import MAX_TEXT_BYTES, finite_attention, has_visible_text  # noqa: F401 - re-exported
 
 
 def _umask() -> int:
@@ -103,8 +101,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
 
 def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_TEXT_BYTES) -> str:
     """The text of a UTF-8 file (a leading byte-order mark dropped), for the CLI's --text-file and the GUI's
-    File → Open text. Refused with one line: missing, a folder or device, over max_bytes, not UTF-8, or
-    nothing visible in it."""
+    File → Open text. Refused with one line: missing, a folder or device, over max_bytes (the same limit
+    as typed text, `validate.MAX_TEXT_BYTES`), not UTF-8, or nothing visible in it. A long text is read
+    whole: the model cuts it, as it cuts typed text."""
     p = Path(path)
     try:
         st = os.stat(p)
@@ -116,7 +115,8 @@ def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_TEXT_BYTES) -> 
         raise UserError(f"{p} is a folder, not a text file")
     if not stat.S_ISREG(st.st_mode):
         raise UserError(f"{p} is not a regular file (a device, pipe or socket)")
-    too_big = f"{p.name} is larger than {max_bytes / 1e6:g} MB; give a shorter text"
+    too_big = (f"{p.name} is larger than {max_bytes / 1e6:g} MB, too large to read as text; give a shorter text "
+               "(a model reads only its first few thousand words)")
     if st.st_size > max_bytes:
         raise UserError(too_big)
     try:

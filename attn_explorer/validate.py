@@ -11,6 +11,10 @@ from attn_explorer.errors import UserError
 # every logit into inf and the attention into NaN). The GUI slider stops at 20x.
 MAX_DK_SCALE = 1e4
 EMPTY_TEXT = "the text is empty; type or paste some words"
+# The most text read at once, typed or from a file (UTF-8 bytes). A model keeps only its first few thousand
+# words, but the whole text is tokenised to say how much was cut: ~0.7 s and ~150 MB a megabyte here.
+# The limit is for input that is not a text to read at all (a log, a disk image); a book fits.
+MAX_TEXT_BYTES = 4_000_000
 # Unicode categories that draw nothing: controls (NUL, ESC), format characters (zero-width space and
 # joiners, BOM, soft hyphen), surrogates, unassigned code points, and separators (spaces, line breaks).
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Cn", "Zs", "Zl", "Zp"})
@@ -50,6 +54,14 @@ def positive_int(value, name: str) -> int:
 def has_visible_text(text: str) -> bool:
     """Whether text has at least one character that draws something."""
     return any(not ch.isspace() and unicodedata.category(ch) not in _INVISIBLE for ch in text)
+
+
+def text_size_ok(text: str) -> str:
+    """text unchanged, or one UserError line when it is larger than MAX_TEXT_BYTES in UTF-8."""
+    if len(text) > MAX_TEXT_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+        raise UserError(f"the text is larger than {MAX_TEXT_BYTES / 1e6:g} MB; give a shorter text "
+                        "(a model reads only its first few thousand words)")
+    return text
 
 
 def visible_text(text: str) -> str:

@@ -171,6 +171,13 @@ def test_non_finite_attention_is_never_written(tmp_path):
 
 # ---- read_text_file -------------------------------------------------------------------------------
 
+def sparse(path, size: int):
+    """A file of `size` zero bytes that takes no disk space (nothing is written)."""
+    with open(path, "wb") as f:
+        os.truncate(f.fileno(), size)
+    return path
+
+
 def test_reads_utf8_text_and_drops_a_byte_order_mark(tmp_path):
     p = tmp_path / "t.txt"
     p.write_bytes("\ufeffcafé, naïve".encode("utf-8"))
@@ -182,7 +189,7 @@ def test_reads_utf8_text_and_drops_a_byte_order_mark(tmp_path):
     (lambda p: p.mkdir(), "is a folder"),
     (os.mkfifo, "not a regular file"),  # reading would block until someone writes
     (lambda p: p.write_bytes("café".encode("latin-1")), "not UTF-8"),
-    (lambda p: p.write_bytes(b"x" * (files.MAX_TEXT_BYTES + 1)), "larger than"),
+    (lambda p: sparse(p, files.MAX_TEXT_BYTES + 1), "larger than"),
     (lambda p: p.write_bytes(b""), "is empty"),
     (lambda p: p.write_bytes(b"\x00\x00 \n\t\xe2\x80\x8b"), "is empty"),  # NUL, white space, zero-width space
 ])
@@ -192,6 +199,30 @@ def test_bad_text_files_are_one_line(tmp_path, make, words):
     with pytest.raises(UserError) as e:
         files.read_text_file(p)
     assert words in only_line(e) and "t.txt" in str(e.value)
+
+
+def test_a_text_file_over_a_megabyte_is_read_whole(tmp_path):
+    """2 MB typed or pasted runs (the model keeps its first tokens); the same 2 MB in a file must too."""
+    p = tmp_path / "t.txt"
+    p.write_bytes(b"word " * 400_000)
+    assert files.read_text_file(p) == "word " * 400_000
+
+
+def test_the_text_size_limit_is_the_same_for_files_and_typed_text(tmp_path):
+    """One limit, for truly huge input (a log, a disk image): a file over it and text over it are refused
+    with the same words; the model reads a few thousand words at most either way."""
+    import attn_explorer as ax
+
+    assert files.MAX_TEXT_BYTES >= 4_000_000
+    p = sparse(tmp_path / "t.txt", files.MAX_TEXT_BYTES + 1)
+    with pytest.raises(UserError) as e:
+        files.read_text_file(p)
+    from_file = only_line(e)
+    with pytest.raises(UserError) as e:
+        ax.load_model("textbook", device="cpu").run("word " * (files.MAX_TEXT_BYTES // 5 + 1))
+    typed = only_line(e)
+    limit = f"larger than {files.MAX_TEXT_BYTES / 1e6:g} MB"
+    assert limit in from_file and limit in typed and from_file.startswith("t.txt is larger")
 
 
 def test_an_unreadable_text_file_is_one_line(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.hub.text import TextTokenizer
-from attn_explorer.validate import dk_scale_value, finite_attention, positive_int, visible_text
+from attn_explorer.validate import dk_scale_value, finite_attention, positive_int, text_size_ok, visible_text
 
 
 @dataclass
@@ -142,6 +142,7 @@ class Model:
     def _prepare_text(self, text, max_tokens) -> Prepared:
         if not isinstance(text, str):
             raise UserError(f"{self.info.name} is a text model; give it text, not {type(text).__name__}")
+        text_size_ok(text)  # the same limit as a text file's
         visible_text(text)  # NUL, zero-width or white space only: empty
         limit = self.info.max_positions
         if max_tokens is not None:

@@ -89,16 +89,16 @@ class TextTokenizer:
         (BERT: [CLS], the first max_len - 2 word pieces, [SEP]). max_len must be at least min_tokens."""
         if max_len < self.min_tokens:
             raise UserError(f"at least {self.min_tokens} tokens are needed (the special tokens and one word), got {max_len}")
+        # One pass over the text: its tokens without the special ones, cut, then the specials added, as
+        # the tokenizer's own truncation does (which would tokenise a long text a second time).
         self.tok.no_truncation()
-        full = self.tok.encode(text)
-        enc = full
-        if len(full.ids) > max_len:
-            self.tok.enable_truncation(max_length=max_len)
-            try:
-                enc = self.tok.encode(text)
-            finally:
-                self.tok.no_truncation()
-        truncated = len(enc.ids) < len(full.ids)
+        body = self.tok.encode(text, add_special_tokens=False)
+        total = len(body.ids) + self.tok.num_special_tokens_to_add(False)
+        if total > max_len:
+            body.truncate(max_len - self.tok.num_special_tokens_to_add(False))
+        enc = self.tok.post_process(body)
+        del body  # a long text's tokens, cut off (held as the encoding's overflow)
+        truncated = len(enc.ids) < total
         tokens = [_display(t) for t in enc.tokens] if self.byte_level else list(enc.tokens)
         return Encoded(list(enc.ids), tokens, [bool(s) for s in enc.special_tokens_mask], list(enc.type_ids), truncated,
-                       len(full.ids))
+                       total)

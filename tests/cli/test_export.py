@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from attn_explorer.files import MAX_TEXT_BYTES
 from tests.cli.conftest import assert_one_error_line, files_under
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +85,8 @@ def test_bad_input_one_line_exit_2(tmp_path, cli, args, message):
     (tmp_path / "notes.txt").mkdir()
     (tmp_path / "nul.txt").write_bytes(b"\x00" * 100)
     (tmp_path / "latin1.txt").write_bytes("café au lait".encode("latin-1"))
-    (tmp_path / "big.txt").write_bytes(b"word " * 400_000)  # 2 MB
+    with open(tmp_path / "big.txt", "wb") as f:  # over the text limit (2 MB is read now), sparse: nothing written
+        f.truncate(MAX_TEXT_BYTES + 1)
     Image.new("RGB", (30, 30)).save(tmp_path / "good.png")
     Image.new("1", (9000, 9000)).save(tmp_path / "bomb.png")  # 81 megapixels in a 10 kB file
     names = {n: tmp_path / f for n, f in [("fake", "fake.png"), ("notmodel", "notmodel"), ("good", "good.png"),

@@ -101,8 +101,10 @@ TEXTS = [
          ("type", "\x00\x00\x00")),
     Case("text_zero_width", ("--text", "\u200b\u200d\ufeff"), "the text is empty", ("text", "\u200b\u200d\ufeff", {}),
          ("type", "\u200b\u200d\ufeff")),
-    Case("textfile_2mb", ("--text-file", "{big_txt}"), "larger than 1 MB", ("read", "{big_txt}"),
-         ("textfile", "{big_txt}")),
+    Case("textfile_huge", ("--text-file", "{huge_txt}"), "huge.txt is larger than", ("read", "{huge_txt}"),
+         ("textfile", "{huge_txt}")),
+    Case("text_huge", ("--text", "word " * 1_000_000), "the text is larger than",
+         ("text", "word " * 1_000_000, {})),  # 5 MB typed; the window's text box is not fed 5 MB here
     Case("textfile_invalid_utf8", ("--text-file", "{invalid_utf8_txt}"), "is not UTF-8 text",
          ("read", "{invalid_utf8_txt}"), ("textfile", "{invalid_utf8_txt}")),
     Case("textfile_latin1", ("--text-file", "{latin1_txt}"), "is not UTF-8 text", ("read", "{latin1_txt}"),

@@ -236,7 +236,10 @@ def build_texts(root: Path) -> dict[str, Path]:
     out["utf16_txt"] = t / "utf16.txt"
     out["utf16_txt"].write_bytes("the animal was tired".encode("utf-16"))
     out["big_txt"] = t / "big.txt"
-    out["big_txt"].write_bytes(b"word " * 400_000)  # 2 MB
+    out["big_txt"].write_bytes(b"word " * 400_000)  # 2 MB: read, and cut to the model's positions
+    out["huge_txt"] = t / "huge.txt"
+    with out["huge_txt"].open("wb") as f:  # 64 MB, sparse (nothing written): over the limit for any text
+        os.truncate(f.fileno(), 64_000_000)
     out["nul_txt"] = t / "nul.txt"
     out["nul_txt"].write_bytes(b"\x00" * 100)
     out["empty_txt"] = t / "empty.txt"

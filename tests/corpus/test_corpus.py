@@ -120,9 +120,25 @@ def test_a_one_pixel_picture_fills_the_input_with_its_colour(corpus):
     assert (np.abs(r.image.astype(int) - (200, 30, 30)) <= 1).all()
 
 
+def test_a_two_megabyte_text_file_runs_as_the_same_text_typed(cli, corpus, cached_builtins):
+    """2 MB from --text-file and the same 2 MB from --text: both cut to MiniLM's 512 tokens with the same
+    note, and the same numbers saved (a file over 1 MB used to be refused)."""
+    text = corpus["big_txt"].read_text(encoding="utf-8")
+    saved, notes = [], []
+    for i, source in enumerate((("--text-file", str(corpus["big_txt"])), ("--text", text))):
+        out = corpus["root"] / f"long{i}.npz"
+        code, _, err = cli("export", "--model", "minilm", *source, "--out", out)
+        assert code == 0, err[:300]
+        notes.append([ln for ln in err.splitlines() if ln.startswith("note:")])
+        saved.append(dict(np.load(out)))
+        out.unlink()
+    assert notes[0] == notes[1] == ["note: input truncated to its first 512 tokens (the most minilm can read)"]
+    assert list(saved[0]["tokens"]) == list(saved[1]["tokens"]) and len(saved[0]["tokens"]) == 512
+    np.testing.assert_array_equal(saved[0]["attentions"], saved[1]["attentions"])
+
+
 def test_two_megabytes_of_typed_text_is_cut_with_a_note(cli, corpus, cached_builtins):
-    """A file over 1 MB is refused (textfile_2mb above); text given directly is cut to the model's
-    positions, and the note says so."""
+    """Text given directly is cut to the model's positions, and the note says so."""
     r = builtin("textbook").run("word " * 400_000)
     assert len(r.tokens) == 512 and r.truncated and any("truncated" in n for n in r.notes)
     out = corpus["root"] / "long.npz"
