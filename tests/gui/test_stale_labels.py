@@ -134,6 +134,7 @@ def test_loaded_model_with_empty_text_says_so_not_loading(make_window, qtbot):
         assert "Loading" not in msg and "type or paste some text" in msg, (name, msg)
     assert "is loaded" in w.grid.title.text()
     assert "Loading" not in w.dk_panel.readout.text()
+    qtbot.waitUntil(lambda: "No input" in w.input_panel.current.text(), timeout=5000)  # the side panel too
 
 
 def test_the_text_box_follows_the_sessions_text_and_keeps_the_next_keystroke(make_window, qtbot):

@@ -95,6 +95,7 @@ class InputPanel(QGroupBox):
         state.attention_ready.connect(describe)
         state.options_changed.connect(describe)  # hide specials changes the count shown
         state.input_cleared.connect(describe)
+        state.model_loaded.connect(describe)  # an empty input at start says so once the model is there
         state.text_changed.connect(self._follow_text)
 
     def _send_text(self) -> None:
