@@ -212,6 +212,7 @@ def test_a_failed_run_on_a_new_model_is_not_called_running_and_a_later_success_c
     qtbot.waitUntil(lambda: w.banner.isVisible() and st.info.name == "minilm" and not st.busy, timeout=60000)
     title = w.grid.title.text()
     assert "running" not in title and "textbook" in title and "has not run" in title
+    assert w.status_labels["model"].text() == "minilm" and w.status_labels["tokens"].text() == ""  # not textbook's n
     st.set_text("short now")
     qtbot.waitUntil(lambda: st.result.model == "minilm" and not st.busy, timeout=20000)
     assert not w.banner.isVisible()  # the error described the run before this one

@@ -236,6 +236,8 @@ class MainWindow(WindowActions, QMainWindow):
         self.progress.hide()
         self.banner.hide()
         untrained = "" if info.trained else " (untrained)"
+        for key in ("tokens", "forward", "render"):  # they described the old model's run, until this one's
+            self.status_labels[key].setText("")
         self.status_labels["model"].setText(f"{info.name}{untrained}")
         self.status_labels["model"].setToolTip(info.note or info.name)
         self.status_labels["device"].setText(f"{info.device} · {info.dtype}")
