@@ -84,6 +84,9 @@ class Generation:
         if info.modality != "text" or not getattr(model.module, "causal", False) or not hasattr(model.module, "logits"):
             raise UserError(f"{info.name} is not a decoder ({info.family} sees the whole text at once); "
                             "generation needs one such as smollm2-135m or a GPT-2 folder")
+        if not getattr(model.module, "can_generate", True):
+            raise UserError(f"{info.name} has no language-model head (it was saved as a bare {info.family} model, "
+                            "without lm_head.weight): it shows attention, but it cannot generate text")
         if not isinstance(prompt, str):
             raise UserError(f"the prompt must be text, not {type(prompt).__name__}")
         visible_text(prompt)

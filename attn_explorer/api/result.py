@@ -22,6 +22,7 @@ class ModelInfo:
     dtype: str  # "float32", "bfloat16", "float16"
     trained: bool  # False for random weights: the GUI must say "untrained"
     causal: bool = False  # decoder (GPT-2): no weight above the diagonal
+    can_generate: bool = False  # a decoder with an LM head (its own or the tied embedding): Model.generate works
     note: str = ""  # honest one-line remark shown in the GUI ("backbone fine-tuned for saliency", ...)
     patch_size: int | None = None  # image models
     image_size: int | None = None  # image models: default input side in pixels

@@ -9,6 +9,7 @@ from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_start, key_padding_mask
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.linear import Linear
 from attn_explorer.core.output import ModelOutput
 
 
@@ -22,6 +23,8 @@ class GPT2Config:
     max_positions: int = 1024  # n_positions
     eps: float = 1e-5  # layer_norm_epsilon
     act: str = "gelu_tanh"  # gelu_new
+    tie_embeddings: bool = True  # tie_word_embeddings: the LM head is the token embedding (GPT-2 as released)
+    head: bool = True  # False: saved untied without its LM head (a bare GPT2Model): attention, no generation
 
     @property
     def usable_positions(self) -> int:
@@ -45,6 +48,8 @@ class GPT2(nn.Module):
             ]
         )
         self.ln_f = nn.LayerNorm(cfg.dim, eps=cfg.eps)
+        untied_head = not cfg.tie_embeddings and cfg.head
+        self.lm_head = Linear(cfg.dim, cfg.vocab_size, bias=False) if untied_head else None
 
     def forward(
         self,
@@ -70,6 +75,16 @@ class GPT2(nn.Module):
     def new_cache(self) -> KVCache:
         return KVCache(self.cfg.num_layers)
 
+    @property
+    def can_generate(self) -> bool:
+        """Whether there is an LM head: the embedding (tied, as released), or its own."""
+        return self.cfg.tie_embeddings or self.cfg.head
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Next-token logits (..., vocab): GPT-2's LM head is the token embedding (tied)."""
-        return F.linear(hidden, self.wte.weight)
+        """Next-token logits (..., vocab): GPT-2's LM head is the token embedding (tied), unless the
+        checkpoint has its own."""
+        if self.cfg.tie_embeddings:
+            return F.linear(hidden, self.wte.weight)
+        if self.lm_head is None:
+            raise RuntimeError("this GPT-2 was loaded without its LM head: it has no next-token logits")
+        return self.lm_head(hidden)

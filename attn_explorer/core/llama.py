@@ -35,6 +35,7 @@ class LlamaConfig:
     eps: float = 1e-5  # rms_norm_eps
     rope_theta: float = 100000.0  # the base of RoPE's frequencies
     tie_embeddings: bool = True  # tie_word_embeddings: the LM head is the token embedding
+    head: bool = True  # False: saved untied without its LM head (a bare LlamaModel): attention, no generation
     attention_bias: bool = False  # biases on q, k, v and W_O
     mlp_bias: bool = False
 
@@ -65,8 +66,9 @@ class Llama(nn.Module):
             ]
         )
         self.norm = RMSNorm(cfg.dim, eps=cfg.eps)
-        # Tied: no matrix of its own; `logits` multiplies by the embedding.
-        self.lm_head = None if cfg.tie_embeddings else Linear(cfg.dim, cfg.vocab_size, bias=False)
+        # Tied: no matrix of its own; `logits` multiplies by the embedding. Untied without a head: none.
+        untied_head = not cfg.tie_embeddings and cfg.head
+        self.lm_head = Linear(cfg.dim, cfg.vocab_size, bias=False) if untied_head else None
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin) for positions 0..n-1
 
     def rope(self, start: int, n: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,8 +106,15 @@ class Llama(nn.Module):
                               captures=captures, cache=cache)
         return ModelOutput(hidden=self.norm(x), attentions=attn)
 
+    @property
+    def can_generate(self) -> bool:
+        """Whether there is an LM head: its own, or the embedding (tied)."""
+        return self.cfg.tie_embeddings or self.cfg.head
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits (..., vocab) from the final hidden states."""
-        if self.lm_head is None:
+        if self.cfg.tie_embeddings:
             return F.linear(hidden, self.embed_tokens.weight)
+        if self.lm_head is None:
+            raise RuntimeError("this Llama was loaded without its LM head: it has no next-token logits")
         return self.lm_head(hidden)

@@ -83,6 +83,7 @@ def _gpt2_config(cfg: dict) -> GPT2Config:
         vocab_size=cfg["vocab_size"], dim=cfg["n_embd"], num_layers=cfg["n_layer"], num_heads=cfg["n_head"],
         mlp_hidden=cfg.get("n_inner") or 4 * cfg["n_embd"], max_positions=cfg["n_positions"],
         eps=cfg.get("layer_norm_epsilon", 1e-5), act=_act(cfg, "activation_function"),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
     )
 
 
@@ -97,6 +98,7 @@ GPT2_RULES = [
     (_H + r"mlp\.c_fc\.(weight|bias)", _B + r"mlp.fc1.\2"),
     (_H + r"mlp\.c_proj\.(weight|bias)", _B + r"mlp.fc2.\2"),
     (r"ln_f\.(weight|bias)", r"ln_f.\1"),
+    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
 
 # ---- Vision: ViT, DeiT, DINOv2 -----------------------------------------------------------------
@@ -195,7 +197,7 @@ LLAMA_RULES = [
     (_LL + r"post_attention_layernorm\.weight", _B + r"norm2.weight"),
     (_LL + r"mlp\.(gate|up|down)_proj\.(weight|bias)", _B + r"mlp.\2.\3"),
     (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only: a tied model has no place for it
+    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -203,7 +205,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "roberta": Architecture("roberta", "text", TextEncoder, _encoder_config, ENCODER_RULES, ("roberta.",), TEXT_HEADS),
     "gpt2": Architecture(
         "gpt2", "text", GPT2, _gpt2_config, GPT2_RULES, ("transformer.",),
-        ignore=(r"h\.\d+\.attn\.(bias|masked_bias)", r"lm_head\..*", r"score\..*"),
+        ignore=(r"h\.\d+\.attn\.(bias|masked_bias)", r"score\..*"),
         transposed=(r"h\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight",),
     ),
     "vit": Architecture(
@@ -326,6 +328,20 @@ def architecture_for(cfg: dict, where: str) -> Architecture:
     if mt not in ARCHITECTURES:
         raise UserError(f"{where}: unsupported architecture {mt!r}; supported architectures: {supported()}")
     return ARCHITECTURES[mt]
+
+
+def decoder_head(cfg: Any, hf: dict) -> dict:
+    """A decoder's LM head, from its config and the tensors: tied (the embedding is the head; a stored
+    copy, as some checkpoints carry, is dropped, as transformers ties it anyway), its own lm_head.weight,
+    or none at all: a bare base model (LlamaModel, GPT2Model) saved untied has no head to read, and
+    `cfg.head` becomes False (attention and hidden states, no generation). Returns the tensors to map."""
+    if not hasattr(cfg, "head"):
+        return hf
+    key = next((k for k in hf if k == "lm_head.weight" or k.endswith(".lm_head.weight")), None)
+    if cfg.tie_embeddings:
+        return {k: v for k, v in hf.items() if k != key}
+    cfg.head = key is not None
+    return hf
 
 
 def map_state_dict(arch: Architecture, hf: dict, ours: dict, where: str) -> dict:

@@ -20,7 +20,7 @@ import torch
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError, first_line
-from attn_explorer.hub.architectures import architecture_for, map_state_dict, translate_config
+from attn_explorer.hub.architectures import architecture_for, decoder_head, map_state_dict, translate_config
 from attn_explorer.hub.built import Built, regular_file, skip_init
 from attn_explorer.hub.cache import Progress, report
 from attn_explorer.hub.checkpoint import load_checkpoint, save_checkpoint  # noqa: F401 - re-exported for api.load
@@ -143,6 +143,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
         cfg.pooler = any(k.endswith("pooler.dense.weight") for k in hf_sd)
     if hasattr(cfg, "mask_token"):
         cfg.mask_token = any(k.endswith("embeddings.mask_token") for k in hf_sd)
+    hf_sd = decoder_head(cfg, hf_sd)
     with torch.device("meta"), skip_init():
         module = arch.build(cfg)
     ours = module.state_dict()
@@ -151,8 +152,13 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     module.load_state_dict({k: v.contiguous() for k, v in mapped.items()}, strict=True, assign=True)
     report(progress, 0.85, "preparing input pipeline")
     kw: dict = {}
+    can_generate = bool(getattr(module, "can_generate", False))
+    if module.causal and not can_generate:
+        note = "; ".join(filter(None, [note, "no language-model head (a bare base model saved without "
+                                             "lm_head.weight): it shows attention, it cannot generate"]))
     info_kw = dict(name=name, family=arch.family, modality=arch.modality, num_layers=cfg.num_layers,
-                   num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=trained, causal=module.causal, note=note)
+                   num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=trained, causal=module.causal, note=note,
+                   can_generate=can_generate)
     if arch.modality == "text":
         kw["tokenizer"] = TextTokenizer.from_folder(folder)
         info_kw["max_positions"] = cfg.usable_positions
