@@ -245,3 +245,30 @@ def test_after_choosing_a_model_the_arrows_step_heads_not_models(make_window, qt
     qtbot.waitUntil(lambda: not combo.hasFocus() and not w.state.busy, timeout=20000)
     qtbot.keyClick(QApplication.focusWidget(), Qt.Key_Right)
     assert w.state.head == 1 and w.state.info.name == "textbook" and combo.currentData() == "textbook"
+
+
+def test_grid_head_labels_do_not_overlap_on_a_tall_model_at_1024_px(make_window, qtbot):
+    """30 layers × 9 heads (SmolLM2's shape) at 1024×700: cells are narrower than "H8"; every other label."""
+    from attn_explorer.api.display import grid_image
+
+    w = make_window(model="textbook", view="grid")
+    w.resize(1024, 700)
+    st, grid = w.state, w.grid
+    att = np.full((30, 9, 6, 6), 1 / 6, np.float32)
+    r = RunResult(attentions=att, tokens=[f"t{i}" for i in range(6)], special=np.zeros(6, bool), model="textbook",
+                  dk_scale=1.0, forward_ms=1.0, total_tokens=6)
+    st.result = r
+    st.grid_image = grid_image(att)
+    st.attention_ready.emit(r)
+
+    def spaced() -> bool:
+        import pyqtgraph as pg
+
+        ticks = grid.plot.getAxis("top")._tickLevels[0]  # the labels drawn (pyqtgraph keeps them here)
+        if len(ticks) < 2:
+            return False
+        xs = [grid.plot.vb.mapViewToScene(pg.Point(x, 0)).x() for x, _ in ticks]
+        room = grid.fontMetrics().horizontalAdvance("H8")
+        return min(b - a for a, b in zip(xs, xs[1:])) >= room
+
+    qtbot.waitUntil(spaced, timeout=5000)

@@ -12,6 +12,7 @@ changes n (that relayout cost more than the new image itself).
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import pyqtgraph as pg
@@ -110,8 +111,8 @@ class HeadGridView(LazyPage, QWidget):
 
     def _layout_axes(self, L: int, H: int) -> None:
         """Ticks, separators and range for L × H cells of one unit each."""
-        self.plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(L)], []])
-        self.plot.getAxis("top").setTicks([[(h + 0.5, f"H{h}") for h in range(H)], []])
+        self._tick_steps = (0, 0)
+        self._set_ticks(1, 1)
         xs, ys = [], []
         for l in range(1, L):
             xs += [0, H]
@@ -122,6 +123,15 @@ class HeadGridView(LazyPage, QWidget):
         self.separators.setData(np.array(xs, float), np.array(ys, float))
         self.plot.setRange(xRange=(0, H), yRange=(0, L), padding=0.01)
         self._fit_timer.start()
+
+    def _set_ticks(self, layer_step: int, head_step: int) -> None:
+        """Label every layer and head, or every k-th when the cells are narrower than their labels."""
+        if (layer_step, head_step) == getattr(self, "_tick_steps", (0, 0)):
+            return
+        self._tick_steps = (layer_step, head_step)
+        L, H = self._shape
+        self.plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(0, L, layer_step)], []])
+        self.plot.getAxis("top").setTicks([[(h + 0.5, f"H{h}") for h in range(0, H, head_step)], []])
 
     def _fit_view(self) -> None:
         """Shrink the plot (by layout margins) until its view box has the mosaic's shape, so the axes hug
@@ -142,6 +152,13 @@ class HeadGridView(LazyPage, QWidget):
             side, top = 0.0, (total_h - total_w / want) / 2
         if abs(side - ml) > 1 or abs(top - mt) > 1:
             lay.setContentsMargins(side, top, side, top)
+        # cells this small cannot carry a label each: thin the labels out (the separators stay)
+        fm = self.fontMetrics()
+        cell_w = (total_w - 2 * side) / H if H else 0
+        cell_h = (total_h - 2 * top) / L if L else 0
+        head_step = max(1, math.ceil((fm.horizontalAdvance(f"H{H - 1}") + 6) / max(cell_w, 1e-6)))
+        layer_step = max(1, math.ceil((fm.height() + 1) / max(cell_h, 1e-6)))
+        self._set_ticks(layer_step, head_step)
 
     def _move_highlight(self, layer: int, head: int) -> None:
         if self._shape == (0, 0):
