@@ -81,7 +81,7 @@ class Model:
             return len(prep.tokens)
         pixels = prep.inputs["pixels"]
         p = self.info.patch_size
-        extra = 1 + (self.info.family == "deit")
+        extra = len(self._extra_tokens())
         return (pixels.shape[-2] // p) * (pixels.shape[-1] // p) + extra
 
     def _check_memory(self, prep: Prepared) -> None:
@@ -189,9 +189,15 @@ class Model:
         x = torch.from_numpy(pixels)[None].to(self.device, self.dtype)
         return Prepared({"pixels": x}, notes=notes, image=seen)
 
+    def _extra_tokens(self) -> list[str]:
+        """The image model's tokens before its patches: [CLS] (none in SigLIP), then DeiT's [DIST]."""
+        cfg = getattr(self.module, "cfg", None)
+        cls, dist = getattr(cfg, "class_token", True), getattr(cfg, "distillation_token", self.info.family == "deit")
+        return ["[CLS]"] * cls + ["[DIST]"] * dist
+
     def _image_result(self, out, ms, prep: Prepared, dk_scale, hidden) -> RunResult:
         rows, cols = out.grid
-        extra = ["[CLS]"] + (["[DIST]"] if self.info.family == "deit" else [])
+        extra = self._extra_tokens()
         tokens = extra + [f"r{r}c{c}" for r in range(rows) for c in range(cols)]
         special = [True] * len(extra) + [False] * (rows * cols)
         top5 = None

@@ -36,6 +36,7 @@ ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's gelu_new
     "relu": F.relu,
     "silu": F.silu,
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # CLIP's x·σ(1.702x)
 }
 
 

@@ -1,4 +1,6 @@
-"""Vision transformers: ViT, DeiT (class + distillation token) and DINOv2 (patch 14, LayerScale).
+"""Vision transformers: ViT, DeiT (class + distillation token), DINOv2 (patch 14, LayerScale), and the
+vision towers of CLIP (a LayerNorm on the embeddings, quick-GELU, last hidden state not normed) and
+SigLIP (no class token).
 
 An image becomes a grid of patch tokens, a [CLS] token is put in front, learned positions are added
 (resized bicubically when the grid differs from the one trained on), then pre-LN blocks run.
@@ -34,10 +36,15 @@ class ViTConfig:
     pooler: bool = False  # ViTModel's dense+tanh head on [CLS]
     num_labels: int = 0  # classifier outputs; 0 = backbone only
     classifier_tokens: int = 1  # DeiT-with-teacher averages the [CLS] and distillation heads
+    class_token: bool = True  # SigLIP has none: every token is a patch
+    patch_bias: bool = True  # CLIP's patch projection has no bias
+    pre_norm: bool = False  # CLIP: a LayerNorm on the embeddings before the first block (pre_layrnorm)
+    norm_output: bool = True  # CLIP: False, the last hidden state is not normed (its post_layernorm is for the pooled [CLS])
+    flat_tables: bool = False  # CLIP/SigLIP store the class vector as (D,) and the position table as (N, D)
 
     @property
     def num_extra_tokens(self) -> int:
-        return 1 + int(self.distillation_token)
+        return int(self.class_token) + int(self.distillation_token)
 
     @property
     def native_grid(self) -> int:
@@ -52,10 +59,14 @@ class VisionTransformer(nn.Module):
         self.cfg = cfg
         D = cfg.dim
         self.patch_embed = PatchEmbed(cfg.patch_size, D, cfg.channels)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
+        if not cfg.patch_bias:
+            self.patch_embed.proj.register_parameter("bias", None)
+        lead = () if cfg.flat_tables else (1,)  # the tables' stored shapes; forward views them as (1, n, D)
+        self.cls_token = nn.Parameter(torch.zeros(*lead, *lead, D)) if cfg.class_token else None
+        self.pre_norm = nn.LayerNorm(D, eps=cfg.eps) if cfg.pre_norm else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if cfg.distillation_token else None
         self.mask_token = nn.Parameter(torch.zeros(1, D)) if cfg.mask_token else None
-        self.pos_embed = nn.Parameter(torch.zeros(1, cfg.native_grid**2 + cfg.num_extra_tokens, D))
+        self.pos_embed = nn.Parameter(torch.zeros(*lead, cfg.native_grid**2 + cfg.num_extra_tokens, D))
         self.blocks = BlockStack(
             [
                 TransformerBlock(
@@ -72,10 +83,11 @@ class VisionTransformer(nn.Module):
     def positions(self, grid: tuple[int, int], height: int, width: int) -> torch.Tensor:
         """Position vectors for the extra tokens and a rows × cols patch grid: (1, E + rows*cols, D)."""
         E = self.cfg.num_extra_tokens
-        native = self.pos_embed.shape[1] - E
+        pos = self.pos_embed.view(1, -1, self.cfg.dim)
+        native = pos.shape[1] - E
         if grid[0] * grid[1] == native and height == width:
-            return self.pos_embed
-        return torch.cat([self.pos_embed[:, :E], resize_position_grid(self.pos_embed[:, E:], grid)], dim=1)
+            return pos
+        return torch.cat([pos[:, :E], resize_position_grid(pos[:, E:], grid)], dim=1)
 
     def forward(
         self,
@@ -89,14 +101,15 @@ class VisionTransformer(nn.Module):
         """pixels (B, C, H, W), normalised. Returns hidden (B, E + rows*cols, D) after the final norm."""
         B, _, height, width = pixels.shape
         x, grid = self.patch_embed(pixels.to(self.patch_embed.proj.weight.dtype))  # (B, rows*cols, D)
-        extra = [self.cls_token.expand(B, -1, -1)]
-        if self.dist_token is not None:
-            extra.append(self.dist_token.expand(B, -1, -1))
-        x = torch.cat(extra + [x], dim=1)
+        extra = [t.view(1, 1, -1).expand(B, -1, -1) for t in (self.cls_token, self.dist_token) if t is not None]
+        x = torch.cat(extra + [x], dim=1) if extra else x
         x = x + self.positions(grid, height, width)
+        if self.pre_norm is not None:
+            x = self.pre_norm(x)
         x, attn = self.blocks(x, AttentionOptions(dk_scale=dk_scale), dk_layers=dk_layers,
                               output_attentions=output_attentions, captures=captures)
-        x = self.norm(x)
+        if self.cfg.norm_output:
+            x = self.norm(x)
         logits = None
         if self.heads is not None:
             logits = sum(head(x[:, i]) for i, head in enumerate(self.heads)) / len(self.heads)

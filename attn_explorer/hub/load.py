@@ -157,7 +157,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     report(progress, 0.85, "preparing input pipeline")
     kw: dict = {}
     can_generate = bool(getattr(module, "can_generate", False))
-    if module.causal and not can_generate:
+    if module.causal and not can_generate and not getattr(module, "text_encoder", False):
         note = "; ".join(filter(None, [note, "no language-model head (a bare base model saved without "
                                              "lm_head.weight): it shows attention, it cannot generate"]))
     info_kw = dict(name=name, family=arch.family, modality=arch.modality, num_layers=cfg.num_layers,
