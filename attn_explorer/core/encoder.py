@@ -1,4 +1,8 @@
-"""BERT-style text encoders (BERT, MiniLM, RoBERTa): learned positions and post-LN blocks."""
+"""BERT-style text encoders (BERT, MiniLM, RoBERTa, DistilBERT, ELECTRA): learned positions and post-LN blocks.
+
+DistilBERT has no token types (type_vocab_size=0); ELECTRA's embeddings may be narrower than its
+blocks (embed_dim), with a linear projection up to dim after the embedding LayerNorm.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,12 +23,14 @@ class EncoderConfig:
     num_heads: int = 12  # H
     mlp_hidden: int = 3072  # feed-forward width
     max_positions: int = 512  # rows in the learned position table
-    type_vocab_size: int = 2  # segment (token type) embeddings; RoBERTa has 1
+    type_vocab_size: int = 2  # segment (token type) embeddings; RoBERTa has 1, DistilBERT none (0)
     eps: float = 1e-12  # LayerNorm epsilon
     act: str = "gelu"
     pad_token_id: int = 0
     position_offset: int = 0  # RoBERTa counts positions from pad_token_id + 1
     pooler: bool = False  # a dense+tanh head on the first token (loaded when the checkpoint has it)
+    embed_dim: int | None = None  # embedding width (ELECTRA's embedding_size); None: dim. Another width is
+    #                               projected to dim after the embedding LayerNorm (embeddings_project)
 
     @property
     def usable_positions(self) -> int:
@@ -35,13 +41,19 @@ class EncoderConfig:
 class Embeddings(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
-        self.word = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.position = nn.Embedding(cfg.max_positions, cfg.dim)
-        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.dim)
-        self.norm = nn.LayerNorm(cfg.dim, eps=cfg.eps)
+        width = cfg.embed_dim or cfg.dim
+        self.word = nn.Embedding(cfg.vocab_size, width)
+        self.position = nn.Embedding(cfg.max_positions, width)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size else None
+        self.norm = nn.LayerNorm(width, eps=cfg.eps)
+        self.project = nn.Linear(width, cfg.dim) if width != cfg.dim else None
 
     def forward(self, ids, position_ids, token_type_ids):
-        return self.norm(self.word(ids) + self.position(position_ids) + self.token_type(token_type_ids))
+        x = self.word(ids) + self.position(position_ids)
+        if self.token_type is not None:  # a model without token types reads none (DistilBERT)
+            x = x + self.token_type(token_type_ids)
+        x = self.norm(x)
+        return x if self.project is None else self.project(x)
 
 
 class TextEncoder(nn.Module):

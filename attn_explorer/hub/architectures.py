@@ -11,15 +11,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from attn_explorer.core.clip_text import ClipTextConfig, ClipTextTransformer
 from attn_explorer.core.encoder import EncoderConfig, TextEncoder
 from attn_explorer.core.gpt2 import GPT2, GPT2Config
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
 
-ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu",
-        "quick_gelu": "quick_gelu"}
+ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu"}
 
 
 def _act(cfg: dict, key: str = "hidden_act") -> str:
@@ -39,6 +37,7 @@ class Architecture:
     prefixes: tuple[str, ...] = ()  # task-model prefixes to strip: "bert.", "vit."...
     ignore: tuple[str, ...] = ()  # regexes of HF keys we knowingly do not use (buffers, LM heads)
     transposed: tuple[str, ...] = ()  # regexes of HF keys stored (in, out): GPT-2's Conv1D
+    names: dict[str, str] | None = None  # our config field -> config.json's name, for messages (default: HF_NAMES)
 
 
 # ---- BERT family (BERT, MiniLM, RoBERTa): post-LN encoders -------------------------------------
@@ -102,6 +101,86 @@ GPT2_RULES = [
     (r"ln_f\.(weight|bias)", r"ln_f.\1"),
     (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
+
+# ---- OPT: GPT-2's decoder with q/k/v apart, positions offset by 2, ReLU ---------------------------
+
+def _width(cfg: dict, key: str, default: int) -> int:
+    """An optional width field (OPT's word_embed_proj_dim, ELECTRA's embedding_size): a whole number >= 1."""
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise UserError(f"{key} must be a whole number >= 1, got {v!r}")
+    return v
+
+
+def _opt_config(cfg: dict) -> GPT2Config:
+    if cfg.get("layer_norm_elementwise_affine") is False:
+        raise UserError("OPT with layer_norm_elementwise_affine=false is not supported")
+    post_ln = cfg.get("do_layer_norm_before", True) is False
+    return GPT2Config(
+        vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
+        num_heads=cfg["num_attention_heads"], mlp_hidden=cfg["ffn_dim"], max_positions=cfg["max_position_embeddings"],
+        eps=1e-5, act=_act(cfg, "activation_function"),  # OPT's LayerNorms keep torch's default epsilon
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", True)), fused_qkv=False, position_offset=2,
+        embed_dim=_width(cfg, "word_embed_proj_dim", cfg["hidden_size"]), norm_first=not post_ln,
+        # OPT-350m (post-LN) has no final norm; _remove_final_layer_norm marks checkpoints older than the fix
+        final_norm=not post_ln and not cfg.get("_remove_final_layer_norm", False),
+        bias=bool(cfg.get("enable_bias", True)),
+    )
+
+
+_OL = r"layers\.(\d+)\."
+OPT_RULES = [
+    (r"embed_tokens\.weight", "wte.weight"),
+    (r"embed_positions\.weight", "wpe.weight"),
+    (r"project_in\.weight", "project_in.weight"),
+    (r"project_out\.weight", "project_out.weight"),
+    (_OL + r"self_attn_layer_norm\.(weight|bias)", _B + r"norm1.\2"),
+    (_OL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
+    (_OL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
+    (_OL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
+    (_OL + r"self_attn\.out_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    (_OL + r"final_layer_norm\.(weight|bias)", _B + r"norm2.\2"),
+    (_OL + r"fc(1|2)\.(weight|bias)", _B + r"mlp.fc\2.\3"),
+    (r"final_layer_norm\.(weight|bias)", r"ln_f.\1"),
+    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+]
+OPT_NAMES = {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+             "mlp_hidden": "ffn_dim", "max_positions": "max_position_embeddings", "embed_dim": "word_embed_proj_dim"}
+
+# ---- DistilBERT: BERT's post-LN encoder without token types, other names -------------------------
+
+def _distilbert_config(cfg: dict) -> EncoderConfig:
+    # sinusoidal_pos_embds: DistilBERT fills its position table with sin/cos once and saves it like a
+    # learned one, so both kinds are read from the checkpoint's embeddings.position_embeddings.weight.
+    return EncoderConfig(
+        vocab_size=cfg["vocab_size"], dim=cfg["dim"], num_layers=cfg["n_layers"], num_heads=cfg["n_heads"],
+        mlp_hidden=cfg["hidden_dim"], max_positions=cfg["max_position_embeddings"], type_vocab_size=0,
+        eps=1e-12, act=_act(cfg, "activation"), pad_token_id=cfg.get("pad_token_id") or 0,
+    )
+
+
+_DL = r"transformer\.layer\.(\d+)\."
+DISTILBERT_RULES = [
+    (r"embeddings\.word_embeddings\.(weight)", r"embeddings.word.\1"),
+    (r"embeddings\.position_embeddings\.(weight)", r"embeddings.position.\1"),
+    (r"embeddings\.LayerNorm\.(weight|bias)", r"embeddings.norm.\1"),
+    (_DL + r"attention\.q_lin\.(weight|bias)", _B + r"attn.query.\2"),
+    (_DL + r"attention\.k_lin\.(weight|bias)", _B + r"attn.key.\2"),
+    (_DL + r"attention\.v_lin\.(weight|bias)", _B + r"attn.value.\2"),
+    (_DL + r"attention\.out_lin\.(weight|bias)", _B + r"attn.out.\2"),
+    (_DL + r"sa_layer_norm\.(weight|bias)", _B + r"norm1.\2"),
+    (_DL + r"ffn\.lin(1|2)\.(weight|bias)", _B + r"mlp.fc\2.\3"),
+    (_DL + r"output_layer_norm\.(weight|bias)", _B + r"norm2.\2"),
+]
+DISTILBERT_NAMES = {"num_layers": "n_layers", "num_heads": "n_heads", "mlp_hidden": "hidden_dim",
+                    "max_positions": "max_position_embeddings"}
+
+# ---- ELECTRA (the discriminator or the generator's encoder): BERT with narrower embeddings --------
+
+def _electra_config(cfg: dict) -> EncoderConfig:
+    return dataclasses.replace(_encoder_config(cfg), embed_dim=_width(cfg, "embedding_size", cfg["hidden_size"]))
 
 # ---- Vision: ViT, DeiT, DINOv2 -----------------------------------------------------------------
 
@@ -227,6 +306,20 @@ ARCHITECTURES: dict[str, Architecture] = {
         "dinov2", "image", VisionTransformer, _dinov2_config, VISION_COMMON + DINOV2_BLOCK, ("dinov2.",),
         ignore=(r"classifier\..*",),
     ),
+    "opt": Architecture(
+        "opt", "text", GPT2, _opt_config, OPT_RULES, ("model.decoder.", "decoder."),
+        ignore=(r"score\..*", r"qa_outputs\..*"), names=OPT_NAMES,
+    ),
+    "distilbert": Architecture(
+        "distilbert", "text", TextEncoder, _distilbert_config, DISTILBERT_RULES, ("distilbert.",),
+        ignore=TEXT_HEADS + (r"vocab_(transform|layer_norm|projector)\..*", r"pre_classifier\..*"),
+        names=DISTILBERT_NAMES,
+    ),
+    "electra": Architecture(
+        "electra", "text", TextEncoder, _electra_config,
+        ENCODER_RULES + [(r"embeddings_project\.(weight|bias)", r"embeddings.project.\1")], ("electra.",),
+        ignore=TEXT_HEADS + (r"(discriminator|generator)_predictions\..*", r"generator_lm_head\..*"),
+    ),
     "llama": Architecture(
         "llama", "text", Llama, _llama_config, LLAMA_RULES, ("model.",),
         ignore=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq"),
@@ -235,80 +328,6 @@ ARCHITECTURES: dict[str, Architecture] = {
 # Same layout, other names.
 for alias, target in {"xlm-roberta": "roberta", "camembert": "roberta"}.items():
     ARCHITECTURES[alias] = ARCHITECTURES[target]
-
-
-# ---- CLIP and SigLIP towers: q/k/v/out_proj attention, layer_norm1/2 pre-LN blocks ----------------
-
-CLIP_VISION_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                            image_size=224, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5)
-SIGLIP_VISION_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                              image_size=224, patch_size=16, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
-CLIP_TEXT_DEFAULTS = dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
-                          num_attention_heads=8, max_position_embeddings=77, hidden_act="quick_gelu", layer_norm_eps=1e-5)
-
-
-def _tower(cfg: dict, key: str, defaults: dict) -> dict:
-    """The tower's own config (a whole CLIP/SigLIP folder nests it under key), over the family's defaults:
-    save_pretrained leaves out fields equal to the defaults."""
-    sub = cfg.get(key) if cfg.get("model_type") in ("clip", "siglip") else cfg
-    if not isinstance(sub, dict):
-        raise UserError(f"config.json has no {key} object for the {cfg.get('model_type')} model's tower")
-    return {**defaults, **{k: v for k, v in sub.items() if v is not None}}
-
-
-def _clip_vision_config(cfg: dict) -> ViTConfig:
-    c = _tower(cfg, "vision_config", CLIP_VISION_DEFAULTS)
-    return _vit_config(c, eps=c["layer_norm_eps"], qkv_bias=True, patch_bias=False, pre_norm=True, norm_output=False,
-                       flat_tables=True)
-
-
-def _siglip_vision_config(cfg: dict) -> ViTConfig:
-    c = _tower(cfg, "vision_config", SIGLIP_VISION_DEFAULTS)
-    return _vit_config(c, eps=c["layer_norm_eps"], qkv_bias=True, class_token=False, flat_tables=True)
-
-
-def _clip_text_config(cfg: dict) -> ClipTextConfig:
-    c = _tower(cfg, "text_config", CLIP_TEXT_DEFAULTS)
-    return ClipTextConfig(
-        vocab_size=c["vocab_size"], dim=c["hidden_size"], num_layers=c["num_hidden_layers"],
-        num_heads=c["num_attention_heads"], mlp_hidden=c["intermediate_size"],
-        max_positions=c["max_position_embeddings"], eps=c["layer_norm_eps"], act=_act(c),
-    )
-
-
-_CL = r"encoder\.layers\.(\d+)\."
-CLIP_BLOCK = [
-    (_CL + r"layer_norm(1|2)\.(weight|bias)", _B + r"norm\2.\3"),
-    (_CL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_CL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_CL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
-    (_CL + r"self_attn\.out_proj\.(weight|bias)", _B + r"attn.out.\2"),
-    (_CL + r"mlp\.(fc1|fc2)\.(weight|bias)", _B + r"mlp.\2.\3"),
-]
-CLIP_VISION_RULES = CLIP_BLOCK + [
-    (r"embeddings\.class_embedding", "cls_token"),
-    (r"embeddings\.patch_embedding\.(weight|bias)", r"patch_embed.proj.\1"),
-    (r"embeddings\.position_embedding\.weight", "pos_embed"),
-    (r"pre_layrnorm\.(weight|bias)", r"pre_norm.\1"),
-    (r"post_layernorm\.(weight|bias)", r"norm.\1"),
-]
-CLIP_TEXT_RULES = CLIP_BLOCK + [
-    (r"embeddings\.token_embedding\.weight", "token_embedding.weight"),
-    (r"embeddings\.position_embedding\.weight", "position_embedding.weight"),
-    (r"final_layer_norm\.(weight|bias)", r"final_layer_norm.\1"),
-]
-# A whole CLIP/SigLIP folder: the other tower and the contrastive head are left out.
-CLIP_PAIR_HEADS = (r"logit_scale", r"logit_bias", r"text_projection\..*", r"visual_projection\..*")
-VISION_IGNORE = (r"embeddings\.position_ids", r"head\..*", r"text_model\..*") + CLIP_PAIR_HEADS  # head: SigLIP's pooling
-TEXT_IGNORE = (r"embeddings\.position_ids", r"head\..*", r"vision_model\..*") + CLIP_PAIR_HEADS  # head: SigLIP's projection
-
-for _mt, _family, _make in (("clip_vision_model", "clip", _clip_vision_config), ("clip", "clip", _clip_vision_config),
-                            ("siglip_vision_model", "siglip", _siglip_vision_config),
-                            ("siglip", "siglip", _siglip_vision_config)):
-    ARCHITECTURES[_mt] = Architecture(_family, "image", VisionTransformer, _make, CLIP_VISION_RULES,
-                                      ("vision_model.",), VISION_IGNORE)
-ARCHITECTURES["clip_text_model"] = Architecture("clip_text", "text", ClipTextTransformer, _clip_text_config,
-                                                CLIP_TEXT_RULES, ("text_model.",), TEXT_IGNORE)
 
 
 # ---- checking a translated config ---------------------------------------------------------------------
@@ -323,14 +342,12 @@ HF_NAMES = {
     "ViTConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
                   "mlp_hidden": "intermediate_size", "channels": "num_channels", "eps": "layer_norm_eps",
                   "layerscale": "layerscale_value"},
-    "ClipTextConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
-                       "mlp_hidden": "intermediate_size", "max_positions": "max_position_embeddings",
-                       "eps": "layer_norm_eps"},
     "LlamaConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
                     "num_kv_heads": "num_key_value_heads", "mlp_hidden": "intermediate_size",
                     "max_positions": "max_position_embeddings", "eps": "rms_norm_eps"},
 }
-_MAY_BE_ZERO = {"num_labels", "pad_token_id", "position_offset"}  # every other int is a count or size >= 1
+# every other int is a count or size >= 1; type_vocab_size 0: no token types (DistilBERT)
+_MAY_BE_ZERO = {"num_labels", "pad_token_id", "position_offset", "type_vocab_size"}
 
 
 def _json_kind(v: Any) -> str:
@@ -380,7 +397,7 @@ def translate_config(arch: "Architecture", hf_cfg: dict, where: str) -> Any:
         raise UserError(f"{where}: missing field {e} for {arch.family}") from None
     except (TypeError, ValueError) as e:  # a string where a number belongs: "eight" * 4
         raise UserError(f"{where}: a field has the wrong type for {arch.family} ({e})") from None
-    return check_config(cfg, where, HF_NAMES.get(type(cfg).__name__))
+    return check_config(cfg, where, arch.names or HF_NAMES.get(type(cfg).__name__))
 
 
 def config_from_fields(cls: type, stored: Any, where: str) -> Any:
