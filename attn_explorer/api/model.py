@@ -50,7 +50,10 @@ class Model:
 
     @property
     def device(self) -> torch.device:
-        return next(self.module.parameters()).device
+        """Where inputs go: the module's device, or for a model accelerate spread over devices and disk,
+        its main device (its hooks move each block's weights and inputs)."""
+        main = getattr(self.module, "main_device", None)
+        return main if main is not None else next(self.module.parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:

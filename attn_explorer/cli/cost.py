@@ -129,6 +129,8 @@ def config_from_args(args: argparse.Namespace):
     try:
         device = pick_device(args.device)
         pick_dtype(args.dtype, device)
+        if args.dtype.lower() not in ("float32", "fp32") and device.type == "cpu":  # 16-bit timings on a CPU mislead
+            raise ValueError(f"{args.dtype} needs a GPU for timings; on the CPU the cost lab measures float32")
     except ValueError as exc:
         raise UserError(str(exc)) from None
     return SweepConfig(

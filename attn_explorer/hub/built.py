@@ -1,15 +1,14 @@
-"""What every loader in hub/ shares: the `Built` record, building a module without init, and the
-checks made before anything large is allocated or opened."""
+"""What every loader in hub/ shares: the `Built` record and the checks made before anything large is
+allocated or opened."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from attn_explorer.budget import available_bytes
+from attn_explorer.budget import available_bytes, device_type, human_bytes
 from attn_explorer.errors import UserError
 
 
@@ -17,22 +16,39 @@ def _num_params(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-# Parameters (float32) above this are refused before anything is allocated: the largest model this app
-# reads on a CPU (GPT-2 XL) needs 6.2 GB; a ~300-byte checkpoint asking for 17 GB took minutes to zero-fill.
-MAX_PARAM_BYTES = 8e9
+# Share of the target device's free memory the weights may take: the process, its attention maps and the
+# rest of the machine need the remainder (and CUDA's allocator some slack).
+WEIGHT_SHARE = {"cpu": 0.8, "cuda": 0.9}
 
 
-def check_param_bytes(build: Callable[[], torch.nn.Module], where: str) -> int:
-    """Build on the meta device (no memory), and refuse with one line when the real module would not fit:
-    over MAX_PARAM_BYTES, or over the memory free now. Returns the predicted bytes."""
-    with torch.device("meta"), skip_init():
-        nbytes = sum(t.numel() * 4 for t in build().state_dict().values())  # float32 on the CPU first
-    free = available_bytes("cpu")
-    limit = min(MAX_PARAM_BYTES, free) if free is not None else MAX_PARAM_BYTES
-    if nbytes > limit:
-        why = f"at most {MAX_PARAM_BYTES / 1e9:g} GB" if limit == MAX_PARAM_BYTES else f"{free / 1e9:.1f} GB is free"
-        raise UserError(f"{where}: its config would need {nbytes / 1e9:.1f} GB for the weights alone ({why}); "
-                        "is the config right?")
+def state_bytes(module: torch.nn.Module, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of module's state with its floating tensors in dtype (integer ones keep theirs)."""
+    return sum(t.numel() * (dtype.itemsize if t.is_floating_point() else t.element_size())
+               for t in module.state_dict().values())
+
+
+def check_fits(nbytes: int, where: str, device: Any = "cpu", dtype: torch.dtype = torch.float32) -> None:
+    """One UserError line when weights of nbytes would not fit in the target device's free memory now
+    (a share of it, WEIGHT_SHARE): how much is needed against how much is free."""
+    kind = device_type(device)
+    free = available_bytes(device)
+    if free is None:
+        return
+    share = WEIGHT_SHARE.get(kind, 0.8)
+    if nbytes > free * share:
+        name = str(dtype).replace("torch.", "")
+        raise UserError(f"{where}: its config would need {human_bytes(nbytes)} for the weights alone in {name}, "
+                        f"but {human_bytes(free)} is free on {kind} (weights may take {share:.0%} of it); "
+                        "is the config right? A smaller dtype, or device='auto' with max_memory, may fit")
+
+
+def check_param_bytes(build: Callable[[], torch.nn.Module], where: str, device: Any = "cpu",
+                      dtype: torch.dtype = torch.float32) -> int:
+    """Build on the meta device (no memory, no init), and refuse with one line when the real module's
+    weights in dtype would not fit on device (`check_fits`). Returns the predicted bytes."""
+    with torch.device("meta"):
+        nbytes = state_bytes(build(), dtype)
+    check_fits(nbytes, where, device, dtype)
     return nbytes
 
 
@@ -51,23 +67,8 @@ class Built:
     module: torch.nn.Module
     info: dict  # ModelInfo fields, except device, dtype and num_params
     parts: dict[str, Any] = field(default_factory=dict)  # tokenizer=, preprocess=, labels=, encode=
+    placed: bool = False  # the module is already on its device and dtype (read there shard by shard)
 
     @property
     def num_params(self) -> int:
         return _num_params(self.module)
-
-
-@contextlib.contextmanager
-def skip_init():
-    """Build modules without random init: the checkpoint overwrites every tensor anyway, and init
-    on the meta device would import torch._dynamo (over a second at start-up)."""
-    names = ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "ones_", "zeros_",
-             "constant_", "xavier_uniform_", "xavier_normal_")
-    saved = {n: getattr(torch.nn.init, n) for n in names}
-    try:
-        for n in names:
-            setattr(torch.nn.init, n, lambda t, *a, **k: t)
-        yield
-    finally:
-        for n, f in saved.items():
-            setattr(torch.nn.init, n, f)

@@ -34,7 +34,8 @@ def save_checkpoint(model: Any, path: str | os.PathLike, family: str = "vit",
     return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
-def load_checkpoint(path: Path) -> Built:
+def load_checkpoint(path: Path, device: Any = "cpu", dtype: torch.dtype = torch.float32) -> Built:
+    """One of our .safetensors files onto device in dtype (built on the meta device, then filled)."""
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
@@ -59,14 +60,16 @@ def load_checkpoint(path: Path) -> Built:
     except json.JSONDecodeError as e:
         raise UserError(f"{path.name}: the stored config is not valid JSON ({e})") from None
     cfg = config_from_fields(cfg_cls, stored, path.name)
-    check_param_bytes(lambda: model_cls(cfg), path.name)
-    module = model_cls(cfg)
+    check_param_bytes(lambda: model_cls(cfg), path.name, device, dtype)
+    with torch.device("meta"):
+        module = model_cls(cfg)
     ours = module.state_dict()
     bad = next((k for k, t in sd.items() if k in ours and t.shape != ours[k].shape), None)
     if bad is not None:
         raise UserError(f"{path.name}: checkpoint does not match its config (shape of {bad!r}: stored "
                         f"{tuple(sd[bad].shape)}, config {tuple(ours[bad].shape)})")
-    missing, unexpected = module.load_state_dict(sd, strict=False)
+    sd = {k: t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype) for k, t in sd.items()}
+    missing, unexpected = module.load_state_dict(sd, strict=False, assign=True)
     if missing or unexpected:
         k = (missing or unexpected)[0]
         raise UserError(f"{path.name}: checkpoint does not match its config ({'missing' if missing else 'unexpected'} {k!r})")
@@ -77,4 +80,4 @@ def load_checkpoint(path: Path) -> Built:
                    min_tokens=cfg.num_extra_tokens + 1,
                    max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
     labels = {int(k): v for k, v in json.loads(meta.get("labels", "{}")).items()}
-    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, side), labels=labels))
+    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, side), labels=labels), placed=True)

@@ -1,8 +1,9 @@
 """Checkpoints onto our modules: local HF folders, our own .safetensors files, hub ids, built-ins.
 
-Each loader returns a `Built`: the module on the CPU in float32 plus what `api.load` needs to wrap it
-in a `Model` (its ModelInfo fields, tokenizer or image preprocessing). Device and dtype are applied
-there, in one place.
+Each loader returns a `Built`: the module plus what `api.load` needs to wrap it in a `Model` (its
+ModelInfo fields, tokenizer or image preprocessing). Checkpoints are read straight onto the target
+device and dtype, shard by shard (hub.shards); the seeded built-ins are made on the CPU in float32 and
+moved by `api.load`.
 
 transformers is never imported here: configs are read as JSON, weights with safetensors (or
 torch.load(weights_only=True) for old .bin files), tokenizers with `tokenizers`.
@@ -19,9 +20,10 @@ import torch
 
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
-from attn_explorer.errors import UserError, first_line, frozen, install_advice
+from attn_explorer.errors import UserError, frozen, install_advice
 from attn_explorer.hub.architectures import architecture_for, decoder_head, map_state_dict, translate_config
-from attn_explorer.hub.built import Built, regular_file, skip_init
+from attn_explorer.hub import shards
+from attn_explorer.hub.built import Built, check_fits, regular_file, state_bytes
 from attn_explorer.hub.cache import Progress, report
 from attn_explorer.hub.checkpoint import load_checkpoint, save_checkpoint  # noqa: F401 - re-exported for api.load
 from attn_explorer.hub.images import ImagePreprocess
@@ -76,59 +78,20 @@ def default_image_model() -> str:
 
 # ---- reading checkpoints -------------------------------------------------------------------------
 
-def _pickle_refusal(path: Path, e: Exception) -> UserError:
-    """torch.load(weights_only=True) refused the file: say why in our words. torch's own message advises
-    re-running with weights_only=False, which would run whatever code the pickle carries."""
-    if re.search(r"GLOBAL|Can only (create|build)|allowlist", str(e)):
-        return UserError(f"refusing pickled code in {path} (loading it could run anything); "
-                         "convert it to safetensors, or get a .safetensors copy of the model")
-    return UserError(f"{path}: the weights file is corrupt or unreadable (not a PyTorch checkpoint)")
-
-
-def _tensors_only(sd: Any, path: Path) -> dict[str, torch.Tensor]:
-    """A state dict (maybe wrapped as {"state_dict": ...}) of name -> tensor, else one UserError line."""
-    if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
-        sd = sd["state_dict"]
-    if not isinstance(sd, dict):
-        raise UserError(f"{path} is not a state dict of tensors: it holds a {type(sd).__name__}")
-    for k, v in sd.items():
-        if not isinstance(k, str) or not isinstance(v, torch.Tensor):
-            raise UserError(f"{path} is not a state dict of tensors: {k!r} is a {type(v).__name__}")
-    return sd
-
-
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
-    """The weights in folder: every *.safetensors file, else pytorch_model.bin read with
-    torch.load(weights_only=True), which refuses pickled code. Every failure is one UserError line."""
-    import pickle
-
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    st = sorted(folder.glob("*.safetensors"))
-    bin_ = folder / "pytorch_model.bin"
-    for f in st + ([bin_] if bin_.exists() else []):
-        regular_file(f, "weights file")
-    try:
-        if st:
-            sd = {}
-            for f in st:
-                sd.update(load_file(str(f)))
-            return sd
-        if bin_.exists():
-            try:
-                loaded = torch.load(str(bin_), map_location="cpu", weights_only=True)
-            except pickle.UnpicklingError as e:
-                raise _pickle_refusal(bin_, e) from None
-            return _tensors_only(loaded, bin_)
-    except (SafetensorError, OSError, RuntimeError, ValueError, EOFError) as e:
-        raise UserError(f"{folder}: the weights file is corrupt or unreadable ({first_line(e)})") from None
-    raise UserError(f"{folder}: no model.safetensors or pytorch_model.bin in the folder")
+    """Every tensor of folder's checkpoint on the CPU, as stored: the files its index names (else
+    model.safetensors, every *.safetensors, or pytorch_model.bin read with torch.load(weights_only=True),
+    which refuses pickled code). Every failure is one UserError line. Loading a model does not use this:
+    it reads shard by shard into the target device (see hub.shards)."""
+    return shards.read_all(Path(folder))
 
 
 def load_folder(folder: Path, name: str, progress: Progress | None = None,
-                trained: bool = True, note: str = "") -> Built:
-    """A Hugging Face model folder (config.json + weights) into our modules."""
+                trained: bool = True, note: str = "", device: Any = "cpu", dtype: torch.dtype = torch.float32,
+                max_memory: dict | None = None, offload_folder: str | os.PathLike | None = None) -> Built:
+    """A Hugging Face model folder (config.json + weights) into our modules, on device in dtype: built on
+    the meta device, checked against the checkpoint's headers, then read shard by shard. device="auto"
+    with max_memory lets accelerate spread the blocks over GPUs, the CPU and disk (offload_folder)."""
     folder = Path(folder)
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
@@ -139,21 +102,20 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{cfg_file}: not valid JSON ({e})") from None
     arch = architecture_for(hf_cfg, str(folder))
-    report(progress, 0.1, "reading weights")
-    hf_sd = read_state_dict(folder)
-    report(progress, 0.6, "mapping weights onto our modules")
+    report(progress, 0.05, "reading the weights' headers")
+    ck = shards.open_checkpoint(folder)
+    hf_sd = ck.tensors  # meta tensors: names, shapes and dtypes, no data yet
     cfg = translate_config(arch, hf_cfg, str(cfg_file))
     if hasattr(cfg, "pooler"):
         cfg.pooler = any(k.endswith("pooler.dense.weight") for k in hf_sd)
     if hasattr(cfg, "mask_token"):
         cfg.mask_token = any(k.endswith("embeddings.mask_token") for k in hf_sd)
     hf_sd = decoder_head(cfg, hf_sd)
-    with torch.device("meta"), skip_init():
+    with torch.device("meta"):  # thread-local: no init runs here, none is patched for other threads
         module = arch.build(cfg)
     ours = module.state_dict()
-    mapped = map_state_dict(arch, hf_sd, ours, str(folder))
-    # assign=True adopts the loaded tensors instead of copying them into fresh storage.
-    module.load_state_dict({k: v.contiguous() for k, v in mapped.items()}, strict=True, assign=True)
+    where_of = shards.plan(map_state_dict(arch, hf_sd, ours, str(folder)), hf_sd)
+    module = _place(module, ck, where_of, folder, progress, device, dtype, max_memory, offload_folder)
     report(progress, 0.85, "preparing input pipeline")
     kw: dict = {}
     can_generate = bool(getattr(module, "can_generate", False))
@@ -163,6 +125,9 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     info_kw = dict(name=name, family=arch.family, modality=arch.modality, num_layers=cfg.num_layers,
                    num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=trained, causal=module.causal, note=note,
                    can_generate=can_generate)
+    kinds = cfg.layer_kinds() if hasattr(cfg, "layer_kinds") else []
+    if any(k != "global" for k in kinds):  # sliding-window layers (Gemma, Mistral): say which
+        info_kw["layer_kinds"] = tuple(kinds)
     if arch.modality == "text":
         kw["tokenizer"] = TextTokenizer.from_folder(folder)
         info_kw["max_positions"] = cfg.usable_positions
@@ -176,9 +141,45 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
                        max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
         if cfg.num_labels:
             kw["labels"] = {int(k): v for k, v in (hf_cfg.get("id2label") or {}).items()}
-    built = Built(module, info_kw, kw)
+    built = Built(module, info_kw, kw, placed=True)
     report(progress, 1.0, "ready")
     return built
+
+
+def _place(module: torch.nn.Module, ck: "shards.Checkpoint", where_of: dict, folder: Path,
+           progress: Progress | None, device: Any, dtype: torch.dtype, max_memory: dict | None,
+           offload_folder: str | os.PathLike | None) -> torch.nn.Module:
+    """Fill the meta module from the checkpoint: all on one device (refused in one line when it would
+    not fit), or where accelerate's device map puts each block (max_memory given)."""
+    step = (lambda f: report(progress, 0.1 + 0.7 * f, "reading weights")) if progress else None
+    if max_memory is None:
+        check_fits(state_bytes(module, dtype), str(folder), device, dtype)
+        shards.fill(module, ck, where_of, lambda _name: device, dtype, step)
+        return module
+    device_map = shards.auto_device_map(module, dtype, max_memory)
+    on_disk = "disk" in device_map.values()
+    if on_disk and offload_folder is None:
+        raise UserError(f"{folder}: the model does not fit in max_memory {max_memory}; give offload_folder "
+                        "(a folder for the weights that go to disk) or more memory")
+    index: dict | None = None
+    sink = None
+    if on_disk:
+        from accelerate.utils import offload_weight
+
+        Path(offload_folder).mkdir(parents=True, exist_ok=True)
+        index = {}
+
+        def sink(name: str, t: torch.Tensor) -> None:
+            offload_weight(t, name, str(offload_folder), index=index)
+
+    shards.fill(module, ck, where_of, shards.device_of(device_map), dtype, step, sink)
+    if on_disk:
+        from accelerate.utils import save_offload_index
+
+        save_offload_index(index, str(offload_folder))
+    module = shards.dispatch(module, device_map, str(offload_folder) if on_disk else None, index)
+    module.main_device = shards.main_device(device_map)
+    return module
 
 
 # ---- built-ins and the hub -------------------------------------------------------------------------
@@ -230,12 +231,14 @@ def _hub_folder(repo_id: str, progress: Progress | None) -> Path:
         raise UserError("loading hub ids needs huggingface_hub; "
                         f"{install_advice('huggingface_hub', 'huggingface_hub', bundled=True)}") from None
     report(progress, 0.02, f"looking for {repo_id} in the Hugging Face cache")
-    patterns = ["config.json", "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
-                "vocab.json", "merges.txt", "preprocessor_config.json", "special_tokens_map.json"]
+    patterns = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
+                "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt", "preprocessor_config.json",
+                "special_tokens_map.json", "chat_template.jinja", "chat_template.json"]
     try:
         folder = Path(snapshot_download(repo_id, allow_patterns=patterns))
         if not any(folder.glob("*.safetensors")):
-            folder = Path(snapshot_download(repo_id, allow_patterns=patterns + ["pytorch_model.bin"]))
+            folder = Path(snapshot_download(repo_id, allow_patterns=patterns + [
+                "pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*.bin"]))
     except LocalEntryNotFoundError:
         raise UserError(f"{repo_id!r} is not in the local Hugging Face cache and the hub cannot be reached "
                         "(offline); download it once with network, or give a local folder") from None
@@ -246,8 +249,12 @@ def _hub_folder(repo_id: str, progress: Progress | None) -> Path:
     return folder
 
 
-def build(src: str | os.PathLike, progress: Progress | None = None) -> Built:
-    """Our module for a built-in name, an HF folder, our .safetensors, or a hub id (CPU, float32)."""
+def build(src: str | os.PathLike, progress: Progress | None = None, device: Any = "cpu",
+          dtype: torch.dtype = torch.float32, max_memory: dict | None = None,
+          offload_folder: str | os.PathLike | None = None) -> Built:
+    """Our module for a built-in name, an HF folder, our .safetensors, or a hub id. Checkpoints are read
+    straight onto device in dtype (`Built.placed`); the seeded built-ins are made on the CPU in float32."""
+    place = dict(device=device, dtype=dtype, max_memory=max_memory, offload_folder=offload_folder)
     s = str(src).strip()
     if not s:
         raise UserError("no model given")
@@ -258,32 +265,32 @@ def build(src: str | os.PathLike, progress: Progress | None = None) -> Built:
     if s == "tiny-vit-digits":  # trained by `train-vit` (see resources/models/tiny-vit-digits.json)
         from attn_explorer.resources import resource_path
 
-        built = load_checkpoint(resource_path("models", "tiny-vit-digits.safetensors"))
+        built = load_checkpoint(resource_path("models", "tiny-vit-digits.safetensors"), device, dtype)
         built.info["name"] = s
         return built
     if s == "minilm":
-        return load_folder(minilm_folder(), "minilm", progress)
+        return load_folder(minilm_folder(), "minilm", progress, **place)
     if s == "dinov2-small":
         from attn_explorer.hub.dinov2_onnx import NOTE, dinov2_small_folder
 
         folder = dinov2_small_folder(progress=(lambda f, m: report(progress, 0.5 * f, m)) if progress else None)
-        return load_folder(folder, "dinov2-small", progress, note=NOTE)
+        return load_folder(folder, "dinov2-small", progress, note=NOTE, **place)
     if s == "smollm2-135m":
         from attn_explorer.hub.gguf import NOTE as SMOLLM2_NOTE, smollm2_folder
 
         folder = smollm2_folder(progress=(lambda f, m: report(progress, 0.6 * f, m)) if progress else None)
-        return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE)
+        return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE, **place)
     path = Path(s).expanduser()
     if path.is_dir():
-        return load_folder(path, s, progress)
+        return load_folder(path, s, progress, **place)
     if path.suffix == ".safetensors":
         if not path.exists():
             raise UserError(f"checkpoint file not found: {path}")
-        return load_checkpoint(path)
+        return load_checkpoint(path, device, dtype)
     if path.exists():
         raise UserError(f"{path} is neither a model folder nor a .safetensors checkpoint")
     if HUB_ID.match(s) and not s.startswith((".", "/", "~")):
-        return load_folder(_hub_folder(s, progress), s, progress)
+        return load_folder(_hub_folder(s, progress), s, progress, **place)
     raise UserError(f"model {s!r} not found: give a built-in name ({', '.join(BUILTINS)}), a folder, "
                     f"a .safetensors file or a hub id")
 

@@ -73,7 +73,6 @@ BAD = [
     (["--model", "minilm", "--image", "{good}"], "text model"),
     (["--model", "./no/such/dir", "--text", TEXT], "not found"),
     (["--text", TEXT, "--device", "cuda"], "CUDA"),
-    (["--text", TEXT, "--dtype", "bfloat16", "--device", "cpu"], "needs a GPU"),
     (["--text", TEXT, "--dtype", "float8"], "unknown dtype"),
 ]
 
