@@ -214,3 +214,42 @@ def test_electra_generator_checkpoint_loads_its_encoder(tmp_path):
     with torch.no_grad():
         ref = hf.electra(input_ids=ids, output_attentions=True)
     _compare(ref, _run_ours(m, input_ids=ids), 2)
+
+
+# ---- config faults name the fields as each family's config.json spells them ------------------------
+
+def _edit_config(folder, **fields):
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    cfg.update(fields)
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+
+
+def _refusal(folder) -> str:
+    with pytest.raises(UserError) as e:
+        ax.load_model(str(folder), device="cpu")
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def test_config_faults_are_one_line_in_each_familys_own_field_names(tmp_path):
+    torch.manual_seed(0)
+    opt = tmp_path / "opt"
+    transformers.OPTModel(_opt_config(64)).save_pretrained(opt, safe_serialization=True)
+    _edit_config(opt, num_attention_heads=5)
+    message = _refusal(opt)
+    assert "hidden_size 32" in message and "num_attention_heads 5" in message and "n_embd" not in message
+    _edit_config(opt, num_attention_heads=4, word_embed_proj_dim=0)
+    assert "word_embed_proj_dim must be a whole number >= 1" in _refusal(opt)
+    distil = tmp_path / "distilbert"
+    transformers.DistilBertModel(transformers.DistilBertConfig(
+        vocab_size=VOCAB, dim=16, n_layers=1, n_heads=2, hidden_dim=20, max_position_embeddings=32,
+    )).save_pretrained(distil, safe_serialization=True)
+    _edit_config(distil, n_heads=3)
+    message = _refusal(distil)
+    assert "dim 16" in message and "n_heads 3" in message
+    _edit_config(distil, n_heads=2, hidden_dim=0)
+    assert "hidden_dim must be a whole number >= 1" in _refusal(distil)
+    electra = tmp_path / "electra"
+    transformers.ElectraModel(_electra_config(16)).save_pretrained(electra, safe_serialization=True)
+    _edit_config(electra, embedding_size="wide")
+    assert "embedding_size must be a whole number >= 1" in _refusal(electra)
