@@ -64,18 +64,23 @@ class Model:
         return f"Model({i.name!r}, {i.family}, L={i.num_layers}, H={i.num_heads}, D={i.hidden_size}, {i.device})"
 
     def run(self, x, dk_scale: float = 1.0, dk_layers=None, max_tokens: int | None = None,
-            image_size: int | None = None, hidden: bool = False) -> RunResult:
+            image_size: int | None = None, hidden: bool = False, target: str | None = None) -> RunResult:
         """Attention of every head in every layer for x (text for text models; a PIL image or a
         file path for image models). max_tokens keeps exactly the first max_tokens tokens, special
         tokens included (at least info.min_tokens); image_size sets the square input side in pixels
-        (rounded down to whole patches)."""
+        (rounded down to whole patches). target: the decoder's text for an encoder-decoder (BART): the
+        result also has decoder_attentions and cross_attentions (see api.seq2seq)."""
+        from attn_explorer.api.seq2seq import prepare_target, result_fields
+
         dk_scale, dk_layers = self._check_dk(dk_scale, dk_layers)
         prep = self.prepare(x, max_tokens=max_tokens, image_size=image_size)
+        dec = prepare_target(self, prep, target, max_tokens)
         self._check_memory(prep)
         out, ms = self._forward(prep.inputs, dk_scale, dk_layers)
         if self.info.modality == "text":
             return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
-                                notes=prep.notes, total_tokens=prep.total_tokens)
+                                notes=prep.notes, total_tokens=prep.total_tokens,
+                                **(result_fields(out, dec, hidden) if dec is not None else {}))
         return self._image_result(out, ms, prep, dk_scale, hidden)
 
     def token_count(self, prep: Prepared) -> int:

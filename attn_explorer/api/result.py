@@ -28,6 +28,9 @@ class ModelInfo:
     image_size: int | None = None  # image models: default input side in pixels
     num_params: int = 0
     min_tokens: int = 1  # the shortest input with one real token: [CLS] w [SEP] is 3 for BERT, 1 for GPT-2
+    encoder_decoder: bool = False  # BART: num_layers/num_heads are the encoder's; a run also has the decoder's maps
+    decoder_layers: int = 0  # encoder-decoders: the decoder's L
+    decoder_heads: int = 0  # encoder-decoders: the decoder's H (self- and cross-attention)
 
 
 @dataclass
@@ -46,6 +49,13 @@ class RunResult:
     hidden: np.ndarray | None = None  # float32 (N, D) last hidden state, when asked for
     total_tokens: int = 0  # tokens the whole input has, before any cut (text); N for images
     patch_offset: int = 0  # image models: patch tokens are tokens[patch_offset:], row by row
+    # encoder-decoders (BART): `attentions`, `tokens` and `hidden` are the encoder's (the source text);
+    # the decoder reads decoder_tokens (the target shifted right: the start token first)
+    decoder_tokens: list[str] = field(default_factory=list)  # length T
+    decoder_special: np.ndarray | None = None  # bool (T,)
+    decoder_attentions: np.ndarray | None = None  # float32 (L_dec, H, T, T), causal: row t = where target token t looks
+    cross_attentions: np.ndarray | None = None  # float32 (L_dec, H, T, S): row t = which source tokens target token t reads
+    decoder_hidden: np.ndarray | None = None  # float32 (T, D) the decoder's last hidden state, when asked for
 
     @property
     def num_tokens(self) -> int:

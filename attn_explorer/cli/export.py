@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--text", help="the text to run")
     src.add_argument("--text-file", help=f"read the text from this UTF-8 file (at most {MAX_TEXT_BYTES / 1e6:g} MB)")
     src.add_argument("--image", help="an image file")
+    p.add_argument("--target", default=None, help="encoder-decoder models (BART): the decoder's text; --text is "
+                   "the source. Adds encoder_attentions, decoder_attentions and cross_attentions to a .npz or .json")
     p.add_argument("--out", required=True, help="output file: .npz, .json or .png")
     p.add_argument("--dk-scale", default="1.0", help="multiply 1/sqrt(d_k) by this positive number, at most "
                    f"{MAX_DK_SCALE:g} (default 1)")
@@ -129,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
     analyses = analysis_names(getattr(args, "analysis", None))
     if analyses and out.suffix.lower() == ".png":
         raise UserError("--analysis needs --out ending in .npz or .json")
+    target = getattr(args, "target", None)
+    if target is not None and args.image is not None:
+        raise UserError("--target goes with --text or --text-file (the source text), not --image")
+    if target is not None and out.suffix.lower() == ".png":
+        raise UserError("--target needs --out ending in .npz or .json (it saves three stacks of maps)")
     check_output(out)  # before the model runs: a missing folder, or a folder or device named as --out
     text = read_text_file(args.text_file) if args.text_file is not None else args.text
     from attn_explorer.api.load import default_image_model, load_model
@@ -145,17 +152,35 @@ def run(args: argparse.Namespace) -> int:
         if model.info.modality != "text":
             raise UserError(f"{model.info.name} is an image model; use --image")
         x, kw = text, {"dk_scale": dk, "max_tokens": max_tokens}
+        if target is not None:
+            if not model.info.encoder_decoder:
+                raise UserError(f"--target needs an encoder-decoder model (BART); {model.info.name} has no decoder")
+            kw["target"] = target
     r = model.run(x, **kw)
     for note in r.notes:
         print(f"note: {note}", file=sys.stderr)
     if not model.info.trained:
         print(f"note: {model.info.name} is untrained ({model.info.note})", file=sys.stderr)
-    extra = analysis_arrays(model, r, x, kw, analyses)
+    extra = analysis_arrays(model, r, x, {k: v for k, v in kw.items() if k != "target"}, analyses)
+    if target is not None:
+        extra.update(target_arrays(r))
     save_result(r, out, extra)
     L, H, N, _ = r.attentions.shape
     added = f"; with {', '.join(analyses)}" if analyses else ""
     print(f"wrote {out}: {L} layers x {H} heads x {N} tokens ({model.info.name}, dk_scale={dk:g}){added}")
     return 0
+
+
+def target_arrays(r) -> dict[str, np.ndarray]:
+    """An encoder-decoder run's maps under their own names: encoder_attentions (L, H, S, S), the decoder's
+    causal decoder_attentions (L_dec, H, T, T) and cross_attentions (L_dec, H, T, S), and the tokens."""
+    return {
+        "encoder_attentions": np.ascontiguousarray(r.attentions, dtype=np.float32),
+        "decoder_attentions": np.ascontiguousarray(r.decoder_attentions, dtype=np.float32),
+        "cross_attentions": np.ascontiguousarray(r.cross_attentions, dtype=np.float32),
+        "decoder_tokens": np.asarray(list(r.decoder_tokens), dtype=np.str_),
+        "decoder_special": np.asarray(r.decoder_special, dtype=bool),
+    }
 
 
 # ---- --analysis: the analysis floor's arrays beside the attention ------------------------------------

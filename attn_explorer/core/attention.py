@@ -75,6 +75,7 @@ class AttentionOptions:
     capture: dict | None = None  # receives q, k, values, head_outputs (see MultiHeadAttention.forward)
     probs_out: torch.Tensor | None = None  # contiguous (B, H, N, M) buffer to compute the probabilities in
     kv: LayerKV | None = None  # past keys and values: the N new tokens attend to M = past + N keys
+    memory: torch.Tensor | None = None  # cross-attention: keys and values from these (B, M, D) tokens (the encoder's output)
 
 
 def attention_scale(d_k: int, dk_scale: float = 1.0, scale: float | None = None) -> float:
@@ -221,6 +222,12 @@ class MultiHeadAttention(nn.Module):
             return self.query(x), self.key(x), self.value(x)
         return qkv
 
+    def _project_cross(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Cross-attention: the queries from x (the decoder's tokens), keys and values from memory."""
+        if self.fused_qkv:
+            raise ValueError("cross-attention needs separate query, key and value projections")
+        return self.query(x), self.key(memory), self.value(memory)
+
     def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         B, N, _ = x.shape
         return x.view(B, N, heads, self.head_dim).transpose(1, 2)  # (B, H, N, d_k)
@@ -237,7 +244,7 @@ class MultiHeadAttention(nn.Module):
         """
         o = _NO_OPTIONS if opts is None else opts
         B, N, _ = x.shape
-        q, k, v = self._project(x)
+        q, k, v = self._project(x) if o.memory is None else self._project_cross(x, o.memory)
         q = self._split(q, self.num_heads)  # (B, H, N, d_k)
         k = self._split(k, self.num_kv_heads)  # (B, H_kv, N, d_k)
         v = self._split(v, self.num_kv_heads)

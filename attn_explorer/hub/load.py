@@ -125,6 +125,8 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     info_kw = dict(name=name, family=arch.family, modality=arch.modality, num_layers=cfg.num_layers,
                    num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=trained, causal=module.causal, note=note,
                    can_generate=can_generate)
+    if getattr(module, "encoder_decoder", False):  # BART: the decoder's size beside the encoder's
+        info_kw.update(encoder_decoder=True, decoder_layers=cfg.decoder_layers, decoder_heads=cfg.decoder_heads)
     kinds = cfg.layer_kinds() if hasattr(cfg, "layer_kinds") else []
     if any(k != "global" for k in kinds):  # sliding-window layers (Gemma, Mistral): say which
         info_kw["layer_kinds"] = tuple(kinds)
