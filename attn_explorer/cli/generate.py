@@ -29,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", default=None, help="seed for sampling (repeatable runs)")
     p.add_argument("--out", default=None, help="save tokens, text, attention rows and probabilities: .npz or .json")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16 (the CPU too)")
 
 
 def record(gen, steps: list) -> dict:
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     temperature = temperature_value(args.temperature)  # all checked before the model loads
     seed = None if args.seed is None else seed_value(args.seed)
-    model = load_model(args.model, device=args.device)
+    model = load_model(args.model, device=args.device, dtype=args.dtype)
     gen = model.generate(args.prompt, max_new_tokens=max_new, temperature=temperature, top_k=top_k,
                          chat=args.chat, seed=seed)
     steps = []
