@@ -11,6 +11,14 @@ state_dict names the checkpoint maps onto, W_O for the per-head captures), and t
 whenever one of them is replaced, moved or changed in place (its version counter moves). Training
 (autograd), other devices and other dtypes take plain F.linear. The cost is one extra copy of the
 weights in memory, made on the first fast call.
+
+oneDNN compiles and caches one kernel ("primitive") per input shape, up to 1,024 of them per process and
+about half a megabyte each: a live text box that sent every length from 1 to 512 tokens through MiniLM
+(four weight shapes) filled the cache and grew the process by ~500 MB (benchmarks/bench_memory_lengths.py).
+So the input's rows are padded with zeros up to a bucket (`padded_rows`), the product runs on the padded
+rows and the padding is sliced off again. Each output row depends on its own input row only, so the kept
+rows are the same numbers (bit for bit on the machines tested; tests/core/test_linear.py allows 1e-6),
+and oneDNN sees 32 row counts up to 512 instead of 512.
 """
 from __future__ import annotations
 
@@ -28,6 +36,17 @@ _ONEDNN = (
 _PACK_ROWS = 128  # oneDNN's batch-size hint for the layout (measured: no difference from 16 to 256 rows)
 
 fast_path_enabled = True  # False forces F.linear everywhere (benchmarks compare both)
+bucketing_enabled = True  # False gives oneDNN every row count as it comes (benchmarks/bench_memory_lengths.py)
+
+
+def padded_rows(m: int) -> int:
+    """The row count m is padded to: the next multiple of 8 up to 64, then of an eighth of the power of
+    two at or above m (8 up to 128, 16 up to 256, 32 up to 512...). At most 7 extra rows up to 64 and
+    12.5 % beyond, with 8 buckets per doubling: the shapes oneDNN compiles grow with log(n), not n."""
+    if m <= 64:
+        return max(8, -(-m // 8) * 8)
+    step = 1 << ((m - 1).bit_length() - 4)
+    return -(-m // step) * step
 
 
 class PackedLinears:
@@ -105,7 +124,13 @@ class PackedLinears:
         if cache is None or not self._same(cache[0], src):
             cache = self._cache = self._pack(src)
         attr, algorithm = post or ("none", "")
-        y = torch.ops.mkldnn._linear_pointwise(x, cache[1], cache[2], attr, [], algorithm)
+        rows = x.numel() // x.shape[-1]
+        flat = x.reshape(rows, x.shape[-1])
+        padded = padded_rows(rows) if bucketing_enabled else rows
+        if padded != rows:
+            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.shape[1])])
+        y = torch.ops.mkldnn._linear_pointwise(flat, cache[1], cache[2], attr, [], algorithm)
+        y = y[:rows].reshape(*x.shape[:-1], y.shape[-1])
         return y if len(self.layers) == 1 else y.split(self.sizes, dim=-1)
 
 

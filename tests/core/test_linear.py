@@ -104,3 +104,51 @@ def test_separate_qkv_run_as_one_product_and_follow_edits():
     assert not torch.allclose(a, b)
     torch.testing.assert_close(b, c, atol=1e-5, rtol=0)
     torch.testing.assert_close(pb, pc, atol=1e-5, rtol=0)
+
+
+def _rows_seen_by_onednn(monkeypatch) -> set[int]:
+    """Spy on oneDNN's linear op: the row counts (all dimensions but the last) of the inputs it is given."""
+    seen: set[int] = set()
+    real = torch.ops.mkldnn._linear_pointwise
+
+    def spy(x, *args):
+        seen.add(x.numel() // x.shape[-1])
+        return real(x, *args)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", spy)
+    return seen
+
+
+def test_onednn_sees_a_few_row_counts_not_one_per_length(monkeypatch):
+    """oneDNN compiles and keeps a kernel per input shape (up to 1,024, ~0.5 MB each): a text box sending
+    every length from 1 to 300 must not hand it 300 shapes. Rows are padded to a bucket."""
+    seen = _rows_seen_by_onednn(monkeypatch)
+    torch.manual_seed(0)
+    layer = Linear(16, 8)
+    with torch.no_grad():
+        for n in range(1, 301):
+            assert layer(torch.randn(1, n, 16)).shape == (1, n, 8)
+    assert len(seen) <= 32, f"{len(seen)} row counts reached oneDNN"
+    assert all(m % 8 == 0 for m in seen)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 24), (1, 9, 24), (2, 13, 24), (65, 24), (1, 129, 24), (3, 100, 24)])
+def test_padded_rows_give_the_same_numbers(shape, monkeypatch):
+    """Padding the rows to a bucket and slicing them off again changes no kept row: the same as oneDNN on
+    the exact rows, and as F.linear; one product for Q, K and V and a fused GELU included."""
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    layer = Linear(24, 40)
+    mlp = MLP(24, 48, "gelu").eval()
+    mha = MultiHeadAttention(24, 3).eval()
+    runs = {}
+    with torch.no_grad():
+        for bucketed in (True, False):
+            monkeypatch.setattr(linear, "bucketing_enabled", bucketed)
+            qkv = mha.packed_qkv(x)
+            runs[bucketed] = (layer(x), mlp(x), *qkv)
+    for a, b in zip(runs[True], runs[False]):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    torch.testing.assert_close(runs[True][0], F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+    assert runs[True][0].shape == (*shape[:-1], 40)
