@@ -13,7 +13,7 @@ import torch
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
 from attn_explorer.hub.architectures import config_from_fields
-from attn_explorer.hub.built import Built, check_param_bytes, regular_file
+from attn_explorer.hub.built import Built, check_param_bytes, on_meta, regular_file
 from attn_explorer.hub.images import ImagePreprocess
 
 OWN_FAMILIES = {"vit": (ViTConfig, VisionTransformer)}
@@ -61,7 +61,7 @@ def load_checkpoint(path: Path, device: Any = "cpu", dtype: torch.dtype = torch.
         raise UserError(f"{path.name}: the stored config is not valid JSON ({e})") from None
     cfg = config_from_fields(cfg_cls, stored, path.name)
     check_param_bytes(lambda: model_cls(cfg), path.name, device, dtype)
-    with torch.device("meta"):
+    with on_meta():
         module = model_cls(cfg)
     ours = module.state_dict()
     bad = next((k for k, t in sd.items() if k in ours and t.shape != ours[k].shape), None)

@@ -23,7 +23,7 @@ from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError, frozen, install_advice
 from attn_explorer.hub.architectures import architecture_for, decoder_head, map_state_dict, translate_config
 from attn_explorer.hub import shards
-from attn_explorer.hub.built import Built, check_fits, regular_file, state_bytes
+from attn_explorer.hub.built import Built, check_fits, on_meta, regular_file, state_bytes
 from attn_explorer.hub.cache import Progress, report
 from attn_explorer.hub.checkpoint import load_checkpoint, save_checkpoint  # noqa: F401 - re-exported for api.load
 from attn_explorer.hub.images import ImagePreprocess
@@ -111,7 +111,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     if hasattr(cfg, "mask_token"):
         cfg.mask_token = any(k.endswith("embeddings.mask_token") for k in hf_sd)
     hf_sd = decoder_head(cfg, hf_sd)
-    with torch.device("meta"):  # thread-local: no init runs here, none is patched for other threads
+    with on_meta():  # thread-local: no init runs here, none is patched for other threads
         module = arch.build(cfg)
     ours = module.state_dict()
     where_of = shards.plan(map_state_dict(arch, hf_sd, ours, str(folder)), hf_sd)
