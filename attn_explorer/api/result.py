@@ -28,6 +28,9 @@ class ModelInfo:
     image_size: int | None = None  # image models: default input side in pixels
     num_params: int = 0
     min_tokens: int = 1  # the shortest input with one real token: [CLS] w [SEP] is 3 for BERT, 1 for GPT-2
+    # per layer "local, window 512" (sees only its last 512 tokens) or "global", for models that mix them
+    # (Gemma 2/3, Mistral); empty when every layer sees every token before it
+    layer_kinds: tuple[str, ...] = ()
     encoder_decoder: bool = False  # BART: num_layers/num_heads are the encoder's; a run also has the decoder's maps
     decoder_layers: int = 0  # encoder-decoders: the decoder's L
     decoder_heads: int = 0  # encoder-decoders: the decoder's H (self- and cross-attention)

@@ -76,6 +76,9 @@ class AttentionOptions:
     probs_out: torch.Tensor | None = None  # contiguous (B, H, N, M) buffer to compute the probabilities in
     kv: LayerKV | None = None  # past keys and values: the N new tokens attend to M = past + N keys
     memory: torch.Tensor | None = None  # cross-attention: keys and values from these (B, M, D) tokens (the encoder's output)
+    window: int | None = None  # sliding window (local layers): query i sees only its last `window` keys, itself included
+    scale: float | None = None  # the logits' factor before dk_scale; None: 1/sqrt(d_k) (Gemma: query_pre_attn_scalar^-1/2)
+    softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) before the mask (Gemma 2)
 
 
 def attention_scale(d_k: int, dk_scale: float = 1.0, scale: float | None = None) -> float:
@@ -83,20 +86,28 @@ def attention_scale(d_k: int, dk_scale: float = 1.0, scale: float | None = None)
     return (1.0 / math.sqrt(d_k) if scale is None else float(scale)) * dk_scale
 
 
-def causal_mask(n: int, m: int | None = None, device=None) -> torch.Tensor:
-    """Boolean (n, m) mask, True where query i may look at key j (j <= i + m - n)."""
+def causal_mask(n: int, m: int | None = None, device=None, window: int | None = None) -> torch.Tensor:
+    """Boolean (n, m) mask, True where query i may look at key j (j <= i + m - n); with a sliding
+    window also j > i + m - n - window: each query sees its last `window` keys, itself included."""
     m = n if m is None else m
-    return torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=m - n)
+    tri = torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=m - n)
+    if window is not None:
+        tri.triu_(diagonal=m - n - window + 1)
+    return tri
 
 
-def fold_mask(mask: torch.Tensor | None, causal: bool, n: int, m: int, device=None) -> torch.Tensor | None:
-    """One mask for n queries and m keys: `mask` (bool or additive) with the causal triangle folded in.
+def fold_mask(mask: torch.Tensor | None, causal: bool, n: int, m: int, device=None,
+              window: int | None = None) -> torch.Tensor | None:
+    """One mask for n queries and m keys: `mask` (bool or additive) with the causal triangle (cut to
+    the sliding window, if any) folded in.
 
     A bool mask stays bool (True = may attend), an additive one stays additive (-inf = may not).
     """
     if not causal:
+        if window is not None:
+            raise ValueError("a sliding window needs causal attention")
         return mask
-    tri = causal_mask(n, m, device)
+    tri = causal_mask(n, m, device, window)
     if mask is None:
         return tri
     if mask.dtype == torch.bool:
@@ -120,6 +131,8 @@ def scaled_dot_product_attention(
     dk_scale: float = 1.0,
     causal: bool = False,
     probs_out: torch.Tensor | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention. q: (..., N, d_k), k: (..., M, d_k), v: (..., M, d_v).
 
@@ -129,16 +142,20 @@ def scaled_dot_product_attention(
     all-zero weights and a zero output, never NaN.
     probs_out: a contiguous (..., N, M) buffer to compute the probabilities in, in place: the
     model's stacked attention tensor, so no n×n buffer is allocated or copied per layer.
+    window: a causal sliding window (see causal_mask). softcap: the scaled logits become
+    softcap * tanh(logits / softcap) before the mask (Gemma 2); the probabilities stay exact.
     """
     N, M = q.shape[-2], k.shape[-2]
     s = attention_scale(q.shape[-1], dk_scale, scale)
-    scale_q = q.shape[-1] < M  # scale whichever is smaller: q (N·d_k numbers) or the logits (N·M)
+    scale_q = q.shape[-1] < M and softcap is None  # scale whichever is smaller: q (N·d_k) or the logits (N·M)
     if scale_q and s != 1.0:
         q = q * s
     logits = torch.matmul(q, k.transpose(-2, -1), out=probs_out)  # (..., N, M)
     if not scale_q and s != 1.0:
         logits.mul_(s)
-    full = fold_mask(mask, causal, N, M, q.device)
+    if softcap is not None:  # in transformers' order: (logits / c), tanh, * c
+        logits.div_(softcap).tanh_().mul_(softcap)
+    full = fold_mask(mask, causal, N, M, q.device, window)
     if full is not None:
         apply_mask_(logits, full)
     # exp(-inf - (-inf)) is NaN: a row with nothing to look at must attend to nothing. A causal
@@ -158,12 +175,13 @@ def fused_attention(
     mask: torch.Tensor | None = None,
     scale: float | None = None,
     causal: bool = False,
+    window: int | None = None,
 ) -> torch.Tensor:
     """torch's fused kernel (flash / memory-efficient / math, chosen by torch): the output only."""
     N, M = q.shape[-2], k.shape[-2]
-    if causal and (mask is not None or N != M):
+    if causal and (mask is not None or N != M or window is not None):
         # SDPA refuses a mask with is_causal, and aligns is_causal top-left: fold ours in instead
-        mask, causal = fold_mask(mask, True, N, M, q.device), False
+        mask, causal = fold_mask(mask, True, N, M, q.device, window), False
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
 
 
@@ -176,7 +194,8 @@ class MultiHeadAttention(nn.Module):
     fused_qkv=True keeps one (dim -> 3*dim) projection called `qkv` (GPT-2, timm); otherwise three
     projections `query`, `key`, `value` (BERT, ViT), which still run as one product on the CPU
     fast path (core.linear). num_kv_heads < num_heads gives grouped-query attention: query head h
-    uses key/value head h // (num_heads // num_kv_heads).
+    uses key/value head h // (num_heads // num_kv_heads). qk_norm (a module factory, e.g. an RMSNorm
+    over d_k) normalises each head's q and k before RoPE (Gemma 3's q_norm and k_norm).
     """
 
     def __init__(
@@ -186,8 +205,10 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool = True,
         out_bias: bool = True,
         fused_qkv: bool = False,
+        qkv_layout: str = "stacked",
         head_dim: int | None = None,
         num_kv_heads: int | None = None,
+        qk_norm=None,
     ):
         super().__init__()
         self.num_heads = num_heads
@@ -198,6 +219,13 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
         self.head_dim = head_dim or dim // num_heads
         self.fused_qkv = fused_qkv
+        # a fused qkv's rows: "stacked" (every head's q, then k, then v: GPT-2, Phi-3) or "per_head"
+        # (head 0's q, k, v, then head 1's...: GPT-NeoX's query_key_value)
+        if qkv_layout not in ("stacked", "per_head"):
+            raise ValueError(f"unknown qkv_layout {qkv_layout!r}: use 'stacked' or 'per_head'")
+        if qkv_layout == "per_head" and self.num_kv_heads != num_heads:
+            raise ValueError("a per-head fused qkv needs as many key/value heads as query heads")
+        self.qkv_layout = qkv_layout
         q_out, kv_out = num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qkv_sizes = [q_out, kv_out, kv_out]
         if fused_qkv:
@@ -208,6 +236,10 @@ class MultiHeadAttention(nn.Module):
             self.value = Linear(dim, kv_out, bias=qkv_bias)
             self.packed_qkv = PackedLinears((self.query, self.key, self.value))
         self.out = Linear(q_out, dim, bias=out_bias)  # W_O
+        if qk_norm is not None:
+            self.q_norm, self.k_norm = qk_norm(self.head_dim), qk_norm(self.head_dim)
+        else:
+            self.q_norm = self.k_norm = None
 
     def _apply(self, fn, recurse=True):
         if not self.fused_qkv:
@@ -216,7 +248,12 @@ class MultiHeadAttention(nn.Module):
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.fused_qkv:
-            return self.qkv(x).split(self.qkv_sizes, dim=-1)
+            qkv = self.qkv(x)
+            if self.qkv_layout == "per_head":
+                B, N, _ = qkv.shape
+                parts = qkv.view(B, N, self.num_heads, 3, self.head_dim).unbind(3)  # (B, N, H, d_k) each
+                return tuple(t.reshape(B, N, self.num_heads * self.head_dim) for t in parts)
+            return qkv.split(self.qkv_sizes, dim=-1)
         qkv = self.packed_qkv(x)
         if qkv is None:
             return self.query(x), self.key(x), self.value(x)
@@ -248,6 +285,8 @@ class MultiHeadAttention(nn.Module):
         q = self._split(q, self.num_heads)  # (B, H, N, d_k)
         k = self._split(k, self.num_kv_heads)  # (B, H_kv, N, d_k)
         v = self._split(v, self.num_kv_heads)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if o.rope is not None:
             q, k = apply_rope(q, o.rope), apply_rope(k, o.rope)
         if o.kv is not None:
@@ -256,13 +295,16 @@ class MultiHeadAttention(nn.Module):
             rep = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, H, M, d_k)
         cap = o.capture
-        if o.need_weights:
+        if o.need_weights or o.softcap is not None:  # torch's fused kernel cannot soft-cap
             ctx, probs = scaled_dot_product_attention(
-                q, k, v, mask=o.mask, dk_scale=o.dk_scale, causal=o.causal, probs_out=o.probs_out
+                q, k, v, mask=o.mask, scale=o.scale, dk_scale=o.dk_scale, causal=o.causal,
+                probs_out=o.probs_out, window=o.window, softcap=o.softcap,
             )
+            probs = probs if o.need_weights else None
         else:
             probs = None
-            ctx = fused_attention(q, k, v, o.mask, attention_scale(self.head_dim, o.dk_scale), o.causal)
+            ctx = fused_attention(q, k, v, o.mask, attention_scale(self.head_dim, o.dk_scale, o.scale), o.causal,
+                                  o.window)
         if cap is not None:
             cap["q"], cap["k"], cap["values"] = q, k, v
             w_o = self.out.weight.view(self.out.out_features, self.num_heads, self.head_dim)  # (D, H, d_k)

@@ -19,6 +19,12 @@ class TransformerBlock(nn.Module):
         x = LN1(x + MHA(x));  x = LN2(x + MLP(x))
     layerscale (DINOv2) multiplies each branch by a learned per-channel vector.
     mlp_bias gives the MLP's layers biases; attn_out_bias does the same for W_O, on its own.
+    sandwich=True (Gemma 2/3) also normalises each branch's output before the residual sum:
+        x = x + post_attn_norm(MHA(LN1(x)));  x = x + post_mlp_norm(MLP(LN2(x)))
+    head_dim sets d_k when it is not dim / num_heads; qk_norm=True normalises q and k per head
+    (with the block's norm kind, over d_k); mlp_act is the gated MLP's activation.
+    parallel=True (GPT-NeoX, Pythia) sums both branches, each read from the block's input:
+        x = x + MHA(LN1(x)) + MLP(LN2(x))
     """
 
     def __init__(
@@ -37,25 +43,43 @@ class TransformerBlock(nn.Module):
         fused_qkv: bool = False,
         layerscale: float | None = None,
         num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        qk_norm: bool = False,
+        sandwich: bool = False,
+        mlp_act: str = "silu",
+        parallel: bool = False,
+        qkv_layout: str = "stacked",
+        fused_gate_up: bool = False,
     ):
         super().__init__()
         self.norm_first = norm_first
+        self.parallel = parallel
         self.norm1 = make_norm(norm, dim, eps)
         self.attn = MultiHeadAttention(
-            dim, num_heads, qkv_bias=qkv_bias, out_bias=attn_out_bias, fused_qkv=fused_qkv, num_kv_heads=num_kv_heads
+            dim, num_heads, qkv_bias=qkv_bias, out_bias=attn_out_bias, fused_qkv=fused_qkv, num_kv_heads=num_kv_heads,
+            qkv_layout=qkv_layout,
+            head_dim=head_dim, qk_norm=(lambda d: make_norm(norm, d, eps)) if qk_norm else None,
         )
         self.norm2 = make_norm(norm, dim, eps)
-        self.mlp = SwiGLU(dim, mlp_hidden, bias=mlp_bias) if mlp == "swiglu" else MLP(dim, mlp_hidden, act, mlp_bias)
+        self.mlp = (SwiGLU(dim, mlp_hidden, bias=mlp_bias, act=mlp_act, fused=fused_gate_up) if mlp == "swiglu"
+                    else MLP(dim, mlp_hidden, act, mlp_bias))
         self.ls1 = LayerScale(dim, layerscale) if layerscale is not None else nn.Identity()
         self.ls2 = LayerScale(dim, layerscale) if layerscale is not None else nn.Identity()
+        if sandwich:
+            self.post_attn_norm, self.post_mlp_norm = make_norm(norm, dim, eps), make_norm(norm, dim, eps)
+        else:
+            self.post_attn_norm = self.post_mlp_norm = nn.Identity()
 
     def forward(
         self, x: torch.Tensor, opts: AttentionOptions | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.parallel:  # both branches read the block's input (GPT-NeoX's use_parallel_residual)
+            a, probs = self.attn(self.norm1(x), opts)
+            return x + self.ls1(self.post_attn_norm(a)) + self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x)))), probs
         if self.norm_first:
             a, probs = self.attn(self.norm1(x), opts)
-            x = x + self.ls1(a)
-            x = x + self.ls2(self.mlp(self.norm2(x)))
+            x = x + self.ls1(self.post_attn_norm(a))
+            x = x + self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))
         else:
             a, probs = self.attn(x, opts)
             x = self.norm1(x + self.ls1(a))
@@ -82,6 +106,7 @@ class BlockStack(nn.Module):
         output_attentions: bool = False,
         captures: list | dict | None = None,
         cache: KVCache | None = None,
+        layer_opts: list[dict] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns (x, attentions (B, L, H, N, M) or None); M = N, or past + N with a cache.
 
@@ -89,6 +114,8 @@ class BlockStack(nn.Module):
         are set here, per layer). cache: each layer's past keys and values, extended by x's tokens.
         captures (see MultiHeadAttention.forward): a list that receives one
         dict per layer, or a dict {layer: {}} whose dicts are filled for those layers only.
+        layer_opts: per layer, AttentionOptions fields that differ from opts (Gemma's sliding window
+        and RoPE tables on its local layers).
         """
         opts = AttentionOptions() if opts is None else opts
         layers = None if dk_layers is None else set(int(i) for i in dk_layers)
@@ -111,7 +138,7 @@ class BlockStack(nn.Module):
             o = replace(
                 opts, dk_scale=opts.dk_scale if layers is None or i in layers else 1.0,
                 need_weights=output_attentions, capture=cap, probs_out=None if attn is None else attn[i],
-                kv=None if cache is None else cache.layers[i],
+                kv=None if cache is None else cache.layers[i], **(layer_opts[i] if layer_opts else {}),
             )
             x, _ = block(x, o)
         return x, (attn.transpose(0, 1) if attn is not None else None)  # (B, L, H, N, M)

@@ -9,17 +9,23 @@ from attn_explorer.core.linear import Linear
 
 
 class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * weight (Llama): no centring, no bias."""
+    """x / sqrt(mean(x^2) + eps) * weight (Llama): no centring, no bias.
 
-    def __init__(self, dim: int, eps: float = 1e-6):
+    unit_offset=True multiplies by (1 + weight) instead, in float32 (Gemma): the stored weight is
+    the change from 1, and a zero weight leaves the normalised x as it is."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, unit_offset: bool = False):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.unit_offset = unit_offset
+        self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.unit_offset:
+            return (x * (1.0 + self.weight.float())).to(dtype)
         return self.weight * x.to(dtype)
 
 
@@ -28,7 +34,9 @@ def make_norm(kind: str, dim: int, eps: float) -> nn.Module:
         return nn.LayerNorm(dim, eps=eps)
     if kind == "rms":
         return RMSNorm(dim, eps=eps)
-    raise ValueError(f"unknown norm {kind!r}: use 'layer' or 'rms'")
+    if kind == "rms1p":  # Gemma's (1 + weight) RMSNorm
+        return RMSNorm(dim, eps=eps, unit_offset=True)
+    raise ValueError(f"unknown norm {kind!r}: use 'layer', 'rms' or 'rms1p'")
 
 
 ACTIVATIONS = {
@@ -71,16 +79,25 @@ class MLP(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x)) (Llama)."""
+    """down(silu(gate(x)) * up(x)) (Llama); act="gelu_tanh" gives GeGLU (Gemma).
+    fused=True keeps gate and up as one (dim -> 2*hidden) projection `gate_up`, the gate's rows first (Phi-3)."""
 
-    def __init__(self, dim: int, hidden: int, bias: bool = False):
+    def __init__(self, dim: int, hidden: int, bias: bool = False, act: str = "silu", fused: bool = False):
         super().__init__()
-        self.gate = Linear(dim, hidden, bias=bias)
-        self.up = Linear(dim, hidden, bias=bias)
+        if fused:
+            self.gate_up = Linear(dim, 2 * hidden, bias=bias)
+        else:
+            self.gate = Linear(dim, hidden, bias=bias)
+            self.up = Linear(dim, hidden, bias=bias)
+        self.fused = fused
         self.down = Linear(hidden, dim, bias=bias)
+        self.act = activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        if self.fused:
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(self.act(gate) * up)
+        return self.down(self.act(self.gate(x)) * self.up(x))
 
 
 class LayerScale(nn.Module):

@@ -4,6 +4,12 @@ Pre-norm blocks with RMSNorm, rotary positions (RoPE) on q and k, grouped-query 
 key/value heads than query heads), a SwiGLU MLP, a final RMSNorm and a language-model head that may
 share the token embedding's matrix ("tied embeddings").
 
+Gemma 2 and 3 are the same decoder with a few more switches (LlamaConfig's Gemma group, plus norm
+"rms1p", act "gelu_tanh", qk_norm and sliding_windows): (1 + w) RMSNorms, a norm after each branch
+too (sandwich), embeddings times sqrt(width), a GeGLU MLP, their own attention scale, soft-capped
+logits (Gemma 2), q/k norms (Gemma 3), and local layers that see only their window of tokens
+(with their own RoPE base in Gemma 3) between global ones.
+
 For generation the forward takes a `KVCache`: the new tokens' keys and values are appended to the
 cached ones, so each step runs one token through the stack and attends to everything before it.
 """
@@ -17,7 +23,7 @@ from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_start, key_padding_mask
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
-from attn_explorer.core.layers import RMSNorm
+from attn_explorer.core.layers import make_norm
 from attn_explorer.core.linear import Linear
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import rope_tables
@@ -38,6 +44,28 @@ class LlamaConfig:
     head: bool = True  # False: saved untied without its LM head (a bare LlamaModel): attention, no generation
     attention_bias: bool = False  # biases on q, k, v and W_O
     mlp_bias: bool = False
+    # The families beyond Llama, each a readable switch (defaults: Llama):
+    head_size: int | None = None  # head_dim in config.json where it is not dim / num_heads (Qwen3)
+    qkv_bias: bool = False  # biases on q, k, v only, none on W_O (Qwen2)
+    qk_norm: bool = False  # each head's q and k normalised over d_k (the model's norm) before RoPE (Qwen3)
+    sliding_windows: list | None = None  # per layer: its window (a query sees itself and the window - 1
+    #                                      tokens before it; Mistral, Qwen2's upper layers) or None (all)
+    rotary_fraction: float = 1.0  # the share of each head's d_k that RoPE rotates (GPT-NeoX's rotary_pct)
+    parallel_residual: bool = False  # x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX's use_parallel_residual)
+    norm: str = "rms"  # "rms" (RMSNorm) or "layer" (LayerNorm with a bias; GPT-NeoX)
+    mlp: str = "swiglu"  # "swiglu" (gate, up, down) or "mlp" (fc1, act, fc2 with biases; GPT-NeoX)
+    act: str = "silu"  # the MLP's activation
+    qkv_layout: str = "separate"  # "separate" (q, k, v projections), or one fused qkv: "stacked" (every q row,
+    #                               then k's, then v's: Phi-3) or "per_head" (each head's q, k, v: GPT-NeoX)
+    fused_gate_up: bool = False  # the SwiGLU's gate and up as one projection, gate rows first (Phi-3)
+    # Gemma 2 / 3 (norm "rms1p" = (1 + w) RMSNorm, act "gelu_tanh"; local layers = those with a window):
+    sandwich_norms: bool = False  # post_attention_norm and post_mlp_norm: each branch normalised before the sum
+    scale_embeddings: bool = False  # token embeddings times sqrt(dim)
+    attn_scale: float | None = None  # the attention logits' factor (query_pre_attn_scalar^-1/2); None: 1/sqrt(d_k)
+    attn_softcap: float | None = None  # attention logits -> c·tanh(logits / c) (Gemma 2's attn_logit_softcapping)
+    final_softcap: float | None = None  # next-token logits -> c·tanh(logits / c) (final_logit_softcapping)
+    rope_local_theta: float | None = None  # RoPE base of the windowed layers (rope_local_base_freq); None: rope_theta
+    rope_linear_factor: float = 1.0  # linear RoPE scaling of the global layers: positions divided by this factor
 
     @property
     def usable_positions(self) -> int:
@@ -45,7 +73,17 @@ class LlamaConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.num_heads
+        return self.head_size or self.dim // self.num_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many of each head's dimensions RoPE rotates (the first ones): all but in GPT-NeoX."""
+        return int(self.head_dim * self.rotary_fraction)
+
+    def layer_kinds(self) -> list[str]:
+        """Per layer, for people: "local, window 512" (a sliding window) or "global"."""
+        windows = self.sliding_windows or [None] * self.num_layers
+        return [f"local, window {w}" if w else "global" for w in windows]
 
 
 class Llama(nn.Module):
@@ -58,27 +96,40 @@ class Llama(nn.Module):
         self.blocks = BlockStack(
             [
                 TransformerBlock(
-                    cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=True, eps=cfg.eps, norm="rms",
-                    mlp="swiglu", qkv_bias=cfg.attention_bias, attn_out_bias=cfg.attention_bias,
-                    mlp_bias=cfg.mlp_bias, num_kv_heads=cfg.num_kv_heads,
+                    cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=True, eps=cfg.eps, norm=cfg.norm,
+                    mlp=cfg.mlp, act=cfg.act, mlp_act=cfg.act, qkv_bias=cfg.attention_bias or cfg.qkv_bias,
+                    attn_out_bias=cfg.attention_bias, mlp_bias=cfg.mlp_bias, num_kv_heads=cfg.num_kv_heads,
+                    head_dim=cfg.head_size, qk_norm=cfg.qk_norm, parallel=cfg.parallel_residual,
+                    fused_qkv=cfg.qkv_layout != "separate",
+                    qkv_layout="stacked" if cfg.qkv_layout == "separate" else cfg.qkv_layout,
+                    fused_gate_up=cfg.fused_gate_up,
+                    sandwich=cfg.sandwich_norms,
                 )
                 for _ in range(cfg.num_layers)
             ]
         )
-        self.norm = RMSNorm(cfg.dim, eps=cfg.eps)
+        self.norm = make_norm(cfg.norm, cfg.dim, cfg.eps)
         # Tied: no matrix of its own; `logits` multiplies by the embedding. Untied without a head: none.
         untied_head = not cfg.tie_embeddings and cfg.head
         self.lm_head = Linear(cfg.dim, cfg.vocab_size, bias=False) if untied_head else None
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin) for positions 0..n-1
+        self._rope_local: tuple[torch.Tensor, torch.Tensor] | None = None  # the same at rope_local_theta
 
-    def rope(self, start: int, n: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """RoPE's (cos, sin) for positions start..start+n-1, each (n, head_dim); the table is
-        computed once for the longest length seen and sliced after."""
+    def rope(self, start: int, n: int, device, dtype, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's (cos, sin) for positions start..start+n-1, each (n, rotary_dim); the table is
+        computed once for the longest length seen and sliced after. local=True: the windowed layers'
+        table (base rope_local_theta, no scaling; Gemma 3)."""
         end = start + n
-        t = self._rope
+        t = self._rope_local if local else self._rope
         if t is None or t[0].shape[0] < end or t[0].device != device or t[0].dtype != dtype:
             size = max(end, 64 if t is None else 2 * t[0].shape[0])
-            t = self._rope = rope_tables(size, self.cfg.head_dim, self.cfg.rope_theta, device=device, dtype=dtype)
+            cfg = self.cfg
+            t = rope_tables(size, cfg.rotary_dim, cfg.rope_local_theta if local else cfg.rope_theta, device=device,
+                            dtype=dtype, linear_factor=1.0 if local else cfg.rope_linear_factor)
+            if local:
+                self._rope_local = t
+            else:
+                self._rope = t
         return t[0][start:end], t[1][start:end]
 
     def new_cache(self) -> KVCache:
@@ -100,10 +151,19 @@ class Llama(nn.Module):
         N = input_ids.shape[1]
         past = decoder_start(cache, N, self.cfg.max_positions)
         x = self.embed_tokens(input_ids)
+        cfg = self.cfg
+        if cfg.scale_embeddings:  # sqrt(dim) rounded to the weights' dtype first, as transformers does
+            x = x * torch.tensor(cfg.dim ** 0.5, dtype=x.dtype, device=x.device)
         opts = AttentionOptions(mask=key_padding_mask(attention_mask), causal=True, dk_scale=dk_scale,
-                                rope=self.rope(past, N, x.device, x.dtype))
+                                rope=self.rope(past, N, x.device, x.dtype), scale=cfg.attn_scale,
+                                softcap=cfg.attn_softcap)
+        windows = cfg.sliding_windows
+        layer_opts = [{"window": w} for w in windows] if windows and any(windows) else None
+        if layer_opts and cfg.rope_local_theta is not None:  # Gemma 3: the local layers' own RoPE base
+            local_rope = self.rope(past, N, x.device, x.dtype, local=True)
+            layer_opts = [dict(o, rope=local_rope) if o["window"] else o for o in layer_opts]
         x, attn = self.blocks(x, opts, dk_layers=dk_layers, output_attentions=output_attentions,
-                              captures=captures, cache=cache)
+                              captures=captures, cache=cache, layer_opts=layer_opts)
         return ModelOutput(hidden=self.norm(x), attentions=attn)
 
     @property
@@ -114,7 +174,10 @@ class Llama(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits (..., vocab) from the final hidden states."""
         if self.cfg.tie_embeddings:
-            return F.linear(hidden, self.embed_tokens.weight)
-        if self.lm_head is None:
+            logits = F.linear(hidden, self.embed_tokens.weight)
+        elif self.lm_head is None:
             raise RuntimeError("this Llama was loaded without its LM head: it has no next-token logits")
-        return self.lm_head(hidden)
+        else:
+            logits = self.lm_head(hidden)
+        c = self.cfg.final_softcap
+        return logits if c is None else torch.tanh(logits / c) * c  # Gemma's final_logit_softcapping

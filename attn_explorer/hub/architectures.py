@@ -284,6 +284,127 @@ LLAMA_RULES = [
     (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
 
+# ---- the rotary decoders beyond Llama: Qwen2/2.5, Qwen3, Mistral, Phi-3, GPT-NeoX (Pythia) -------
+# One LlamaConfig, its switches read from config.json; fused checkpoint tensors map 1:1 onto fused modules.
+
+def _rope(cfg: dict, family: str, theta: float = 10000.0, fraction: float = 1.0) -> tuple[float, float]:
+    """(rope_theta, the rotated share of d_k) from transformers 5's rope_parameters or the older
+    rope_theta / rope_scaling / partial_rotary_factor (GPT-NeoX: rotary_emb_base, rotary_pct).
+    Only plain RoPE: any rope scaling is refused in one line."""
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or {}
+    for p in (params, scaling):
+        if not isinstance(p, dict):
+            raise UserError(f"{family}: rope_parameters / rope_scaling must be an object, not {_json_kind(p)}")
+    kind = scaling.get("rope_type", scaling.get("type")) or params.get("rope_type", "default")
+    if kind != "default":
+        raise UserError(f"{family} with rope_scaling {kind!r} is not supported (only plain RoPE)")
+    theta = params.get("rope_theta", cfg.get("rope_theta", cfg.get("rotary_emb_base", theta)))
+    fraction = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", cfg.get("rotary_pct", fraction)))
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise UserError(f"{family}: the rotary share (rotary_pct / partial_rotary_factor) must be in (0, 1], "
+                        f"got {fraction!r}")
+    return float(theta), float(fraction)
+
+
+def _window(cfg: dict, family: str) -> int | None:
+    w = cfg.get("sliding_window")
+    if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
+        raise UserError(f"{family}: sliding_window must be a whole number >= 1 or null, got {w!r}")
+    return w
+
+
+def _qwen_windows(cfg: dict, family: str) -> list | None:
+    """Qwen2/Qwen3: the window only where use_sliding_window, on the layers layer_types marks
+    'sliding_attention' (or, without layer_types, those from max_window_layers up), as transformers does."""
+    w = _window(cfg, family) if cfg.get("use_sliding_window") else None
+    n = cfg["num_hidden_layers"]
+    types = cfg.get("layer_types")
+    if types is None:
+        first = cfg.get("max_window_layers", 28)
+        types = ["sliding_attention" if w is not None and i >= first else "full_attention" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or not set(types) <= {"full_attention", "sliding_attention"}:
+        raise UserError(f"{family}: layer_types must list 'full_attention' or 'sliding_attention' for each of the "
+                        f"{n} layers")
+    windows = [w if t == "sliding_attention" else None for t in types]
+    return windows if any(windows) else None
+
+
+def _rotary_decoder(cfg: dict, family: str, **fields) -> LlamaConfig:
+    """What Qwen2, Qwen3, Mistral and Phi-3 share with Llama (RMSNorm, SwiGLU, GQA, untied by default)."""
+    act = _act(cfg, "hidden_act")
+    if fields.get("mlp", "swiglu") == "swiglu" and act != "silu":
+        raise UserError(f"{family} with hidden_act {cfg.get('hidden_act')!r} is not supported (only silu)")
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    theta, fraction = _rope(cfg, family, **fields.pop("rope_defaults", {}))
+    if int(head_dim * fraction) % 2:
+        raise UserError(f"{family}: RoPE needs an even number of rotated dimensions, got {int(head_dim * fraction)}")
+    base = dict(
+        vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
+        num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+        mlp_hidden=cfg["intermediate_size"], max_positions=cfg.get("max_position_embeddings", 2048),
+        eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rotary_fraction=fraction, act=act,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        head_size=head_dim if head_dim * heads != cfg["hidden_size"] else None,
+    )
+    base.update(fields)
+    return LlamaConfig(**base)
+
+
+def _qwen2_config(cfg: dict) -> LlamaConfig:
+    return _rotary_decoder(cfg, "qwen2", qkv_bias=True, sliding_windows=_qwen_windows(cfg, "qwen2"))
+
+
+def _qwen3_config(cfg: dict) -> LlamaConfig:
+    return _rotary_decoder(cfg, "qwen3", qk_norm=True, attention_bias=bool(cfg.get("attention_bias", False)),
+                           sliding_windows=_qwen_windows(cfg, "qwen3"))
+
+
+def _every_layer_window(cfg: dict, family: str) -> list | None:
+    w = _window(cfg, family)
+    return None if w is None else [w] * cfg["num_hidden_layers"]
+
+
+def _mistral_config(cfg: dict) -> LlamaConfig:
+    return _rotary_decoder(cfg, "mistral", sliding_windows=_every_layer_window(cfg, "mistral"))
+
+
+def _phi3_config(cfg: dict) -> LlamaConfig:
+    return _rotary_decoder(cfg, "phi3", sliding_windows=_every_layer_window(cfg, "phi3"), qkv_layout="stacked",
+                           fused_gate_up=True)
+
+
+def _gpt_neox_config(cfg: dict) -> LlamaConfig:
+    if cfg.get("hidden_size", 0) % max(1, cfg.get("num_attention_heads", 1)):
+        raise UserError("gpt_neox: hidden_size must be a multiple of num_attention_heads")
+    return _rotary_decoder(
+        cfg, "gpt_neox", rope_defaults=dict(fraction=0.25), norm="layer", mlp="mlp", mlp_bias=True,
+        eps=cfg.get("layer_norm_eps", 1e-5), attention_bias=bool(cfg.get("attention_bias", True)),
+        parallel_residual=bool(cfg.get("use_parallel_residual", True)), num_kv_heads=cfg["num_attention_heads"],
+        qkv_layout="per_head",
+    )
+
+
+_ROPE_BUFFERS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq")
+_NX = r"layers\.(\d+)\."
+GPT_NEOX_RULES = [
+    (r"embed_in\.weight", "embed_tokens.weight"),
+    (_NX + r"input_layernorm\.(weight|bias)", _B + r"norm1.\2"),
+    (_NX + r"attention\.query_key_value\.(weight|bias)", _B + r"attn.qkv.\2"),  # each head's q, k, v rows in turn
+    (_NX + r"attention\.dense\.(weight|bias)", _B + r"attn.out.\2"),
+    (_NX + r"post_attention_layernorm\.(weight|bias)", _B + r"norm2.\2"),
+    (_NX + r"mlp\.dense_h_to_4h\.(weight|bias)", _B + r"mlp.fc1.\2"),
+    (_NX + r"mlp\.dense_4h_to_h\.(weight|bias)", _B + r"mlp.fc2.\2"),
+    (r"final_layer_norm\.(weight|bias)", r"norm.\1"),
+    (r"(?:embed_out|lm_head)\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+]
+QWEN3_RULES = LLAMA_RULES + [(_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight")]
+PHI3_RULES = [  # fused: qkv_proj holds every q row, then k's, then v's; gate_up_proj the gate's rows, then up's
+    (_LL + r"self_attn\.qkv_proj\.weight", _B + r"attn.qkv.weight"),
+    (_LL + r"mlp\.gate_up_proj\.weight", _B + r"mlp.gate_up.weight"),
+] + LLAMA_RULES
+
 ARCHITECTURES: dict[str, Architecture] = {
     "bert": Architecture("bert", "text", TextEncoder, _encoder_config, ENCODER_RULES, ("bert.",), TEXT_HEADS),
     "roberta": Architecture("roberta", "text", TextEncoder, _encoder_config, ENCODER_RULES, ("roberta.",), TEXT_HEADS),
@@ -326,6 +447,16 @@ ARCHITECTURES: dict[str, Architecture] = {
     "llama": Architecture(
         "llama", "text", Llama, _llama_config, LLAMA_RULES, ("model.",),
         ignore=(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq"),
+    ),
+    "qwen2": Architecture("qwen2", "text", Llama, _qwen2_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
+    "qwen3": Architecture("qwen3", "text", Llama, _qwen3_config, QWEN3_RULES, ("model.",), ignore=_ROPE_BUFFERS),
+    "mistral": Architecture("mistral", "text", Llama, _mistral_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
+    "phi3": Architecture("phi3", "text", Llama, _phi3_config, PHI3_RULES, ("model.",), ignore=_ROPE_BUFFERS),
+    "gpt_neox": Architecture(
+        "gpt_neox", "text", Llama, _gpt_neox_config, GPT_NEOX_RULES, ("gpt_neox.",),
+        ignore=(r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)", r"rotary_emb\.inv_freq"),
+        names={"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+               "mlp_hidden": "intermediate_size", "max_positions": "max_position_embeddings", "eps": "layer_norm_eps"},
     ),
 }
 # Same layout, other names.
@@ -570,7 +701,7 @@ def decoder_head(cfg: Any, hf: dict) -> dict:
     `cfg.head` becomes False (attention and hidden states, no generation). Returns the tensors to map."""
     if not hasattr(cfg, "head"):
         return hf
-    key = next((k for k in hf if k == "lm_head.weight" or k.endswith(".lm_head.weight")), None)
+    key = next((k for k in hf if k in ("lm_head.weight", "embed_out.weight") or k.endswith(".lm_head.weight")), None)
     if cfg.tie_embeddings:
         return {k: v for k, v in hf.items() if k != key}
     cfg.head = key is not None
