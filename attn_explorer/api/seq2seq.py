@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 from attn_explorer.errors import UserError
 from attn_explorer.validate import finite_attention, text_size_ok, visible_text
 
@@ -39,9 +40,24 @@ def prepare_target(model, prep, target: str | None, max_tokens: int | None = Non
         ids, tokens, special = enc.ids, enc.tokens, enc.special
         if enc.truncated:
             prep.notes.append(f"target truncated to its first {len(ids)} tokens")
+    _check_memory(model, len(prep.tokens), len(ids))
     start = model.module.cfg.decoder_start_token_id
     prep.inputs["decoder_input_ids"] = torch.tensor([[start] + ids[:-1]], device=model.device)
     return DecoderInput(model.tokenizer.display([start]) + tokens[:-1], [True] + special[:-1])
+
+
+def _check_memory(model, s: int, t: int) -> None:
+    """Refuse, before running, maps that would not fit: the encoder's L·H·S² and the decoder's
+    L_dec·H_dec·(T² + T·S) weights together, in the budget Model.run uses for one stack."""
+    i = model.info
+    elem = model.dtype.itemsize + (0 if model.dtype == torch.float32 else 4)
+    need = attention_maps_bytes(s, i.num_layers, i.num_heads, elem=elem)
+    need += i.decoder_layers * i.decoder_heads * (t * t + t * s) * elem
+    budget = default_budget(model.device)
+    if need > budget:
+        raise UserError(f"{s:,} source and {t:,} target tokens would need {human_bytes(need)} for the encoder's, "
+                        f"decoder's and cross-attention maps; only {human_bytes(budget)} can be spared now: "
+                        "use shorter texts")
 
 
 def result_fields(out, dec: DecoderInput, hidden: bool) -> dict:

@@ -163,3 +163,16 @@ def test_bart_decoder_heads_must_divide_the_width(tmp_path):
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UserError, match="decoder_attention_heads 5"):
         ax.load_model(str(folder), device="cpu")
+
+
+def test_decoder_maps_count_in_the_memory_guard(tmp_path, monkeypatch):
+    """The encoder's maps alone fit; with the decoder's and cross-attention's they do not: one line, no run."""
+    from attn_explorer.api import seq2seq
+    from attn_explorer.budget import attention_maps_bytes
+
+    _, folder = make_bart(tmp_path)
+    m = ax.load_model(str(folder), device="cpu")
+    encoder_only = attention_maps_bytes(8, 2, 3)  # "the cat sat on a mat" with <s> and </s>: 8 tokens
+    monkeypatch.setattr(seq2seq, "default_budget", lambda device: encoder_only + 10)
+    with pytest.raises(UserError, match="target tokens would need"):
+        m.run("the cat sat on a mat", target="a dog ran far away")
