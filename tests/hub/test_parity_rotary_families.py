@@ -41,6 +41,8 @@ CASES = {
     # fused qkv_proj (grouped) and gate_up_proj; with and without a window
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=2)),
     "phi3-window": ("Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=3, sliding_window=7)),
+    # Phi-4-mini's kind: RoPE on half of each head's dimensions
+    "phi3-partial": ("Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=2, partial_rotary_factor=0.5)),
     # partial rotary (a quarter of d_k = 8: 2 dims), parallel residual, LayerNorm with bias, per-head fused qkv
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(rotary_pct=0.25, use_parallel_residual=True,
                                                              hidden_act="gelu")),
@@ -48,6 +50,7 @@ CASES = {
                             dict(rotary_pct=0.5, use_parallel_residual=False, hidden_act="gelu", rotary_emb_base=500)),
 }
 WINDOWS = {"qwen2-window": [None, 5, 5], "mistral": [6, 6, 6], "phi3-window": [7, 7, 7]}
+ROTATED = {"gpt_neox": 2, "gpt_neox-sequential": 4, "phi3-partial": 4}  # of d_k = 8 (others: all of d_k)
 
 
 def make_folder(folder, name: str):
@@ -100,6 +103,7 @@ def test_rotary_family_parity_with_transformers(built, name):
     family = json.loads((folder / "config.json").read_text())["model_type"]
     assert m.info.family == family and m.info.causal and m.info.can_generate
     assert m.module.cfg.sliding_windows == WINDOWS.get(name)
+    assert m.module.cfg.rotary_dim == ROTATED.get(name, m.module.cfg.head_dim)
     ids = torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(7))
     att, hidden, ours = max_differences(hf, m, ids)
     assert att <= TOL and hidden <= TOL, (name, att, hidden)
@@ -142,6 +146,36 @@ def test_greedy_generation_equals_transformers(built, name):
         for s in steps:
             row = s.attention[-1]  # (H, position + 1)... the last layer
             assert (row[:, : max(0, row.shape[-1] - w)] == 0).all() and (row[:, -w:] > 0).all()
+
+
+@pytest.mark.parametrize("name", ["mistral", "gpt_neox"])
+def test_right_padding_with_a_window(built, name):
+    """A padded second sequence: its real query rows and hidden states are transformers' (padded rows
+    are never read), the unpadded one's everything."""
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    ids = torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(11))
+    mask = torch.ones_like(ids)
+    mask[1, 15:] = 0
+    with torch.no_grad():
+        ref = _base(hf)(input_ids=ids, attention_mask=mask, output_attentions=True)
+    with torch.inference_mode():
+        ours = m.module(input_ids=ids, attention_mask=mask, output_attentions=True)
+    for i, a in enumerate(ref.attentions):
+        torch.testing.assert_close(ours.attentions[:, i][0], a[0], atol=TOL, rtol=0)
+        torch.testing.assert_close(ours.attentions[:, i][1, :, :15], a[1, :, :15], atol=TOL, rtol=0)
+    torch.testing.assert_close(ours.hidden[1, :15], ref.last_hidden_state[1, :15], atol=TOL, rtol=0)
+    torch.testing.assert_close(ours.hidden[0], ref.last_hidden_state[0], atol=TOL, rtol=0)
+
+
+def test_an_unknown_model_type_lists_the_rotary_families(tmp_path):
+    make_folder(tmp_path, "qwen2")
+    _edit_config(tmp_path, model_type="qwen2_moe")
+    with pytest.raises(UserError) as e:
+        ax.load_model(str(tmp_path), device="cpu")
+    message = str(e.value)
+    assert "\n" not in message and "'qwen2_moe'" in message
+    assert all(f in message for f in ("gpt_neox", "mistral", "phi3", "qwen2", "qwen3"))
 
 
 @pytest.mark.parametrize("name", ["mistral", "qwen2-window"])
