@@ -5,6 +5,7 @@ Only NumPy arrays and plain Python values live here, so these records can cross 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,12 +29,12 @@ class ModelInfo:
     image_size: int | None = None  # image models: default input side in pixels
     num_params: int = 0
     min_tokens: int = 1  # the shortest input with one real token: [CLS] w [SEP] is 3 for BERT, 1 for GPT-2
-    # per layer "local, window 512" (sees only its last 512 tokens) or "global", for models that mix them
-    # (Gemma 2/3, Mistral); empty when every layer sees every token before it
-    layer_kinds: tuple[str, ...] = ()
     encoder_decoder: bool = False  # BART: num_layers/num_heads are the encoder's; a run also has the decoder's maps
     decoder_layers: int = 0  # encoder-decoders: the decoder's L
     decoder_heads: int = 0  # encoder-decoders: the decoder's H (self- and cross-attention)
+    # per layer "local, window 512" (sees only its last 512 tokens) or "global", for models that mix them
+    # (Gemma 2/3, Mistral); empty when every layer sees every token before it
+    layer_kinds: tuple[str, ...] = ()
 
 
 @dataclass
@@ -44,6 +45,9 @@ class RunResult:
     model: str  # ModelInfo.name
     dk_scale: float  # multiplier applied to 1/sqrt(d_k)
     forward_ms: float  # measured wall time of the forward pass
+    # the model's first forward pass: its time includes one-off start-up costs (kernels chosen, caches
+    # filled), often 10-20x a later run's, so it says little about the cost of attention
+    warm_up: bool = False
     grid: tuple[int, int] | None = None  # image models: patch grid (rows, cols)
     image: np.ndarray | None = None  # image models: uint8 (H, W, 3), the exact pixels the model saw (after resize/crop)
     truncated: bool = False  # the input was longer than allowed and was cut
@@ -52,6 +56,7 @@ class RunResult:
     hidden: np.ndarray | None = None  # float32 (N, D) last hidden state, when asked for
     total_tokens: int = 0  # tokens the whole input has, before any cut (text); N for images
     patch_offset: int = 0  # image models: patch tokens are tokens[patch_offset:], row by row
+    display: Any = None  # the grid view's mosaic (api.display.GridImage), pooled by the session's worker with the run
     # encoder-decoders (BART): `attentions`, `tokens` and `hidden` are the encoder's (the source text);
     # the decoder reads decoder_tokens (the target shifted right: the start token first)
     decoder_tokens: list[str] = field(default_factory=list)  # length T

@@ -6,6 +6,7 @@ back to the GUI thread as an opaque handle for the next job.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -38,8 +39,7 @@ class Loaded:
 class Ran:
     """One run of the model, with the grid page's mosaic already pooled and where its time went."""
 
-    result: RunResult
-    grid: Any  # api.display.GridImage
+    result: RunResult  # its grid mosaic in `display`
     started: float  # perf_counter when the job began
     forward_done: float  # perf_counter when Model.run returned (forward pass, tokenising, copy-out)
     ended: float  # perf_counter when the mosaic was ready
@@ -73,13 +73,14 @@ def configure_torch(threads: int = TORCH_THREADS) -> None:
         torch.set_num_threads(threads)
 
 
-def default_loader(src: str | None, device: str = "auto", progress=None, want_image: bool = False) -> Loaded:
+def default_loader(src: str | None, device: str = "auto", progress=None, want_image: bool = False,
+                   dtype: str = "float32") -> Loaded:
     """Load through the public model API."""
     import attn_explorer as ax
 
     if not src:
         src = ax.default_image_model() if want_image else DEFAULT_TEXT_MODEL
-    model = ax.load_model(src, device=device, progress=progress)
+    model = ax.load_model(src, device=device, progress=progress, dtype=dtype)
     try:
         builtins = [(str(n), str(d)) for n, d in ax.builtin_models()]
     except Exception:  # noqa: BLE001 - a missing list must not fail the load
@@ -87,18 +88,22 @@ def default_loader(src: str | None, device: str = "auto", progress=None, want_im
     return Loaded(model=model, info=model.info, builtins=builtins)
 
 
-def load_job(loader: Loader, src: str | None, device: str, want_image: bool, progress=None) -> Loaded:
+def load_job(loader: Loader, src: str | None, device: str, want_image: bool, progress=None,
+             dtype: str = "float32") -> Loaded:
     configure_torch()
-    return loader(src, device=device, progress=progress, want_image=want_image)
+    kw = {} if dtype == "float32" else {"dtype": dtype}  # loaders that know no dtype still load float32
+    return loader(src, device=device, progress=progress, want_image=want_image, **kw)
 
 
-def pool_job(r: RunResult, hide_special: bool = False) -> Any:
-    """The grid's mosaic of `r` (api.display.GridImage), without the special tokens' rows and columns
-    when `hide_special`. Alone, it redraws a result on screen whose drawing options changed."""
+def pool_job(r: RunResult, hide_special: bool = False) -> RunResult:
+    """`r` with the grid's mosaic (api.display.GridImage) in `display`, without the special tokens'
+    rows and columns when `hide_special`. Alone, it redraws a result on screen whose drawing options
+    changed: a new record sharing r's arrays, so the one on screen never changes under a view."""
     from attn_explorer.api.display import grid_image
 
     configure_torch()
-    return grid_image(r.attentions, drop=r.special) if hide_special else grid_image(r.attentions)
+    grid = grid_image(r.attentions, drop=r.special) if hide_special else grid_image(r.attentions)
+    return dataclasses.replace(r, display=grid)
 
 
 def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran:
@@ -132,8 +137,8 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran
             cut = "the n slider"
         else:
             cut = f"{info.name} reads at most {info.max_positions:,} tokens"
-    grid = pool_job(r, hide_special)
-    return Ran(result=r, grid=grid, started=t0, forward_done=t1, ended=time.perf_counter(), fit_tokens=fit, cut=cut)
+    r = pool_job(r, hide_special)
+    return Ran(result=r, started=t0, forward_done=t1, ended=time.perf_counter(), fit_tokens=fit, cut=cut)
 
 
 def sweep_job(model: Any, x: Any, kw: dict, want: int, reps: int) -> tuple[int, float, bool]:

@@ -12,6 +12,7 @@ inside the jobs, so the window can appear before torch is loaded.
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ class SessionState(InputState):
     load_progressed = Signal(float, str)  # fraction, message
     model_loaded = Signal(object)  # ModelInfo
     models_listed = Signal(list)  # [(name, description)] of the built-in models
-    attention_ready = Signal(object)  # RunResult, the newest one (its mosaic is `grid_image`)
+    attention_ready = Signal(object)  # RunResult, the newest one (its grid mosaic travels in `display`)
     error_raised = Signal(str)  # one line for the user
     busy_changed = Signal(bool)  # a load or a run is in flight or waiting
     sweep_started = Signal(int)  # number of sequence lengths to measure
@@ -44,10 +45,12 @@ class SessionState(InputState):
     sweep_point_measured = Signal(int, float)  # n, median forward ms at that n
     sweep_finished = Signal(bool)  # True: every length measured; False: cancelled or failed
 
-    def __init__(self, loader: Loader | None = None, device: str = "auto", parent: QObject | None = None):
+    def __init__(self, loader: Loader | None = None, device: str = "auto", parent: QObject | None = None,
+                 dtype: str = "float32"):
         super().__init__(parent)
         self._loader = loader or default_loader
         self.device = device
+        self.dtype = dtype  # what the next load reads the weights in: float32, bfloat16 or float16
         self.runner = Runner(self)
         self.runner.busy_changed.connect(self.busy_changed)
         self.sweep = NSweep(self.runner, self)
@@ -57,7 +60,6 @@ class SessionState(InputState):
         self.sweep.finished.connect(self.sweep_finished)
         self.sweep.failed.connect(self.error_raised)
         self._model: Any = None  # handle for the next job; only worker threads use it
-        self._grid: tuple[Any, Any] = (None, None)  # (result, its api.display.GridImage): see `grid_image`
         self.builtins: list[tuple[str, str]] = []
         # text: the most tokens whose maps fit in memory (newest run), and why the text on screen was cut
         self.fit_tokens: int | None = None
@@ -78,15 +80,9 @@ class SessionState(InputState):
 
     @property
     def grid_image(self) -> Any:
-        """The grid page's mosaic of `result` (api.display.GridImage), pooled in the worker that ran it;
-        None when `result` has none (it was set without one)."""
-        shown, grid = self._grid
-        return grid if shown is self.result and shown is not None else None
-
-    @grid_image.setter
-    def grid_image(self, grid: Any) -> None:
-        """Pair `grid` with the current `result`."""
-        self._grid = (self.result, grid)
+        """The grid page's mosaic of `result` (api.display.GridImage): it travels with the result
+        (`RunResult.display`), pooled in the worker that ran it; None when there is no result."""
+        return self.result.display if self.result is not None else None
 
     @property
     def busy(self) -> bool:
@@ -121,9 +117,17 @@ class SessionState(InputState):
         if want_image is None:
             want_image = self.input_kind == "image"
         self.sweep.cancel()  # its timings would belong to the old model
-        self.runner.load(Task(load_job, (self._loader, src, self.device, want_image), on_result=self._on_loaded,
+        self.runner.load(Task(partial(load_job, dtype=self.dtype), (self._loader, src, self.device, want_image),
+                              on_result=self._on_loaded,
                               on_error=self._on_load_error, on_progress=self.load_progressed.emit))
         self.model_loading.emit(src or "")
+
+    def set_dtype(self, dtype: str) -> None:
+        """Read the current model again with its weights in dtype (float32, bfloat16 or float16); later
+        loads use it too."""
+        self.dtype = dtype
+        if self.info is not None:
+            self.load_model(self.info.name)
 
     def _on_loaded(self, loaded: Loaded) -> None:
         self._model = loaded.model
@@ -152,6 +156,8 @@ class SessionState(InputState):
         self.request_run()
 
     def _on_load_error(self, message: str) -> None:
+        if self.info is not None:
+            self.dtype = self.info.dtype  # a dtype that failed to load is not the one in use
         self.error_raised.emit(message)  # the old model stays, and so does its view
 
     # ----------------------------------------------------------------------------- input -> jobs
@@ -174,7 +180,6 @@ class SessionState(InputState):
         self.runner.cancel()
         had = self.result is not None
         self.result = None
-        self._grid = (None, None)
         self._shown_from = None
         self.cut_reason = ""
         if had or self.info is not None:
@@ -194,7 +199,7 @@ class SessionState(InputState):
         if self._shown_from is not None and self._same_run(self._shown_from, (self._model, x, kw)):
             # the result on screen is this run's: only how it is drawn changed, so pool it again
             r = self.result
-            return Task(pool_job, (r, self.hide_special), on_result=lambda grid: self._on_pooled(r, grid),
+            return Task(pool_job, (r, self.hide_special), on_result=lambda redrawn: self._on_pooled(r, redrawn),
                         on_error=self.error_raised.emit)
         asked, launched, source = self._asked_at, time.perf_counter(), (self._model, x, dict(kw))
         return Task(run_job, (self._model, x, kw, self.hide_special),
@@ -206,12 +211,12 @@ class SessionState(InputState):
         same_x = x_a == x_b if isinstance(x_a, str) and isinstance(x_b, str) else x_a is x_b
         return model_a is model_b and same_x and kw_a == kw_b
 
-    def _on_pooled(self, r: RunResult, grid: Any) -> None:
+    def _on_pooled(self, r: RunResult, redrawn: RunResult) -> None:
         if r is not self.result:
             return  # another result arrived meanwhile
-        self.grid_image = grid
+        self.result = redrawn
         self.ready_at = time.perf_counter()
-        self.attention_ready.emit(r)  # the same result, drawn anew
+        self.attention_ready.emit(redrawn)  # the same run, with its mosaic pooled anew
 
     def _on_ran(self, ran: Ran, asked: float, launched: float, source: tuple) -> None:
         arrived = time.perf_counter()
@@ -219,13 +224,13 @@ class SessionState(InputState):
             return  # the input was cleared after this run started
         r = ran.result
         self._shown_from = source
-        self.timings.append((r.num_tokens, float(r.forward_ms)))
-        del self.timings[:-400]
+        if not r.warm_up:  # a first pass's start-up costs say nothing about how time grows with n
+            self.timings.append((r.num_tokens, float(r.forward_ms)))
+            del self.timings[:-400]
         if not self._query_chosen:
             self.query = default_query(r)
         self.query = min(self.query, r.num_tokens - 1)
         self.result = r
-        self.grid_image = ran.grid
         self.result_asked_at = asked
         self.fit_tokens = ran.fit_tokens
         self.cut_reason = ran.cut

@@ -5,6 +5,7 @@ shape (caches keyed by n, buffers sized to the largest input) shows here, where 
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -37,14 +38,13 @@ def test_grid_survives_2000_live_updates_with_bounded_memory(make_window, qtbot)
     rng = np.random.default_rng(0)
     lengths = [int(n) for n in rng.permutation(np.arange(1, 41))]  # every n from 1 to 40, shuffled
     pool = [_synthetic(rng, n) for n in lengths]
-    grids = [grid_image(r.attentions) for r in pool]  # the session's worker pools these with the run
+    pool = [replace(r, display=grid_image(r.attentions)) for r in pool]  # the session's worker pools these with the run
     painted = []
     w.frame_painted.connect(painted.append)
 
     def push(k):
         r = pool[k % len(pool)]
         st.result = r
-        st.grid_image = grids[k % len(pool)]
         st.ready_at = 0.0
         st.attention_ready.emit(r)
         if k % 10 == 0:

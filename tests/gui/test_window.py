@@ -256,9 +256,8 @@ def test_grid_head_labels_do_not_overlap_on_a_tall_model_at_1024_px(make_window,
     st, grid = w.state, w.grid
     att = np.full((30, 9, 6, 6), 1 / 6, np.float32)
     r = RunResult(attentions=att, tokens=[f"t{i}" for i in range(6)], special=np.zeros(6, bool), model="textbook",
-                  dk_scale=1.0, forward_ms=1.0, total_tokens=6)
+                  dk_scale=1.0, forward_ms=1.0, total_tokens=6, display=grid_image(att))
     st.result = r
-    st.grid_image = grid_image(att)
     st.attention_ready.emit(r)
 
     def spaced() -> bool:
@@ -272,3 +271,30 @@ def test_grid_head_labels_do_not_overlap_on_a_tall_model_at_1024_px(make_window,
         return min(b - a for a, b in zip(xs, xs[1:])) >= room
 
     qtbot.waitUntil(spaced, timeout=5000)
+
+
+def test_the_first_run_of_a_model_is_marked_as_warm_up_in_the_status_bar(qtbot, settings):
+    """A first pass's start-up costs (251 ms against 11 ms for the next) are not shown as the forward time."""
+    import argparse
+
+    import attn_explorer as ax
+    from attn_explorer.gui.window.app import build_window, get_qapp
+    from attn_explorer.session.state import Loaded
+
+    def fresh(src, device="cpu", progress=None, want_image=False):  # a model object that has never run
+        m = ax.load_model("textbook", device="cpu")
+        return Loaded(model=m, info=m.info)
+
+    get_qapp()
+    args = argparse.Namespace(model="textbook", text=None, image=None, device="cpu", view="grid", screenshot=None)
+    w, st = build_window(args, settings=settings, loader=fresh)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: st.result is not None, timeout=60000)
+    label = w.status_labels["forward"]
+    assert st.result.warm_up and "warm-up" in label.text() and st.timings == []
+    st.set_text("the animal was too tired to cross")
+    qtbot.waitUntil(lambda: st.result is not None and not st.result.warm_up, timeout=60000)
+    assert "warm-up" not in label.text() and label.text().startswith("forward ")
+    assert len(st.timings) == 1  # only the warm run is a point of the cost plot
+    st.shutdown()

@@ -142,7 +142,7 @@ def test_hiding_specials_repools_the_shown_result_without_running_the_model(qtbo
     result, runs = st.result, len(models["alpha"].runs)
     st.set_options(hide_special=True)
     qtbot.waitUntil(lambda: st.grid_image is not None and st.grid_image.hidden_specials, timeout=10000)
-    assert len(models["alpha"].runs) == runs and st.result is result  # no forward pass: the same result
+    assert len(models["alpha"].runs) == runs and st.result.attentions is result.attentions  # no forward pass: the same run
     assert st.grid_image.cell == 3 and len(st.timings) == 1  # 3 plain tokens left; no second timing
     assert shown[-1] == ("alpha", "cls one two three sep")  # the views were told to redraw
     st.set_options(hide_special=False)
@@ -264,3 +264,18 @@ def test_side_jobs_always_run_in_a_lane(qtbot, world):
     got = []
     assert st.submit(lambda model: model.info.name, key="test", on_result=got.append) is True
     qtbot.waitUntil(lambda: got == ["alpha"] and not st.job_busy("test"), timeout=10000)
+
+
+def test_hiding_specials_brings_a_new_record_with_its_own_mosaic(qtbot, world):
+    """The grid's mosaic travels with its result: re-pooling makes a new record, never rewrites the one shown."""
+    st, models, gate, shown = world
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    before, its_grid = st.result, st.grid_image
+    with qtbot.waitSignal(st.attention_ready, timeout=10000) as sig:
+        st.set_options(hide_special=True)
+    after = sig.args[0]
+    assert after is st.result and after is not before
+    assert st.grid_image is after.display and after.display is not its_grid
+    assert before.display is its_grid  # the old record still holds the mosaic it came with
+    assert after.attentions is before.attentions  # the same run: nothing was run again

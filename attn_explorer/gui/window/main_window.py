@@ -192,7 +192,7 @@ class MainWindow(WindowActions, QMainWindow):
             self.banner.hide()  # it described a failure before this run was asked for
         s = self.status_labels
         s["tokens"].setText(f"n = {r.num_tokens}")
-        s["forward"].setText(f"forward {r.forward_ms:.1f} ms")
+        s["forward"].setText(f"forward {r.forward_ms:.1f} ms" + (" (first run: includes warm-up)" if r.warm_up else ""))
         sb = self.statusBar()
         if self._note and sb.currentMessage() == self._note:
             sb.clearMessage()  # it described the result before this one
