@@ -29,7 +29,6 @@ def prepare_target(model, prep, target: str | None, max_tokens: int | None = Non
         return None
     if target is None:
         ids, tokens, special = prep.inputs["input_ids"][0].tolist(), list(prep.tokens), list(prep.special)
-        prep.notes.append("no target text given: the decoder reads the source text, shifted right (BART's default)")
     else:
         if not isinstance(target, str):
             raise UserError(f"the target must be text, not {type(target).__name__}")

@@ -128,7 +128,11 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
                    num_heads=cfg.num_heads, hidden_size=cfg.dim, trained=trained, causal=module.causal, note=note,
                    can_generate=can_generate)
     if getattr(module, "encoder_decoder", False):  # BART: the decoder's size beside the encoder's
-        info_kw.update(encoder_decoder=True, decoder_layers=cfg.decoder_layers, decoder_heads=cfg.decoder_heads)
+        info_kw.update(encoder_decoder=True, decoder_layers=cfg.decoder_layers, decoder_heads=cfg.decoder_heads,
+                       note="; ".join(filter(None, [note, "encoder-decoder: the maps are the encoder's, over the source "
+                                                          "text; the decoder's and cross-attention come with a target "
+                                                          "text (export --target); without one the decoder reads the "
+                                                          "source"])))
     kinds = cfg.layer_kinds() if hasattr(cfg, "layer_kinds") else []
     if any(k != "global" for k in kinds):  # sliding-window layers (Gemma, Mistral): say which
         info_kw["layer_kinds"] = tuple(kinds)
