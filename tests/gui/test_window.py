@@ -293,8 +293,10 @@ def test_the_first_run_of_a_model_is_marked_as_warm_up_in_the_status_bar(qtbot, 
     qtbot.waitUntil(lambda: st.result is not None, timeout=60000)
     label = w.status_labels["forward"]
     assert st.result.warm_up and "warm-up" in label.text() and st.timings == []
+    assert "warm-up" in w.seq_panel.readout.text()
     st.set_text("the animal was too tired to cross")
     qtbot.waitUntil(lambda: st.result is not None and not st.result.warm_up, timeout=60000)
     assert "warm-up" not in label.text() and label.text().startswith("forward ")
+    assert "warm-up" not in w.seq_panel.readout.text()
     assert len(st.timings) == 1  # only the warm run is a point of the cost plot
     st.shutdown()

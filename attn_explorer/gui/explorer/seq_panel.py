@@ -186,7 +186,7 @@ class SeqLenPanel(QGroupBox):
         self.readout.setText(
             f"<b>{n}×{n}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
             f" · L·H·n²·4 B = <b>{human_bytes(nbytes)}</b> of attention maps"
-            f" · forward <b>{r.forward_ms:.1f} ms</b>")
+            f" · forward <b>{r.forward_ms:.1f} ms</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else ""))
         self.redraw_plot()
 
     # ------------------------------------------------------------------------------ sweep
