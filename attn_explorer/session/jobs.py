@@ -81,10 +81,7 @@ def default_loader(src: str | None, device: str = "auto", progress=None, want_im
     if not src:
         src = ax.default_image_model() if want_image else DEFAULT_TEXT_MODEL
     model = ax.load_model(src, device=device, progress=progress, dtype=dtype)
-    try:
-        builtins = [(str(n), str(d)) for n, d in ax.builtin_models()]
-    except Exception:  # noqa: BLE001 - a missing list must not fail the load
-        builtins = []
+    builtins = [(str(n), str(d)) for n, d in ax.builtin_models()]
     return Loaded(model=model, info=model.info, builtins=builtins)
 
 

@@ -10,6 +10,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QAbstractItemView, QGridLayout, QHeaderView, QLabel, QLayout, QScrollArea, QSizePolicy,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from superqt.utils import signals_blocked
 
 CELL_W, CELL_H = 58, 24  # px: room for "-0.123"
 KEPT_NOTE = " (the numbers below are from the last good input)"  # after a bad-input line
@@ -98,13 +99,12 @@ class EditableTable(NumberTable):
         self.itemChanged.connect(self._changed)
 
     def set_matrix(self, values, rows: list[str] | None = None, cols: list[str] | None = None) -> None:
-        self.blockSignals(True)
-        super().set_matrix(values, rows, cols)
-        for i in range(self.rowCount()):
-            for j in range(self.columnCount()):
-                self.item(i, j).setBackground(QColor("white"))
-                self.item(i, j).setText(_plain(self.values[i, j]))
-        self.blockSignals(False)
+        with signals_blocked(self):
+            super().set_matrix(values, rows, cols)
+            for i in range(self.rowCount()):
+                for j in range(self.columnCount()):
+                    self.item(i, j).setBackground(QColor("white"))
+                    self.item(i, j).setText(_plain(self.values[i, j]))
 
     def set_cell(self, i: int, j: int, text: str) -> None:
         """Type `text` into a cell, as the learner would (tests, examples)."""
