@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dk-scale", default="1.0", help="multiply 1/sqrt(d_k) by this positive number, at most "
                    f"{MAX_DK_SCALE:g} (default 1)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
-    p.add_argument("--dtype", default="float32", help="float32 (default); bfloat16 or float16 on a GPU")
+    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16 (the CPU too)")
     p.add_argument("--max-tokens", default=None, help="keep only the first N tokens")
     p.add_argument("--image-size", default=None, help="square input side in pixels for image models")
     p.add_argument("--analysis", default=None, help="add analyses to a .npz or .json, comma-separated: "

@@ -41,6 +41,8 @@ def _add_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", help="text to show first")
     p.add_argument("--image", help="image file to show first")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, mps")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="the weights' number format: float32 (default), bfloat16 or float16 (the CPU too)")
     p.add_argument("--view", default=None, help="page to show: grid, head, tokens, overlay, cost")
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window, save it as PNG and exit")
     p.add_argument("--size", metavar="WxH", help="window size in pixels, for example 1024x700")

@@ -20,6 +20,8 @@ from attn_explorer.gui.window.export import FORMATS, export_view
 from attn_explorer.gui.widgets.heatmap import COLORMAPS
 from attn_explorer.gui.window.pages import PAGES
 
+DTYPES = ("float32", "bfloat16", "float16")  # the weights' number formats load_model reads
+
 TEXT_FILTER = "Text (*.txt *.md *.csv *.json *.py);;All files (*)"
 TEXT_SUFFIXES = {".txt", ".md", ".csv", ".json", ".py", ".rst", ".tex"}
 MAX_TEXT_BYTES = 1_000_000  # the models read at most a few thousand characters; more only slows the text box
@@ -82,6 +84,15 @@ class WindowActions:
         self.model_combo.setToolTip("Choose a model: built-in, a folder, or a Hugging Face id")
         self._fill_models([])
         self.model_combo.activated.connect(self._model_chosen)
+        self.dtype_combo = QComboBox()
+        self.dtype_combo.setObjectName("dtype")
+        self.dtype_combo.addItems(DTYPES)
+        self.dtype_combo.setCurrentText(self.state.dtype)
+        self.dtype_combo.setToolTip("Number format of the weights: float32 is exact; bfloat16 and float16 take half "
+                                    "the memory and round a little. Choosing one loads the model again")
+        self.dtype_combo.activated.connect(lambda i: self.state.set_dtype(self.dtype_combo.itemText(i)))
+        self.state.model_loaded.connect(lambda info: self._show_dtype())
+        self.state.error_raised.connect(lambda _message: self._show_dtype())
         self.layer_spin = QSpinBox()
         self.head_spin = QSpinBox()
         for s in (self.layer_spin, self.head_spin):
@@ -99,7 +110,7 @@ class WindowActions:
         self.hide_special_box.setToolTip("Hide special tokens ([CLS], [SEP], BOS) in every view and "
                                          "renormalise each row over the remaining keys")
         self.hide_special_box.toggled.connect(lambda on: self.state.set_options(hide_special=on))
-        for item in ((" Model ", self.model_combo), None, (" Layer ", self.layer_spin), (" Head ", self.head_spin),
+        for item in ((" Model ", self.model_combo), (" dtype ", self.dtype_combo), None, (" Layer ", self.layer_spin), (" Head ", self.head_spin),
                      None, (" Colormap ", self.cmap_combo), (" Scale ", self.scale_combo), None,
                      ("", self.hide_special_box)):
             if item is None:
@@ -165,6 +176,11 @@ class WindowActions:
             combo.addItem(HF_ID, HF_ID)
         if current:
             self._select_model_item(current)
+
+    def _show_dtype(self) -> None:
+        """The dtype picker shows what the loaded model uses (a failed reload leaves the old one)."""
+        with signals_blocked(self.dtype_combo):
+            self.dtype_combo.setCurrentText(self.state.info.dtype if self.state.info else self.state.dtype)
 
     def _loaded_item_text(self) -> str:
         """A model from a folder or the hub: its kind and training are known once it is loaded."""

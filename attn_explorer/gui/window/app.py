@@ -49,7 +49,8 @@ def build_window(args, settings: QSettings | None = None, loader=None):
     from attn_explorer.session.state import SessionState
 
     settings = settings if settings is not None else make_settings()
-    state = SessionState(loader=loader, device=getattr(args, "device", None) or "auto")
+    state = SessionState(loader=loader, device=getattr(args, "device", None) or "auto",
+                         dtype=getattr(args, "dtype", None) or "float32")
     window = MainWindow(state, settings)
     text = getattr(args, "text", None)
     image = getattr(args, "image", None)
