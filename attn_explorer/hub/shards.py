@@ -134,6 +134,8 @@ class Checkpoint:
             return sd.__getitem__
         from safetensors import safe_open
 
+        # Memory-mapped: a float32 tensor kept on the CPU is the file's pages (read on first use, no copy,
+        # no zero-filled allocation); a cast or a move to another device reads it once.
         handle = safe_open(str(f), "pt", device="cpu")
         return handle.get_tensor
 
