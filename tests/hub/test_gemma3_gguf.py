@@ -142,6 +142,7 @@ def test_tiny_gemma3_gguf_folder_matches_transformers(tiny, tmp_path):
             np.testing.assert_array_equal(sd[k], v.numpy(), err_msg=k)
     m = ax.load_model(folder, device="cpu")
     assert m.info.layer_kinds == ("local, window 4",) * 5 + ("global",)
+    assert not m.tokenizer.byte_level  # SentencePiece pieces ('▁the') are shown as they are
     ids = torch.tensor([m.tokenizer.encode(CORPUS, 128).ids])
     assert ids.shape[1] > 4  # longer than the window
     with torch.no_grad():

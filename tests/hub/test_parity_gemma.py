@@ -130,6 +130,7 @@ def test_gemma3_greedy_generation_with_the_cache_equals_transformers(tmp_path):
     folder = _save(hf, tmp_path, "gemma3")
     tok.save(str(folder / "tokenizer.json"))
     m = ax.load_model(folder, device="cpu")
+    assert m.tokenizer.byte_level  # read from the tokenizer's pre-tokenizer: 'Ġ' is shown as a space
     g = m.generate("The capital of France is Paris. Attention", max_new_tokens=16)
     ours = [s.token_id for s in g]
     assert len(g.prompt_ids) > WINDOW
