@@ -14,14 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attn_explorer.maths import LOG_FLOOR, hidden_tokens, log_weights, without_specials
+from attn_explorer.maths import LOG_FLOOR, hidden_tokens, log_weights, renormalise_without, without_specials
 
 CELL_MAX = 128  # largest side of one head's cell, in mosaic pixels
 
 
 @dataclass(frozen=True)
 class GridImage:
-    """The L×H mosaic of one run, ready to draw. Head h of layer l is the c×c block at rows l·c, columns h·c."""
+    """The L×H mosaic of one run, ready to draw. Head h of layer l is the c×c block at rows l·c, columns h·c
+    (c_rows×c_cols for a map that is not square: cross-attention's target × source)."""
 
     weights: np.ndarray  # float32 (L*c, H*c): max-pooled attention weights in [0, 1]
     log_weights: np.ndarray  # float32 (L*c, H*c): log10 of the weights, floored at LOG_FLOOR
@@ -29,6 +30,8 @@ class GridImage:
     heads: int  # H
     cell: int  # c: mosaic pixels per head side (N when N <= cell_max)
     hidden_specials: bool = False  # special tokens' rows and columns were dropped, rows renormalised
+    cell_cols: int = 0  # mosaic pixels per head across (0: the same as `cell`, a square map)
+    stack: str = "encoder"  # encoder-decoders: which maps these are ("encoder", "decoder", "cross")
 
     def values(self, log: bool) -> tuple[np.ndarray, tuple[float, float]]:
         """The array to draw and its colour levels."""
@@ -56,7 +59,7 @@ def pooled_heads(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX
     The maximum, not the mean, so one sharp peak stays visible in the overview. Rows go first: that
     reduction runs over contiguous memory, and the column pass then sees a k times smaller array."""
     t = torch.as_tensor(attentions)
-    N = t.shape[-1]
+    N = max(t.shape[-1], t.shape[-2])  # one factor for both sides: a R×C map keeps its shape
     k = math.ceil(N / cell_max)
     if k <= 1:
         return t
@@ -65,25 +68,36 @@ def pooled_heads(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX
 
 
 def mosaic(cells: torch.Tensor) -> torch.Tensor:
-    """(L, H, c, c) -> (L*c, H*c): row block l holds layer l, column block h holds head h."""
-    L, H, c, _ = cells.shape
-    return cells.permute(0, 2, 1, 3).reshape(L * c, H * c)
+    """(L, H, r, c) -> (L*r, H*c): row block l holds layer l, column block h holds head h."""
+    L, H, r, c = cells.shape
+    return cells.permute(0, 2, 1, 3).reshape(L * r, H * c)
 
 
-def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX, drop=None) -> GridImage:
+def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX, drop=None, drop_cols=None) -> GridImage:
     """Pool and tile every head of (L, H, N, N) attention, in the calling (worker) thread.
 
     `drop` (bool (N,), e.g. RunResult.special) removes those tokens' rows and columns first and
     renormalises each row over the remaining keys: the GUI's "hide special tokens", by the one rule every
     view uses (`maths.without_specials`, which leaves the maps as they are when none or all are special).
-    Pooling and tiling are torch's; the log scale is `maths.log_weights` on the small mosaic."""
-    hide = hidden_tokens(drop) is not None
-    if hide:
-        attentions = without_specials(np.asarray(attentions, dtype=np.float32), drop)
+    Pooling and tiling are torch's; the log scale is `maths.log_weights` on the small mosaic.
+    A map that is not square (L, H, R, C) takes `drop` for its rows and `drop_cols` for its columns."""
+    if drop_cols is not None:
+        rows, cols = hidden_tokens(drop), hidden_tokens(drop_cols)
+        hide = rows is not None or cols is not None
+        a = np.asarray(attentions, dtype=np.float32)
+        if rows is not None:
+            a = a[:, :, np.flatnonzero(~rows)]
+        if cols is not None:
+            a = renormalise_without(a, cols)
+        attentions = np.ascontiguousarray(a, dtype=np.float32)
+    else:
+        hide = hidden_tokens(drop) is not None
+        if hide:
+            attentions = without_specials(np.asarray(attentions, dtype=np.float32), drop)
     with torch.inference_mode():
         t = torch.as_tensor(attentions).float()
         L, H = int(t.shape[0]), int(t.shape[1])
         cells = pooled_heads(t, cell_max)
         weights = mosaic(cells).contiguous().numpy()
         return GridImage(weights=weights, log_weights=log_weights(weights), layers=L, heads=H,
-                         cell=int(cells.shape[-1]), hidden_specials=hide)
+                         cell=int(cells.shape[-2]), hidden_specials=hide, cell_cols=int(cells.shape[-1]))

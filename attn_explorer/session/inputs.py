@@ -8,9 +8,11 @@ the job façade (`SessionState`) turns into a run, a re-pooling or a model switc
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import ModelInfo, RunResult
@@ -18,7 +20,49 @@ from attn_explorer.session.jobs import DEFAULT_TEXT_MODEL
 
 SAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
 DK_MIN, DK_MAX = 0.05, 20.0
-VIEW_OPTIONS = ("colormap", "log_scale", "hide_special", "alpha")
+VIEW_OPTIONS = ("colormap", "log_scale", "hide_special", "alpha", "stack")
+# which attention of an encoder-decoder (BART) the explorer pages draw; other models have only "encoder"
+STACKS = ("encoder", "decoder", "cross")
+STACK_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
+               "cross": "cross-attention (target → source)"}
+
+
+@dataclass(frozen=True)
+class StackMaps:
+    """One stack of a run's maps with the tokens of each axis: rows are the queries, columns the keys.
+    Encoder and decoder maps are square; cross-attention's rows are the target's tokens and its columns
+    the source's."""
+
+    stack: str  # "encoder", "decoder" or "cross"
+    attentions: np.ndarray  # float32 (L, H, R, C)
+    rows: list[str]  # R query tokens
+    cols: list[str]  # C key tokens
+    row_special: np.ndarray  # bool (R,)
+    col_special: np.ndarray  # bool (C,)
+
+    @property
+    def name(self) -> str:
+        return STACK_NAMES[self.stack]
+
+    @property
+    def square(self) -> bool:
+        return self.stack != "cross"
+
+
+def short_kind(kind: str) -> str:
+    """A layer kind as a grid row carries it: "local, window 512" -> "local 512", "global" -> "global"."""
+    return kind.replace(", window", "")
+
+
+def stack_maps(r: RunResult, stack: str = "encoder") -> StackMaps:
+    """The maps of `stack` in r; the encoder's (the only ones) when r has no decoder."""
+    special = np.asarray(r.special, dtype=bool)
+    if stack == "encoder" or r.decoder_attentions is None or r.cross_attentions is None:
+        return StackMaps("encoder", r.attentions, list(r.tokens), list(r.tokens), special, special)
+    dec = np.asarray(r.decoder_special, dtype=bool)
+    if stack == "decoder":
+        return StackMaps("decoder", r.decoder_attentions, list(r.decoder_tokens), list(r.decoder_tokens), dec, dec)
+    return StackMaps("cross", r.cross_attentions, list(r.decoder_tokens), list(r.tokens), dec, special)
 
 
 class InputState(QObject):
@@ -28,7 +72,8 @@ class InputState(QObject):
     input_cleared = Signal()  # the input became empty: nothing is shown until there is some
     selection_changed = Signal(int, int)  # layer, head
     query_changed = Signal(int)  # token index of the query
-    options_changed = Signal()  # colormap, log scale, hide specials, overlay alpha
+    options_changed = Signal()  # colormap, log scale, hide specials, overlay alpha, the stack shown
+    target_changed = Signal(str)  # encoder-decoders: the decoder's target text (the target box follows it)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -37,6 +82,7 @@ class InputState(QObject):
         self.result: RunResult | None = None
         # input
         self.text: str = SAMPLE_TEXT
+        self.target: str = ""  # encoder-decoders: the decoder's text ("": the decoder reads the source)
         self.image: Any = None  # a file path (str) or a PIL image
         self.input_kind: str = "text"  # "text" or "image"
         self.last_text_model: str = DEFAULT_TEXT_MODEL
@@ -54,6 +100,7 @@ class InputState(QObject):
         self.log_scale: bool = False
         self.hide_special: bool = False
         self.alpha: float = 0.55
+        self.stack: str = "encoder"  # encoder-decoders: which maps the explorer pages draw (STACKS)
 
     def _input_changed(self, what: str) -> None:
         """What changed: "text", "image", "knob" (d_k, cut), "layer" (matters to a one-layer d_k) or
@@ -75,6 +122,16 @@ class InputState(QObject):
         if changed:
             self.text_changed.emit(text)
         self._input_changed("text")
+
+    def set_target(self, target: str) -> None:
+        """The decoder's text of an encoder-decoder (the target box); runs again when such a model is open."""
+        target = str(target)
+        if target == self.target:
+            return
+        self.target = target
+        self.target_changed.emit(target)
+        if self.info is not None and self.info.encoder_decoder:
+            self._input_changed("knob")
 
     def set_image(self, image: Any) -> None:
         """Show an image (a path or a PIL image); switches to the default image model if needed."""
@@ -123,13 +180,43 @@ class InputState(QObject):
             return self.image, kw
         if self.max_tokens is not None:
             kw["max_tokens"] = int(self.max_tokens)
+        if self.info is not None and self.info.encoder_decoder and self.target.strip():
+            kw["target"] = self.target
         return self.text, kw
+
+    # ----------------------------------------------------------------------------- stack
+    @property
+    def shown_stack(self) -> str:
+        """The stack the pages draw: `stack` for an encoder-decoder, else "encoder" (the only one)."""
+        return self.stack if self.info is not None and self.info.encoder_decoder else "encoder"
+
+    def stack_shape(self) -> tuple[int, int]:
+        """(layers, heads) of the stack shown: the decoder's for the decoder and cross stacks."""
+        i = self.info
+        if i is None:
+            return 0, 0
+        if self.shown_stack != "encoder":
+            return i.decoder_layers, i.decoder_heads
+        return i.num_layers, i.num_heads
+
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Per layer of the stack shown, "local, window N" or "global" (ModelInfo.layer_kinds); () when
+        every layer sees every token (and for an encoder-decoder's stacks)."""
+        i = self.info
+        if i is None or self.shown_stack != "encoder" or len(i.layer_kinds) != i.num_layers:
+            return ()
+        return tuple(i.layer_kinds)
+
+    def maps(self, r: RunResult | None = None) -> StackMaps | None:
+        """The shown stack's maps of r (the result on screen when not given)."""
+        r = self.result if r is None else r
+        return None if r is None else stack_maps(r, self.shown_stack)
 
     # ----------------------------------------------------------------------------- selection
     def select(self, layer: int | None = None, head: int | None = None) -> None:
         if self.info is None:
             return
-        L, H = self.info.num_layers, self.info.num_heads
+        L, H = self.stack_shape()
         new_layer = self.layer if layer is None else int(layer) % L
         new_head = self.head if head is None else int(head) % H
         if (new_layer, new_head) == (self.layer, self.head):
@@ -142,14 +229,15 @@ class InputState(QObject):
 
     def step_layer(self, delta: int) -> None:
         if self.info is not None:
-            self.select(layer=max(0, min(self.info.num_layers - 1, self.layer + delta)))
+            self.select(layer=max(0, min(self.stack_shape()[0] - 1, self.layer + delta)))
 
     def step_head(self, delta: int) -> None:
         if self.info is not None:
-            self.select(head=max(0, min(self.info.num_heads - 1, self.head + delta)))
+            self.select(head=max(0, min(self.stack_shape()[1] - 1, self.head + delta)))
 
     def set_query(self, index: int) -> None:
-        n = self.result.num_tokens if self.result is not None else 0
+        m = self.maps()
+        n = len(m.rows) if m is not None else 0
         if n == 0:
             return
         index = int(max(0, min(n - 1, index)))
@@ -159,15 +247,30 @@ class InputState(QObject):
             self.query_changed.emit(index)
 
     def set_options(self, **kw) -> None:
-        """colormap=, log_scale=, hide_special=, alpha=; emits options_changed once."""
-        changed, was_hidden = False, self.hide_special
+        """colormap=, log_scale=, hide_special=, alpha=, stack=; emits options_changed once."""
+        changed, was = False, (self.hide_special, self.stack)
         for k, v in kw.items():
             if k not in VIEW_OPTIONS:
                 raise AttributeError(k)
+            if k == "stack" and v not in STACKS:
+                raise ValueError(f"stack must be one of {', '.join(STACKS)}, not {v!r}")
             if getattr(self, k) != v:
                 setattr(self, k, v)
                 changed = True
+        if self.stack != was[1]:
+            self._fit_selection()
         if changed:
             self.options_changed.emit()
-        if self.hide_special != was_hidden and self.result is not None:
-            self._input_changed("pooling")  # the grid's mosaic is pooled without the specials
+        if (self.hide_special, self.stack) != was and self.result is not None:
+            self._input_changed("pooling")  # the grid's mosaic is pooled again (without the specials, another stack)
+
+    def _fit_selection(self) -> None:
+        """Keep the layer, head and query inside the stack shown (the decoder may have fewer)."""
+        L, H = self.stack_shape()
+        if L and H and (self.layer >= L or self.head >= H):
+            self.layer, self.head = min(self.layer, L - 1), min(self.head, H - 1)
+            self.selection_changed.emit(self.layer, self.head)
+        m = self.maps()
+        if m is not None and self.query >= len(m.rows):
+            self.query = len(m.rows) - 1
+            self.query_changed.emit(self.query)

@@ -92,18 +92,26 @@ def load_job(loader: Loader, src: str | None, device: str, want_image: bool, pro
     return loader(src, device=device, progress=progress, want_image=want_image, **kw)
 
 
-def pool_job(r: RunResult, hide_special: bool = False) -> RunResult:
-    """`r` with the grid's mosaic (api.display.GridImage) in `display`, without the special tokens'
-    rows and columns when `hide_special`. Alone, it redraws a result on screen whose drawing options
-    changed: a new record sharing r's arrays, so the one on screen never changes under a view."""
+def pool_job(r: RunResult, hide_special: bool = False, stack: str = "encoder") -> RunResult:
+    """`r` with the grid's mosaic (api.display.GridImage) of `stack` ("encoder", "decoder" or "cross" of
+    an encoder-decoder: session.inputs.stack_maps) in `display`, without the special tokens' rows and
+    columns when `hide_special`. Alone, it redraws a result on screen whose drawing options changed: a
+    new record sharing r's arrays, so the one on screen never changes under a view."""
     from attn_explorer.api.display import grid_image
+    from attn_explorer.session.inputs import stack_maps
 
     configure_torch()
-    grid = grid_image(r.attentions, drop=r.special) if hide_special else grid_image(r.attentions)
-    return dataclasses.replace(r, display=grid)
+    m = stack_maps(r, stack)
+    if not hide_special:
+        grid = grid_image(m.attentions)
+    elif m.square:
+        grid = grid_image(m.attentions, drop=m.row_special)
+    else:
+        grid = grid_image(m.attentions, drop=m.row_special, drop_cols=m.col_special)
+    return dataclasses.replace(r, display=dataclasses.replace(grid, stack=m.stack))
 
 
-def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran:
+def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack: str = "encoder") -> Ran:
     """Run the model and pool its attention for the grid, in the same worker job.
 
     Text longer than the memory allows (all L·H·n² maps are kept) is cut to the first tokens that fit,
@@ -134,7 +142,7 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False) -> Ran
             cut = "the n slider"
         else:
             cut = f"{info.name} reads at most {info.max_positions:,} tokens"
-    r = pool_job(r, hide_special)
+    r = pool_job(r, hide_special, stack)
     return Ran(result=r, started=t0, forward_done=t1, ended=time.perf_counter(), fit_tokens=fit, cut=cut)
 
 

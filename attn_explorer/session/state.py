@@ -199,10 +199,12 @@ class SessionState(InputState):
         if self._shown_from is not None and self._same_run(self._shown_from, (self._model, x, kw)):
             # the result on screen is this run's: only how it is drawn changed, so pool it again
             r = self.result
-            return Task(pool_job, (r, self.hide_special), on_result=lambda redrawn: self._on_pooled(r, redrawn),
+            stack = () if self.shown_stack == "encoder" else (self.shown_stack,)
+            return Task(pool_job, (r, self.hide_special, *stack), on_result=lambda redrawn: self._on_pooled(r, redrawn),
                         on_error=self.error_raised.emit)
         asked, launched, source = self._asked_at, time.perf_counter(), (self._model, x, dict(kw))
-        return Task(run_job, (self._model, x, kw, self.hide_special),
+        stack = () if self.shown_stack == "encoder" else (self.shown_stack,)  # an encoder-decoder's other maps
+        return Task(run_job, (self._model, x, kw, self.hide_special, *stack),
                     on_result=lambda ran: self._on_ran(ran, asked, launched, source), on_error=self.error_raised.emit)
 
     @staticmethod
@@ -229,7 +231,7 @@ class SessionState(InputState):
             del self.timings[:-400]
         if not self._query_chosen:
             self.query = default_query(r)
-        self.query = min(self.query, r.num_tokens - 1)
+        self.query = min(self.query, len(self.maps(r).rows) - 1)
         self.result = r
         self.result_asked_at = asked
         self.fit_tokens = ran.fit_tokens

@@ -70,6 +70,11 @@ def _spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:
     return spin
 
 
+# the models' local layers, tied to the window variant (non-overlapping windows of w, core/efficient.py)
+LOCAL_LAYERS = ("Local layers (Gemma, Mistral) see only the last w tokens, a sliding window: like this "
+                "variant's fixed windows, their cost grows as n·w, not n².")
+
+
 class CostPage(QWidget):
     """The cost lab tab. Tests drive it through the public widgets, `n_values`, and the signals."""
 
@@ -97,7 +102,8 @@ class CostPage(QWidget):
         self.n_label.setMinimumWidth(90)
         self.heads_spin = _spin(1, 128, 12, "attention heads H")
         self.dk_spin = _spin(1, 1024, 64, "width d_k of each head's q, k and v")
-        self.window_spin = _spin(1, 1 << 16, 128, "window attention: each token sees the w tokens of its window")
+        self.window_spin = _spin(1, 1 << 16, 128, "window attention: each token sees the w tokens of its window. "
+                                 + LOCAL_LAYERS)
         self.repeats_spin = _spin(1, 50, 3, "timed runs per point after one warm-up, interleaved across the "
                                             "variants; the median is drawn, with a bar from fastest to slowest")
         self.device_box = QComboBox()
@@ -111,7 +117,7 @@ class CostPage(QWidget):
         for name, v in VARIANTS.items():
             box = QCheckBox(name)
             box.setChecked(True)
-            box.setToolTip(f"{v['label']}: {v['blurb']}")
+            box.setToolTip(f"{v['label']}: {v['blurb']}" + (f". {LOCAL_LAYERS}" if name == "window" else ""))
             box.setStyleSheet(f"QCheckBox {{ color: {v['colour']}; font-weight: bold; }}")
             self.variant_boxes[name] = box
         self.run_button = QPushButton("Run sweep")

@@ -17,6 +17,7 @@ from superqt.utils import signals_blocked
 
 from attn_explorer.gui.widgets.heatmap import follow_loading
 from attn_explorer.gui.widgets.stats import head_entropy_and_peak
+from attn_explorer.session.inputs import STACK_NAMES, STACKS
 from attn_explorer.session.state import DK_MAX, DK_MIN, SessionState, sample_images
 
 DEBOUNCE_MS = 100
@@ -53,6 +54,40 @@ def token_counts(r, hide_special: bool) -> str:
     return f"{r.num_tokens} tokens"
 
 
+TARGET_HINT = "Empty: the decoder reads the source text (as BART does with no target)."
+STACK_LABELS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross-attention"}
+
+
+class StackSwitch(QWidget):
+    """"Show: Encoder | Decoder | Cross-attention" for an encoder-decoder (BART): which maps the explorer
+    pages draw (the session's `stack` view option: the grid is pooled again, nothing runs again). Hidden
+    for every other model, which has only its one stack."""
+
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.combo = QComboBox()
+        for key in STACKS:
+            self.combo.addItem(STACK_LABELS[key], key)
+            self.combo.setItemData(self.combo.count() - 1, STACK_NAMES[key], Qt.ToolTipRole)
+        self.combo.setToolTip("Which attention of the encoder-decoder to draw: the encoder's (source → source), "
+                              "the decoder's (target → earlier target) or cross-attention (target → source)")
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(QLabel("Show:"))
+        lay.addWidget(self.combo)
+        self.combo.activated.connect(lambda i: state.set_options(stack=self.combo.itemData(i)))
+        state.options_changed.connect(self._follow)
+        state.model_loaded.connect(self._follow)
+        self._follow()
+
+    def _follow(self, *_) -> None:
+        info = self.state.info
+        self.setVisible(info is not None and info.encoder_decoder)
+        with signals_blocked(self.combo):
+            self.combo.setCurrentIndex(STACKS.index(self.state.stack))
+
+
 class InputPanel(QGroupBox):
     """Text box (live, debounced) and image choices. The text lives in the session: the box sends what is
     typed (`set_text`) and follows `text_changed`, so a lesson's button or a file opened shows here."""
@@ -76,6 +111,16 @@ class InputPanel(QGroupBox):
         self.current = QLabel("")
         self.current.setWordWrap(True)
         self.current.setStyleSheet("color: #555;")
+        # encoder-decoders (BART): the decoder's text, shown only for such a model
+        self.target_label = QLabel("Target text (the decoder's, live):")
+        self.target = QPlainTextEdit(state.target)
+        self.target.setPlaceholderText(TARGET_HINT)
+        self.target.setToolTip("The text the decoder writes: its maps and cross-attention to the source "
+                               "come from it. " + TARGET_HINT)
+        self.target.setMaximumHeight(70)
+        self.target_debounce = QTimer(self)
+        self.target_debounce.setSingleShot(True)
+        self.target_debounce.setInterval(DEBOUNCE_MS)
 
         row = QHBoxLayout()
         row.addWidget(self.open_image)
@@ -83,6 +128,8 @@ class InputPanel(QGroupBox):
         lay = QVBoxLayout(self)
         lay.addWidget(QLabel("Text (live):"))
         lay.addWidget(self.text)
+        lay.addWidget(self.target_label)
+        lay.addWidget(self.target)
         lay.addWidget(QLabel("Image (open, drop onto the window, or a sample):"))
         lay.addLayout(row)
         lay.addWidget(self.current)
@@ -97,6 +144,24 @@ class InputPanel(QGroupBox):
         state.input_cleared.connect(describe)
         state.model_loaded.connect(describe)  # an empty input at start says so once the model is there
         state.text_changed.connect(self._follow_text)
+        self.target.textChanged.connect(self.target_debounce.start)
+        self.target_debounce.timeout.connect(lambda: self.state.set_target(self.target.toPlainText()))
+        state.target_changed.connect(self._follow_target)
+        state.model_loaded.connect(self._show_target)
+        self._show_target()
+
+    def _show_target(self, *_) -> None:
+        info = self.state.info
+        seq2seq = info is not None and info.encoder_decoder
+        self.target_label.setVisible(seq2seq)
+        self.target.setVisible(seq2seq)
+
+    def _follow_target(self, text: str) -> None:
+        if text == self.target.toPlainText():
+            return
+        self.target_debounce.stop()
+        with signals_blocked(self.target):
+            self.target.setPlainText(text)
 
     def _send_text(self) -> None:
         self.state.set_text(self.text.toPlainText())
@@ -135,7 +200,11 @@ class InputPanel(QGroupBox):
             if r.total_tokens and r.num_tokens < r.total_tokens:
                 why = f": {self.state.cut_reason}" if self.state.cut_reason else ""
                 cut = f" (cut to the first {r.num_tokens:,} of {r.total_tokens:,}{why})"
-            self.current.setText(f"Showing text: {token_counts(r, self.state.hide_special)}{cut}.")
+            dec = ""
+            if r.decoder_attentions is not None:
+                dec = (f" Decoder: {len(r.decoder_tokens)} target tokens (the start token first)."
+                       if self.state.target.strip() else " Decoder: no target, it reads the source.")
+            self.current.setText(f"Showing text: {token_counts(r, self.state.hide_special)}{cut}.{dec}")
         index = next((i for i in range(1, self.samples.count())
                       if shown is not None and str(Path(self.samples.itemData(i)).resolve()) == shown), 0)
         self.samples.setCurrentIndex(index)
@@ -192,6 +261,7 @@ class DkPanel(QGroupBox):
         self.layer_only.toggled.connect(state.set_dk_layer_only)
         state.attention_ready.connect(deferred(self, self.refresh))
         state.selection_changed.connect(lambda *_: self.refresh())
+        state.options_changed.connect(deferred(self, self.refresh))  # the stack shown may have changed
         state.model_loaded.connect(lambda *_: self._show_value())
         state.input_cleared.connect(self.plot.hide)  # its bars described the maps that went
         follow_loading(state, self.readout.setText)
@@ -209,14 +279,18 @@ class DkPanel(QGroupBox):
         self._show_value()
         if r is None:
             return
-        L, H, N, _ = r.attentions.shape
         st = self.state
+        maps = st.maps(r)  # the stack the pages show (an encoder-decoder's decoder or cross-attention too)
+        L, H, _, N = maps.attentions.shape
+        if st.layer >= L or st.head >= H:
+            return  # the selection is moving to the stack shown; its selection_changed comes next
         self.plot.show()
-        self.entropy, self.peak = head_entropy_and_peak(r.attentions[st.layer])
+        self.entropy, self.peak = head_entropy_and_peak(maps.attentions[st.layer])
         e, m = float(self.entropy[st.head]), float(self.peak[st.head])
         top = math.log2(N) if N > 1 else 0.0
+        where = (f"{STACK_LABELS[maps.stack]}, layer" if r.decoder_attentions is not None else "Layer")
         self.readout.setText(
-            f"Layer {st.layer}, head {st.head}: mean row entropy <b>{e:.2f} bits</b> "
+            f"{where} {st.layer}, head {st.head}: mean row entropy <b>{e:.2f} bits</b> "
             f"(uniform = {top:.2f}), mean max weight <b>{m:.2f}</b>. "
             f"Layer mean: {self.entropy.mean():.2f} bits, max {self.peak.mean():.2f}. "
             "Lower scale → flatter rows (more bits); higher → one key wins.")

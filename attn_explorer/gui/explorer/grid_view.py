@@ -16,12 +16,14 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, QTimer, Signal
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QPen, QColor
-from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
                                        style_colorbar, waiting_for_input)
+from attn_explorer.gui.explorer.controls import StackSwitch
+from attn_explorer.session.inputs import STACK_NAMES, short_kind, stack_maps
 from attn_explorer.session.state import SessionState
 
 
@@ -34,6 +36,7 @@ class HeadGridView(LazyPage, QWidget):
         super().__init__(parent)
         self.state = state
         self._shape = (0, 0)
+        self._kinds: tuple[str, ...] = ()  # the row labels' layer kinds ("local, window 512" / "global")
         self._coming: str | None = None  # the model being loaded, while it loads
         self.last_image: np.ndarray | None = None
 
@@ -67,7 +70,11 @@ class HeadGridView(LazyPage, QWidget):
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
-        lay.addWidget(self.title)
+        self.stack_switch = StackSwitch(state)
+        head = QHBoxLayout()
+        head.addWidget(self.title, 1)
+        head.addWidget(self.stack_switch, 0, Qt.AlignTop)
+        lay.addLayout(head)
         lay.addWidget(self.stack, 1)
 
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
@@ -103,8 +110,10 @@ class HeadGridView(LazyPage, QWidget):
         self.last_image = values
         self.image.setImage(values, levels=levels, autoLevels=False)
         self.image.setRect(QRectF(0, 0, H, L))
-        if (L, H) != self._shape:
-            self._shape = (L, H)
+        kinds = self.state.layer_kinds() if grid.stack == "encoder" else ()
+        kinds = kinds if len(kinds) == L else ()
+        if (L, H) != self._shape or kinds != self._kinds:
+            self._shape, self._kinds = (L, H), kinds
             self._layout_axes(L, H)
         self._move_highlight(self.state.layer, self.state.head)
         self._set_title(r)
@@ -130,8 +139,14 @@ class HeadGridView(LazyPage, QWidget):
             return
         self._tick_steps = (layer_step, head_step)
         L, H = self._shape
-        self.plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(0, L, layer_step)], []])
+        self.plot.getAxis("left").setTicks([[(l + 0.5, self.row_label(l)) for l in range(0, L, layer_step)], []])
         self.plot.getAxis("top").setTicks([[(h + 0.5, f"H{h}") for h in range(0, H, head_step)], []])
+
+    def row_label(self, layer: int) -> str:
+        """"L5", or "L5 · local 512" / "L5 · global" for a model that mixes local and global layers."""
+        if layer < len(self._kinds):
+            return f"L{layer} · {short_kind(self._kinds[layer])}"
+        return f"L{layer}"
 
     def _fit_view(self) -> None:
         """Shrink the plot (by layout margins) until its view box has the mosaic's shape, so the axes hug
@@ -203,17 +218,34 @@ class HeadGridView(LazyPage, QWidget):
             idle = waiting_for_input(info) if info is not None else "Load a model to see its attention."
             self.title.setText(coming.removeprefix(" — ") or idle)
             return
-        L, H, N, _ = r.attentions.shape
         tag = " — <b>UNTRAINED (random weights)</b>" if same and not info.trained else ""
         note = f"<br><i>{html.escape(info.note)}</i>" if same and info.note else ""
         grid = st.grid_image
-        special = int(np.count_nonzero(r.special))
-        if getattr(grid, "hidden_specials", False) and special:
-            count = f"{N - special} tokens shown ({special} special hidden, rows renormalised)"
+        stack = getattr(grid, "stack", "encoder")  # the maps drawn, even while another stack is pooled
+        m = stack_maps(r, stack)
+        L, H = m.attentions.shape[:2]
+        hidden = getattr(grid, "hidden_specials", False)
+        rs, cs = int(np.count_nonzero(m.row_special)), int(np.count_nonzero(m.col_special))
+        R, C = len(m.rows), len(m.cols)
+        if m.square:
+            count = (f"{R - rs} tokens shown ({rs} special hidden, rows renormalised)" if hidden and rs
+                     else f"{R} tokens")
         else:
-            count = f"{N} tokens"
-        self.title.setText(f"<b>{html.escape(r.model)}</b>{tag}: {L} layers × {H} heads, {count}{coming}. "
-                           "Row i of each map = where token i looks. Click a head to open it." + note)
+            shown_r, shown_c = (R - rs, C - cs) if hidden else (R, C)
+            count = (f"{shown_r} target × {shown_c} source tokens"
+                     + (" (special hidden, rows renormalised)" if hidden and (rs or cs) else ""))
+        what = ""
+        if r.decoder_attentions is not None:
+            what = f" <b>{html.escape(STACK_NAMES[m.stack])}</b>,"
+        if m.stack == "cross":
+            how = ("Row t of each map = which source tokens target token t reads "
+                   "(each cell squeezes the target × source map into a square).")
+        elif m.stack == "decoder":
+            how = "Row t of each map = where target token t looks (only at itself and earlier ones)."
+        else:
+            how = "Row i of each map = where token i looks."
+        self.title.setText(f"<b>{html.escape(r.model)}</b>{tag}:{what} {L} layers × {H} heads, {count}{coming}. "
+                           f"{how} Click a head to open it." + note)
 
     # --------------------------------------------------------------------------------- input
     def cell_at(self, scene_pos) -> tuple[int, int] | None:

@@ -8,13 +8,18 @@ its label.
 """
 from __future__ import annotations
 
+import html
+
 import numpy as np
 from PySide6.QtCore import QRectF, Signal
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        cell_under, display_values, follow_loading, style_colorbar)
-from attn_explorer.maths import kept_tokens, without_specials
+from attn_explorer.gui.explorer.controls import StackSwitch
+from attn_explorer.maths import hidden_tokens, kept_tokens, renormalise_without, without_specials
+from attn_explorer.session.inputs import STACK_NAMES, StackMaps
 from attn_explorer.session.state import SessionState
 
 HOVER_HINT = "Hover over the map: query → key: weight. Wheel zooms, drag pans."
@@ -26,6 +31,29 @@ def head_matrix(r, layer: int, head: int, hide_special: bool) -> tuple[np.ndarra
     if not hide_special:
         return m, list(r.tokens)
     return without_specials(m, r.special), [r.tokens[i] for i in kept_tokens(r.special, len(r.tokens))]
+
+
+def stack_matrix(m: StackMaps, layer: int, head: int, hide_special: bool
+                 ) -> tuple[np.ndarray, list[str], list[str], np.ndarray]:
+    """One head of a stack (rows = queries, columns = keys; cross-attention: target × source): the map to
+    draw, its row and column labels, and the row indices shown. With hide_special, specials dropped on
+    both axes and rows renormalised."""
+    a = m.attentions[layer, head]
+    R, C = a.shape
+    if not hide_special:
+        return a, list(m.rows), list(m.cols), np.arange(R)
+    if m.square:
+        keep = kept_tokens(m.row_special, R)
+        return without_specials(a, m.row_special), [m.rows[i] for i in keep], [m.cols[j] for j in keep], keep
+    keep_r, keep_c = kept_tokens(m.row_special, R), kept_tokens(m.col_special, C)
+    cols = hidden_tokens(m.col_special)
+    a = a[keep_r] if cols is None else renormalise_without(a[keep_r], cols)
+    return a, [m.rows[i] for i in keep_r], [m.cols[j] for j in keep_c], keep_r
+
+
+AXIS_TITLES = {"encoder": ("query (row)", "key (column)"),
+               "decoder": ("target token (query, row)", "target token (key, column)"),
+               "cross": ("target token (query, row)", "source token (key, column)")}
 
 
 def shown_count(r, n: int) -> str:
@@ -47,6 +75,7 @@ class HeadView(LazyPage, QWidget):
         super().__init__(parent)
         self.state = state
         self.title = QLabel("")
+        self.title.setWordWrap(True)  # a long header (stack, layer kind, counts) wraps instead of widening the window
         self.readout = QLabel(HOVER_HINT)
         self.readout.setStyleSheet("font-family: monospace;")
         self.canvas = PaintedGraphicsWidget()
@@ -63,11 +92,18 @@ class HeadView(LazyPage, QWidget):
         self.plot.getViewBox().setAspectLocked(False)
         self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
         self.matrix: np.ndarray | None = None
-        self.tokens: list[str] = []
+        self.tokens: list[str] = []  # the rows' labels (the queries)
+        self.col_tokens: list[str] = []  # the columns' labels (the keys)
+        self.shown_rows: np.ndarray = np.arange(0)  # row i of the map is the stack's row shown_rows[i]
+        self.stack_shown = "encoder"
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
-        lay.addWidget(self.title)
+        self.stack_switch = StackSwitch(state)
+        head = QHBoxLayout()
+        head.addWidget(self.title, 1)
+        head.addWidget(self.stack_switch, 0, Qt.AlignTop)
+        lay.addLayout(head)
         lay.addWidget(self.stack, 1)
         lay.addWidget(self.readout)
 
@@ -85,23 +121,45 @@ class HeadView(LazyPage, QWidget):
         if r is None:
             return
         self.stack.show_canvas()
-        l, h = self.state.layer, self.state.head
-        self.matrix, new_tokens = head_matrix(r, l, h, self.state.hide_special)
-        values, levels = display_values(self.matrix, self.state.log_scale)
+        st = self.state
+        m = st.maps(r)
+        L, H = m.attentions.shape[:2]
+        l, h = min(st.layer, L - 1), min(st.head, H - 1)
+        self.matrix, rows, cols, self.shown_rows = stack_matrix(m, l, h, st.hide_special)
+        values, levels = display_values(self.matrix, st.log_scale)
         self.image.setImage(values, levels=levels, autoLevels=False)
-        n = len(new_tokens)
-        self.image.setRect(QRectF(0, 0, n, n))
-        if new_tokens != self.tokens:
-            self.tokens = new_tokens
-            self.left_axis.set_labels(self.tokens)
-            self.bottom_axis.set_labels(self.tokens)
+        R, C = self.matrix.shape
+        self.image.setRect(QRectF(0, 0, C, R))
+        if m.stack != self.stack_shown:
+            self.stack_shown = m.stack
+            left, bottom = AXIS_TITLES[m.stack]
+            self.plot.setLabel("left", left)
+            self.plot.setLabel("bottom", bottom)
+            self.tokens = []  # lay the axes out again for the other stack's tokens
+        if rows != self.tokens or cols != self.col_tokens:
+            self.tokens, self.col_tokens = rows, cols
+            self.left_axis.set_labels(rows)
+            self.bottom_axis.set_labels(cols)
             vb = self.plot.getViewBox()
-            vb.setLimits(xMin=0, xMax=n, yMin=0, yMax=n, minXRange=min(n, 4), minYRange=min(n, 4))
-            self.plot.setRange(xRange=(0, n), yRange=(0, n), padding=0)
-        info = self.state.info
+            vb.setLimits(xMin=0, xMax=C, yMin=0, yMax=R, minXRange=min(C, 4), minYRange=min(R, 4))
+            self.plot.setRange(xRange=(0, C), yRange=(0, R), padding=0)
+        info = st.info
         tag = "" if info is None or info.trained else "  (untrained model: random weights)"
-        causal = " — causal: no weight above the diagonal" if info is not None and info.causal else ""
-        self.title.setText(f"<b>Layer {l}, head {h}</b> — {shown_count(r, n)}, dk scale {r.dk_scale:.2f}×{causal}{tag}")
+        kinds = st.layer_kinds()
+        kind = f" ({html.escape(kinds[l])})" if l < len(kinds) else ""
+        if m.stack == "encoder":
+            causal = " — causal: no weight above the diagonal" if info is not None and info.causal else ""
+            count = shown_count(r, R)
+        elif m.stack == "decoder":
+            causal = " — causal: no weight above the diagonal"
+            count = f"{R}×{C} target tokens" + (" (special hidden, rows renormalised)" if R < len(m.rows) else "")
+        else:
+            causal = ""
+            count = (f"{R} target × {C} source tokens"
+                     + (" (special hidden, rows renormalised)" if (R, C) != (len(m.rows), len(m.cols)) else ""))
+        what = f"{STACK_NAMES[m.stack]}: " if r.decoder_attentions is not None else ""
+        self.title.setText(f"{html.escape(what)}<b>Layer {l}{kind}, head {h}</b> — {count}, "
+                           f"dk scale {r.dk_scale:.2f}×{causal}{tag}")
 
     def _options(self):
         style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)
@@ -109,22 +167,22 @@ class HeadView(LazyPage, QWidget):
 
     def describe(self, i: int, j: int) -> str:
         """`query "it" → key "animal": 0.43` for row i, column j."""
-        return f'query "{self.tokens[i]}" → key "{self.tokens[j]}": {self.matrix[i, j]:.2f}'
+        return f'query "{self.tokens[i]}" → key "{self.col_tokens[j]}": {self.matrix[i, j]:.2f}'
 
     def _clicked(self, ev) -> None:
         r = self.state.result
         if not ev.double() or self.matrix is None or r is None:
             return
         i = int(np.floor(self.plot.vb.mapSceneToView(ev.scenePos()).y()))
-        shown = kept_tokens(r.special, r.num_tokens, len(self.tokens) < r.num_tokens)  # row i: the i-th shown
+        shown = self.shown_rows  # row i: the i-th shown
         if 0 <= i < len(shown):
             self.state.set_query(int(shown[i]))
-            self.inside_requested.emit(int(shown[i]))
+            if self.stack_shown == "encoder":  # "Inside a head" opens the encoder's (the source's) heads
+                self.inside_requested.emit(int(shown[i]))
 
     def _hovered(self, scene_pos):
         if self.matrix is None:
             return
-        n = self.matrix.shape[0]
-        hit = cell_under(self.plot, scene_pos, (n, n))
+        hit = cell_under(self.plot, scene_pos, self.matrix.shape)
         if hit is not None:
             self.readout.setText(self.describe(*hit))

@@ -21,7 +21,9 @@ from superqt.utils import signals_blocked
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        display_values, follow_loading, lut_rgb, style_colorbar)
+from attn_explorer.gui.explorer.controls import StackSwitch
 from attn_explorer.maths import kept_tokens, rows_without_specials
+from attn_explorer.session.inputs import STACK_NAMES, short_kind
 from attn_explorer.session.state import SessionState
 
 
@@ -38,12 +40,13 @@ def key_window(K: int, centre: int, width: int = FOCUS_WINDOW) -> tuple[int, int
 
 
 def focus_rows(att: np.ndarray, query: int, special: np.ndarray, hide_special: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(L·H, K) rows of attention from `query`, and the key indices they cover."""
-    L, H, N, _ = att.shape
-    rows = att[:, :, query, :].reshape(L * H, N)
+    """(L·H, K) rows of attention from `query`, and the key indices they cover. `special` marks the key
+    columns (the source's, for cross-attention's target × source maps)."""
+    L, H, _, C = att.shape
+    rows = att[:, :, query, :].reshape(L * H, C)
     if not hide_special:
-        return rows, np.arange(N)
-    return rows_without_specials(rows, special), kept_tokens(special, N)
+        return rows, np.arange(C)
+    return rows_without_specials(rows, special), kept_tokens(special, C)
 
 
 class TokenStrip(QListWidget):
@@ -108,12 +111,15 @@ class TokenFocusView(LazyPage, QWidget):
         self.rows: np.ndarray | None = None
         self.keys: np.ndarray | None = None
         self._tokens: list[str] = []
+        self._heads = 0  # heads per layer of the rows drawn
         self._key_labels: list[str] = []  # the key axis' labels as last set
         self._centred: tuple | None = None  # (tokens, query, keys shown) the key window was centred for
 
         top = QHBoxLayout()
         top.addWidget(QLabel("Click a token (double-click: look inside the head):"))
         top.addStretch(1)
+        self.stack_switch = StackSwitch(state)
+        top.addWidget(self.stack_switch)
         top.addWidget(self.hide_special)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -143,13 +149,12 @@ class TokenFocusView(LazyPage, QWidget):
         self.inside_requested.emit(i)
 
     def _clicked(self, ev) -> None:
-        info = self.state.info
-        if self.rows is None or info is None:
+        if self.rows is None or not self._heads:
             return
         p = self.plot.vb.mapSceneToView(ev.scenePos())
         k = int(np.floor(p.y()))
         if 0 <= k < self.rows.shape[0] and p.x() >= 0:
-            self.state.select(k // info.num_heads, k % info.num_heads)
+            self.state.select(k // self._heads, k % self._heads)
 
     def _options(self) -> None:
         with signals_blocked(self.hide_special):
@@ -162,24 +167,31 @@ class TokenFocusView(LazyPage, QWidget):
         if r is None:
             return
         self.stack.show_canvas()
-        L, H, N, _ = r.attentions.shape
-        q = min(self.state.query, N - 1)
-        if list(r.tokens) != self._tokens:
-            self._tokens = list(r.tokens)
-            self.strip.set_tokens(self._tokens, r.special)
+        m = self.state.maps(r)
+        L, H, R, N = m.attentions.shape
+        self._heads = H
+        key_title = {"encoder": "key", "decoder": "target token (key)", "cross": "source token (key)"}[m.stack]
+        if self.plot.getAxis("bottom").labelText != key_title:
+            self.plot.setLabel("bottom", key_title)
+        q = min(self.state.query, R - 1)
+        if m.rows != self._tokens:
+            self._tokens = list(m.rows)
+            self.strip.set_tokens(self._tokens, m.row_special)
         with signals_blocked(self.strip):
             self.strip.setCurrentRow(q)
-        rows, keys = focus_rows(r.attentions, q, r.special, self.state.hide_special)
+        rows, keys = focus_rows(m.attentions, q, m.col_special, self.state.hide_special)
         self.rows, self.keys = rows, keys
         values, levels = display_values(rows, self.state.log_scale)
         self.image.setImage(values, levels=levels, autoLevels=False)
         K = len(keys)
         self.image.setRect(QRectF(0, 0, K, L * H))
-        labels = [r.tokens[k] for k in keys]
+        labels = [m.cols[k] for k in keys]
         if labels != self._key_labels:  # measuring 512 labels and relaying the axis out is not free
             self._key_labels = labels
             self.bottom_axis.set_labels(labels)
-        self.plot.getAxis("left").setTicks([[((l + 0.5) * H, f"L{l}") for l in range(L)], []])
+        kinds = self.state.layer_kinds() if m.stack == "encoder" else ()
+        self.plot.getAxis("left").setTicks([[((l + 0.5) * H, f"L{l} · {short_kind(kinds[l])}" if l < len(kinds)
+                                              else f"L{l}") for l in range(L)], []])
         xs, ys = [], []
         for l in range(1, L):
             xs += [0, K]
@@ -187,26 +199,30 @@ class TokenFocusView(LazyPage, QWidget):
         self.separators.setData(np.array(xs, float), np.array(ys, float))
         sel = self.state.layer * H + self.state.head
         self.marker.setData(np.array([0, K, K, 0, 0], float), np.array([sel, sel, sel + 1, sel + 1, sel], float))
-        at = int(np.searchsorted(keys, q))  # the query's column (or where it would be, if hidden)
-        centred = (self._tokens, q, K)
+        # the query's column (or where it would be, if hidden); cross-attention's keys are another text
+        at = int(np.searchsorted(keys, q)) if m.square else 0
+        centred = (self._tokens, list(m.cols), q, K)
         if centred != self._centred:  # a new query or input: the window goes to the query
             self._centred = centred
             lo, hi = key_window(K, at)
             vb = self.plot.getViewBox()
             vb.setLimits(xMin=0, xMax=K, yMin=0, yMax=L * H, maxXRange=max(FOCUS_WINDOW, 1), minXRange=min(K, 4))
             self.plot.setRange(xRange=(lo, hi), yRange=(0, L * H), padding=0)
-        self.caption.setText(f'Attention <b>from "{html.escape(r.tokens[q])}"</b> (token {q}) in every head; '
-                             f"the red box is layer {self.state.layer}, head {self.state.head}. "
-                             + (f"{K} of {N} tokens as keys ({N - K} special hidden, rows renormalised)."
-                                if K < N else f"All {N} tokens as keys.")
+        what = f"{STACK_NAMES[m.stack]}: " if r.decoder_attentions is not None else ""
+        side = "source " if m.stack == "cross" else "target " if m.stack == "decoder" else ""
+        who = "target token" if m.stack != "encoder" else "token"
+        self.caption.setText(f'{html.escape(what)}Attention <b>from "{html.escape(m.rows[q])}"</b> ({who} {q}) in every '
+                             f"head; the red box is layer {self.state.layer}, head {self.state.head}. "
+                             + (f"{K} of {N} {side}tokens as keys ({N - K} special hidden, rows renormalised)."
+                                if K < N else f"All {N} {side}tokens as keys.")
                              + (f" {FOCUS_WINDOW} of {K} keys at a time: drag sideways for the rest."
                                 if K > FOCUS_WINDOW else ""))
-        self._shade_sentence(r, rows[sel], keys)
+        self._shade_sentence(m, rows[sel], keys, at)
 
-    def _shade_sentence(self, r, row: np.ndarray, keys: np.ndarray) -> None:
+    def _shade_sentence(self, m, row: np.ndarray, keys: np.ndarray, at: int) -> None:
+        """The key tokens around column `at`, shaded by the selected head's weights."""
         lut = lut_rgb(self.state.colormap)
         peak = float(row.max()) if row.size else 1.0
-        at = int(np.searchsorted(keys, min(self.state.query, len(r.tokens) - 1)))
         lo, hi = key_window(len(keys), at, 2 * SENTENCE_SPAN + 1)
         parts = ["…"] if lo > 0 else []
         for w, k in zip(row[lo:hi], keys[lo:hi]):
@@ -214,9 +230,9 @@ class TokenFocusView(LazyPage, QWidget):
             light = (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) > 140
             fg = "#000" if light else "#fff"
             parts.append(f'<span style="background-color: rgb({c[0]},{c[1]},{c[2]}); color: {fg};">'
-                         f"&nbsp;{html.escape(r.tokens[k])}&nbsp;</span>")
+                         f"&nbsp;{html.escape(m.cols[k])}&nbsp;</span>")
         if hi < len(keys):
             parts.append("…")
-        where = f" (tokens {keys[lo]}–{keys[hi - 1]} of {len(r.tokens)})" if lo > 0 or hi < len(keys) else ""
+        where = f" (tokens {keys[lo]}–{keys[hi - 1]} of {len(m.cols)})" if lo > 0 or hi < len(keys) else ""
         self.sentence.setText(f"L{self.state.layer} H{self.state.head}, shaded by weight (darkest = 0, "
                               f"brightest = {peak:.2f}){where}: " + " ".join(parts))
