@@ -129,14 +129,18 @@ def test_the_decoder_stacks_have_the_decoder_s_layers_and_heads(make_window, qtb
     assert (st.layer, st.head) == (1, 2)
     _choose(w, w.grid, "decoder")
     assert (st.layer, st.head) == (1, 1)  # the decoder has 2 heads: the head is kept inside them
-    st.step_layer(+5)
+    assert (w.layer_spin.maximum(), w.head_spin.maximum()) == (2, 1)  # the toolbar spans the decoder
+    w.layer_spin.setValue(2)
     assert st.layer == 2  # its third layer, which the encoder does not have
+    st.step_layer(+5)
+    assert st.layer == 2
     w.show_page("head")
     qtbot.waitUntil(lambda: w.head_view.stack_shown == "decoder" and "Layer 2" in w.head_view.title.text())
     np.testing.assert_array_equal(w.head_view.matrix, st.result.decoder_attentions[2, 1])
     with qtbot.waitSignal(st.selection_changed):
         _choose(w, w.head_view, "encoder")
-    assert st.layer == 1
+    assert st.layer == 1 and (w.layer_spin.maximum(), w.head_spin.maximum()) == (1, 2)
+    assert w.layer_spin.value() == 1
     qtbot.waitUntil(lambda: st.grid_image.stack == "encoder" and not st.busy, timeout=30000)
 
 

@@ -242,11 +242,7 @@ class MainWindow(WindowActions, QMainWindow):
         self.status_labels["model"].setToolTip(info.note or info.name)
         self.status_labels["device"].setText(f"{info.device} · {info.dtype}")
         self.setWindowTitle(f"attn-explorer — {info.name}{untrained}")
-        for spin, top, val in ((self.layer_spin, info.num_layers, self.state.layer),
-                               (self.head_spin, info.num_heads, self.state.head)):
-            with signals_blocked(spin):
-                spin.setRange(0, top - 1)
-                spin.setValue(val)
+        self._sync_ranges()
         self._select_model_item(info.name)
         self.settings.setValue("model/last", info.name)
         if info.modality == "text":
@@ -271,6 +267,16 @@ class MainWindow(WindowActions, QMainWindow):
             self.hide_special_box.setChecked(st.hide_special)
         self.settings.setValue("view/colormap", st.colormap)
         self.settings.setValue("view/log_scale", bool(st.log_scale))
+        self._sync_ranges()  # an encoder-decoder's stack switch: the decoder's layers and heads
+
+    def _sync_ranges(self) -> None:
+        """Layer and head spin boxes span the stack shown (state.stack_shape)."""
+        L, H = self.state.stack_shape()
+        for spin, top, val in ((self.layer_spin, L, self.state.layer), (self.head_spin, H, self.state.head)):
+            if top:
+                with signals_blocked(spin):
+                    spin.setRange(0, top - 1)
+                    spin.setValue(val)
 
     def show_error(self, message: str) -> None:
         """Non-blocking: a banner over the view and a status message; the last good view stays."""
