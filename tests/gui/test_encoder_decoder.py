@@ -188,3 +188,20 @@ def test_every_stack_s_pages_fit_a_1024x700_window(make_window, qtbot, bart_fold
         for page in ("grid", "head", "tokens"):
             w.show_page(page)
             qtbot.waitUntil(lambda: w.minimumSizeHint().width() <= 1024 and w.width() == 1024, timeout=5000)
+
+
+def test_a_target_token_double_clicked_does_not_open_the_encoder_s_inside_a_head(make_window, qtbot, bart_folder):
+    """"Inside a head" shows the encoder's heads on the source: a decoder row picks the query only."""
+    w, st = _bart_window(make_window, qtbot, bart_folder)
+    view = w.token_view
+    opened = []
+    view.inside_requested.connect(opened.append)
+    w.show_page("tokens")
+    _choose(w, view, "cross")
+    qtbot.waitUntil(lambda: view.strip.count() == len(st.result.decoder_tokens))
+    view.strip.itemDoubleClicked.emit(view.strip.item(4))
+    assert st.query == 4 and opened == []
+    _choose(w, view, "encoder")
+    qtbot.waitUntil(lambda: view.strip.count() == len(st.result.tokens))
+    view.strip.itemDoubleClicked.emit(view.strip.item(2))
+    assert st.query == 2 and opened == [2]

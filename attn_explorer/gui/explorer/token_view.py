@@ -146,7 +146,8 @@ class TokenFocusView(LazyPage, QWidget):
     def _strip_double_clicked(self, item) -> None:
         i = int(item.data(Qt.UserRole))
         self.state.set_query(i)
-        self.inside_requested.emit(i)
+        if self.state.shown_stack == "encoder":  # "Inside a head" opens the encoder's (the source's) heads
+            self.inside_requested.emit(i)
 
     def _clicked(self, ev) -> None:
         if self.rows is None or not self._heads:
