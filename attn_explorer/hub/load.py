@@ -129,10 +129,10 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
                    can_generate=can_generate)
     if getattr(module, "encoder_decoder", False):  # BART: the decoder's size beside the encoder's
         info_kw.update(encoder_decoder=True, decoder_layers=cfg.decoder_layers, decoder_heads=cfg.decoder_heads,
-                       note="; ".join(filter(None, [note, "encoder-decoder: the maps are the encoder's, over the source "
-                                                          "text; the decoder's and cross-attention come with a target "
-                                                          "text (export --target); without one the decoder reads the "
-                                                          "source"])))
+                       note="; ".join(filter(None, [note, "encoder-decoder: the encoder's maps show first ('Show' "
+                                                          "switches to the decoder or cross-attention); the decoder "
+                                                          "reads a target text (the Target box, export --target, "
+                                                          "run(..., target=)), or without one the source"])))
     kinds = cfg.layer_kinds() if hasattr(cfg, "layer_kinds") else []
     if any(k != "global" for k in kinds):  # sliding-window layers (Gemma, Mistral): say which
         info_kw["layer_kinds"] = tuple(kinds)

@@ -43,6 +43,7 @@ def test_picking_a_dtype_reloads_the_model_in_it(qtbot, settings):
 def test_the_window_starts_in_the_dtype_of_the_command_line(qtbot, settings):
     w, state = _window(qtbot, settings, default_loader, dtype="float16")
     assert state.info.dtype == "float16" and w.dtype_combo.currentText() == "float16"
+    assert "L·H·n²·2 B" in w.seq_panel.readout.text()  # a 16-bit model keeps its maps at 2 bytes an element
     w.state.shutdown()
 
 

@@ -182,10 +182,11 @@ class SeqLenPanel(QGroupBox):
         n = r.num_tokens
         L, H, d = info.num_layers, info.num_heads, info.hidden_size
         flops = 4 * n * n * d
-        nbytes = L * H * n * n * 4
+        elem = 2 if info.dtype in ("bfloat16", "float16") else 4  # the maps are kept in the model's dtype
+        nbytes = L * H * n * n * elem
         self.readout.setText(
             f"<b>{n}×{n}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
-            f" · L·H·n²·4 B = <b>{human_bytes(nbytes)}</b> of attention maps"
+            f" · L·H·n²·{elem} B = <b>{human_bytes(nbytes)}</b> of attention maps"
             f" · forward <b>{r.forward_ms:.1f} ms</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else ""))
         self.redraw_plot()
 
