@@ -18,7 +18,6 @@ from attn_explorer.core.blocks import TransformerBlock
 from attn_explorer.core.positional import sinusoidal_positions
 from attn_explorer.core.textbook import split_words, word_vector
 from attn_explorer.errors import UserError
-from attn_explorer.lessons.seeded import build_seeded
 
 # the points of the diagram, in order: key -> label
 POINTS = {
@@ -61,12 +60,9 @@ def token_norm(x: np.ndarray | torch.Tensor) -> float:
 @lru_cache(maxsize=8)
 def lesson_block(dim: int = 64, num_heads: int = 4, mlp_hidden: int = 256, seed: int = 0) -> TransformerBlock:
     """One untrained pre-LN block with seeded weights (the same every time)."""
-    def make() -> TransformerBlock:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return TransformerBlock(dim, num_heads, mlp_hidden, norm_first=True, eps=1e-5).eval()
-
-    return build_seeded(make)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return TransformerBlock(dim, num_heads, mlp_hidden, norm_first=True, eps=1e-5).eval()
 
 
 def embed_words(text: str, dim: int) -> tuple[list[str], torch.Tensor]:

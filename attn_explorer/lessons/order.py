@@ -16,7 +16,6 @@ import torch
 from attn_explorer.core.positional import sinusoidal_positions
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.errors import UserError
-from attn_explorer.lessons.seeded import build_seeded
 
 DEFAULT_TEXT = "the cat sat on the mat because it was warm"
 MAX_WORDS = 64
@@ -25,7 +24,7 @@ MAX_WORDS = 64
 @lru_cache(maxsize=2)
 def textbook(positional: bool) -> TextbookTransformer:
     """The built-in `textbook` (positional=True) or `textbook-nopos` model: same seed, same weights."""
-    return build_seeded(lambda: TextbookTransformer(TextbookConfig(positional=positional)).eval())
+    return TextbookTransformer(TextbookConfig(positional=positional)).eval()
 
 
 def words_of(text: str) -> list[str]:

@@ -27,7 +27,6 @@ from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
 from attn_explorer.hub.load import build, save_checkpoint
 from attn_explorer.lessons.digits import DATA_NAMES, Dataset, load_dataset
-from attn_explorer.lessons.seeded import build_seeded
 
 __all__ = ["TrainSettings", "TrainRecord", "Trainer", "model_config", "new_model", "cls_attention", "accuracy",
            "predict", "load_trained", "DATA_NAMES"]
@@ -101,11 +100,7 @@ def model_config(side: int, classes: int = 10) -> ViTConfig:
 
 def new_model(cfg: ViTConfig, seed: int = 0) -> VisionTransformer:
     """Fresh weights: ViT's usual truncated normal (std 0.02) for every matrix and the [CLS]/position vectors
-    (built by `seeded.build_seeded`, so a model loading meanwhile cannot leave them uninitialised)."""
-    return build_seeded(lambda: _new_model(cfg, seed))
-
-
-def _new_model(cfg: ViTConfig, seed: int) -> VisionTransformer:
+    (a model loading meanwhile in another thread skips init in its own thread only: hub.built.on_meta)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = VisionTransformer(cfg)

@@ -56,18 +56,18 @@ def test_encoding_table_and_similarity_are_core_sinusoids():
 
 
 def test_the_textbook_models_are_their_seeds_even_while_a_load_skips_init():
-    """A load swaps torch.nn.init for no-ops while it builds (hub.built.skip_init), process-wide: a lesson
+    """A load skips torch.nn.init while it builds (hub.built.on_meta). It once did so process-wide: a lesson
     model built then in another thread kept garbage weights, and the order lesson showed "nan"."""
     import threading
 
-    import torch
+    from attn_explorer.hub.built import on_meta
 
     want = order.shuffle_check(order.DEFAULT_TEXT, seed=0)
     order.textbook.cache_clear()
     inside, leave = threading.Event(), threading.Event()
 
     def loading():
-        with torch.device("meta"):  # what a load does while it builds (it patched torch.nn.init before)
+        with on_meta():  # what a load does while it builds its module
             inside.set()
             leave.wait(10)
 
