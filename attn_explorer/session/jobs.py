@@ -159,3 +159,10 @@ def sweep_job(model: Any, x: Any, kw: dict, want: int, reps: int) -> tuple[int, 
         if r.num_tokens >= want or r.total_tokens > r.num_tokens or reps >= 1 << 14:
             return r.num_tokens, float(r.forward_ms), reps > 1
         reps *= 2
+
+
+def dtype_error_job(model: Any, x: Any, kw: dict) -> dict:
+    """How far a 16-bit model's maps and last hidden state are from float32 on input x with the run's
+    keyword arguments (Model.dtype_error: the checkpoint again in float32 as the reference). Plain numbers."""
+    configure_torch()
+    return dict(model.dtype_error(x, **kw))
