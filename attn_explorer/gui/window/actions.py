@@ -19,6 +19,7 @@ from attn_explorer.files import read_text_file
 from attn_explorer.gui.window.export import FORMATS, export_view
 from attn_explorer.gui.widgets.heatmap import COLORMAPS
 from attn_explorer.gui.window.pages import PAGES
+from attn_explorer.session.jobs import dtype_error_job
 
 DTYPES = ("float32", "bfloat16", "float16")  # the weights' number formats load_model reads
 
@@ -93,6 +94,7 @@ class WindowActions:
         self.dtype_combo.activated.connect(lambda i: self.state.set_dtype(self.dtype_combo.itemText(i)))
         self.state.model_loaded.connect(lambda info: self._show_dtype())
         self.state.error_raised.connect(lambda _message: self._show_dtype())
+        self._build_dtype_error()
         self.layer_spin = QSpinBox()
         self.head_spin = QSpinBox()
         for s in (self.layer_spin, self.head_spin):
@@ -110,7 +112,7 @@ class WindowActions:
         self.hide_special_box.setToolTip("Hide special tokens ([CLS], [SEP], BOS) in every view and "
                                          "renormalise each row over the remaining keys")
         self.hide_special_box.toggled.connect(lambda on: self.state.set_options(hide_special=on))
-        for item in ((" Model ", self.model_combo), (" dtype ", self.dtype_combo), None, (" Layer ", self.layer_spin), (" Head ", self.head_spin),
+        for item in ((" Model ", self.model_combo), (" dtype ", self.dtype_combo), ("", self.dtype_error_button), None, (" Layer ", self.layer_spin), (" Head ", self.head_spin),
                      None, (" Colormap ", self.cmap_combo), (" Scale ", self.scale_combo), None,
                      ("", self.hide_special_box)):
             if item is None:
@@ -142,6 +144,8 @@ class WindowActions:
         self._action(view, "Next layer", lambda: self.state.step_layer(1), "Down")
         self._action(view, "Previous head", lambda: self.state.step_head(-1), "Left")
         self._action(view, "Next head", lambda: self.state.step_head(1), "Right")
+        view.addSeparator()
+        view.addAction(self.act_dtype_error)
 
     def _action(self, menu, text, slot, shortcut=None) -> QAction:
         act = QAction(text, self)
@@ -181,6 +185,110 @@ class WindowActions:
         """The dtype picker shows what the loaded model uses (a failed reload leaves the old one)."""
         with signals_blocked(self.dtype_combo):
             self.dtype_combo.setCurrentText(self.state.info.dtype if self.state.info else self.state.dtype)
+
+    # ------------------------------------------------------------------------------- error vs float32
+    DTYPE_ERROR_TIP = ("How far this 16-bit model's maps and last hidden state are from float32 on the current "
+                       "input: runs it once more next to the checkpoint loaded in float32")
+
+    def _build_dtype_error(self) -> None:
+        """The "Error vs float32" button (and View menu entry), and its read-out in the status bar."""
+        self.act_dtype_error = QAction("Error vs float32", self)
+        self.act_dtype_error.setToolTip(self.DTYPE_ERROR_TIP)
+        self.act_dtype_error.triggered.connect(lambda *_: self.measure_dtype_error())
+        self.dtype_error_button = QToolButton()
+        self.dtype_error_button.setObjectName("dtype-error")
+        self.dtype_error_button.setDefaultAction(self.act_dtype_error)
+        self.dtype_error_label = QLabel("")
+        self.dtype_error_label.setObjectName("dtype-error-readout")
+        self.dtype_error_label.setStyleSheet("padding: 0 6px;")
+        self.statusBar().addPermanentWidget(self.dtype_error_label)
+        self._dtype_error_for: tuple | None = None  # (model info, input, run kwargs) measured or being measured
+        self._dtype_error_pending = False  # a measurement is under way (its answer has not arrived)
+        st = self.state
+        st.model_loading.connect(lambda _src: self._clear_dtype_error())
+        st.model_loaded.connect(lambda _info: self._clear_dtype_error())
+        for sig in (st.text_changed, st.target_changed, st.attention_ready):
+            sig.connect(lambda *_: self._dtype_error_check())
+        st.input_cleared.connect(self._clear_dtype_error)
+        st.busy_changed.connect(lambda _busy: self._enable_dtype_error())
+        self._enable_dtype_error()
+
+    def _dtype_error_source(self) -> tuple:
+        x, kw = self.state.run_input()
+        return self.state.info, x, kw
+
+    @staticmethod
+    def _same_source(a: tuple, b: tuple) -> bool:
+        (info_a, x_a, kw_a), (info_b, x_b, kw_b) = a, b
+        same_x = x_a == x_b if isinstance(x_a, str) and isinstance(x_b, str) else x_a is x_b
+        return info_a is info_b and same_x and kw_a == kw_b
+
+    def _enable_dtype_error(self) -> None:
+        """Enabled for a loaded 16-bit model with input, when no measurement is under way."""
+        st, info = self.state, self.state.info
+        on = (info is not None and info.dtype != "float32" and st.has_model and st.has_input
+              and not st.runner.loading and not self._dtype_error_pending)
+        self.act_dtype_error.setEnabled(on)
+        if info is not None and info.dtype == "float32" and self._dtype_error_for is None:
+            self.act_dtype_error.setToolTip("The model is float32 already: choose bfloat16 or float16 in dtype "
+                                            "to measure how far it is from float32")
+        elif self._dtype_error_for is None:
+            self.act_dtype_error.setToolTip(self.DTYPE_ERROR_TIP)
+
+    def measure_dtype_error(self) -> bool:
+        """Measure the loaded model's error against float32 on the current input, once (lane "dtype-error")."""
+        if not self.act_dtype_error.isEnabled():
+            return False
+        source = self._dtype_error_source()
+        _, x, kw = source
+        started = self.state.submit(dtype_error_job, x, dict(kw), key="dtype-error",
+                                    on_result=lambda d: self._dtype_error_arrived(source, d),
+                                    on_error=lambda m: self._dtype_error_failed(source, m))
+        if not started:
+            return False
+        self._dtype_error_for, self._dtype_error_pending = source, True
+        self.dtype_error_label.setText("measuring error vs float32…")
+        self.dtype_error_label.setToolTip("")
+        self._enable_dtype_error()
+        return True
+
+    def _dtype_error_arrived(self, source: tuple, d: dict) -> None:
+        if self._dtype_error_for is not source:
+            return  # the input or model changed while it was measured
+        self._dtype_error_pending = False
+        g = lambda v: f"{v:.2g}"  # noqa: E731 - two significant figures
+        text = (f"{d['dtype']} vs float32 on this input ({d['tokens']} tokens): maps ±{g(d['max_abs_attention'])} "
+                f"(max abs), last hidden state ±{g(d['max_abs_hidden'])} of {g(d['hidden_scale'])}")
+        tip = f"{text}. Reference: {d['reference']}. Measured once; it goes when the input, model or d_k changes"
+        self.dtype_error_label.setText(f"{d['dtype']} vs float32: maps ±{g(d['max_abs_attention'])}, "
+                                       f"hidden ±{g(d['max_abs_hidden'])} of {g(d['hidden_scale'])}")
+        self.dtype_error_label.setToolTip(tip)
+        self.act_dtype_error.setToolTip(tip)
+        self.statusBar().showMessage(text, 8000)
+        self._enable_dtype_error()
+
+    def _dtype_error_failed(self, source: tuple, message: str) -> None:
+        if self._dtype_error_for is source:
+            self._clear_dtype_error()
+        self.show_error(f"error vs float32: {message}")
+        self._enable_dtype_error()
+
+    def _dtype_error_check(self) -> None:
+        """A new run, text or target: the read-out goes unless it still describes this model and input."""
+        if self._dtype_error_for is not None and not self._same_source(self._dtype_error_for, self._dtype_error_source()):
+            self._clear_dtype_error()
+        self._enable_dtype_error()
+
+    def _clear_dtype_error(self) -> None:
+        if self._dtype_error_for is not None:
+            self.state.cancel("dtype-error")
+        self._dtype_error_for, self._dtype_error_pending = None, False
+        msg = self.statusBar().currentMessage()
+        if " vs float32 on this input" in msg:
+            self.statusBar().clearMessage()
+        self.dtype_error_label.setText("")
+        self.dtype_error_label.setToolTip("")
+        self._enable_dtype_error()
 
     def _loaded_item_text(self) -> str:
         """A model from a folder or the hub: its kind and training are known once it is loaded."""
