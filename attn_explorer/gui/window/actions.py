@@ -193,11 +193,15 @@ class WindowActions:
     def _build_dtype_error(self) -> None:
         """The "Error vs float32" button (and View menu entry), and its read-out in the status bar."""
         self.act_dtype_error = QAction("Error vs float32", self)
+        self.act_dtype_error.setIconText("vs float32")  # the toolbar's short name: "dtype [bfloat16] [vs float32]"
         self.act_dtype_error.setToolTip(self.DTYPE_ERROR_TIP)
         self.act_dtype_error.triggered.connect(lambda *_: self.measure_dtype_error())
         self.dtype_error_button = QToolButton()
         self.dtype_error_button.setObjectName("dtype-error")
         self.dtype_error_button.setDefaultAction(self.act_dtype_error)
+        # framed (a toolbar's buttons are flat): it reads as a button, not as a label of the dtype picker
+        self.dtype_error_button.setStyleSheet("QToolButton { border: 1px solid #b8b8b8; border-radius: 3px; "
+                                              "padding: 1px 5px; } QToolButton:hover { background: #e8eef7; }")
         self.dtype_error_label = QLabel("")
         self.dtype_error_label.setObjectName("dtype-error-readout")
         self.dtype_error_label.setStyleSheet("padding: 0 6px;")
@@ -260,11 +264,10 @@ class WindowActions:
         text = (f"{d['dtype']} vs float32 on this input ({d['tokens']} tokens): maps ±{g(d['max_abs_attention'])} "
                 f"(max abs), last hidden state ±{g(d['max_abs_hidden'])} of {g(d['hidden_scale'])}")
         tip = f"{text}. Reference: {d['reference']}. Measured once; it goes when the input, model or d_k changes"
-        self.dtype_error_label.setText(f"{d['dtype']} vs float32: maps ±{g(d['max_abs_attention'])}, "
+        self.dtype_error_label.setText(f"vs float32: maps ±{g(d['max_abs_attention'])}, "
                                        f"hidden ±{g(d['max_abs_hidden'])} of {g(d['hidden_scale'])}")
         self.dtype_error_label.setToolTip(tip)
         self.act_dtype_error.setToolTip(tip)
-        self.statusBar().showMessage(text, 8000)
         self._enable_dtype_error()
 
     def _dtype_error_failed(self, source: tuple, message: str) -> None:
@@ -283,9 +286,6 @@ class WindowActions:
         if self._dtype_error_for is not None:
             self.state.cancel("dtype-error")
         self._dtype_error_for, self._dtype_error_pending = None, False
-        msg = self.statusBar().currentMessage()
-        if " vs float32 on this input" in msg:
-            self.statusBar().clearMessage()
         self.dtype_error_label.setText("")
         self.dtype_error_label.setToolTip("")
         self._enable_dtype_error()
