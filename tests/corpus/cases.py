@@ -63,7 +63,7 @@ MODELS = [
     _model("ckpt_heads_zero", "num_heads must be a whole number >= 1, got 0"),
     _model("ckpt_wrong_tensors", "checkpoint does not match its config"),
     _model("ckpt_bad_family", "unsupported family 'llama'"),
-    _model("ckpt_huge", "would need 17.5 GB"),
+    _model("ckpt_huge", "would need 349 GB"),
     _model("ckpt_foreign", "was not saved by attn-explorer"),
     _model("ckpt_empty", "is not a readable .safetensors file"),
     _model("ckpt_fifo", "the checkpoint is not a regular file"),

@@ -1,5 +1,5 @@
 """Model-loading faults: each is one UserError line from `load_model`, never a traceback, never a hang,
-never a 17 GB allocation. Every file is built here, a few hundred bytes each (see make_cases.py)."""
+never a huge allocation. Every file is built here, a few hundred bytes each (see make_cases.py)."""
 from __future__ import annotations
 
 import json
@@ -90,12 +90,14 @@ def test_own_checkpoint_without_a_stored_config(tmp_path):
     refused(tmp_path / "c.safetensors", "no config")
 
 
-def test_a_tiny_checkpoint_asking_for_17_gb_is_refused_before_allocating(tmp_path):
+def test_a_tiny_checkpoint_asking_for_349_gb_is_refused_before_allocating(tmp_path):
+    """The refusal comes from free memory now, not a fixed cap: the config asks for more than any test
+    machine has (17 GB, as before, fitted a quiet 24 GB machine and reached the shape check instead)."""
     path = mk.huge_checkpoint(tmp_path / "huge.safetensors")
     assert path.stat().st_size < 1000
     t0 = time.perf_counter()
-    message = refused(path, "would need 17", "GB")
-    assert time.perf_counter() - t0 < 5  # allocating and zeroing 17 GB took minutes
+    message = refused(path, "would need 349 GB", "is free on cpu")
+    assert time.perf_counter() - t0 < 5  # allocating and zeroing such weights would take minutes, or fail
     assert "huge.safetensors" in message
 
 
