@@ -290,6 +290,10 @@ class SessionState(InputState):
         once, and a forward pass in flight ends on its own with its result dropped; run_gui waits for it)."""
         self.sweep.cancel()
         self.runner.shutdown(10000 if wait else 0)
+        # a session that was shut down tells nobody anything: the views connected to it may be gone, and a
+        # job that ends later (its busy flag, a queued result) must not call into their deleted widgets
+        self.blockSignals(True)
+        self.runner.blockSignals(True)
 
 
 def default_query(r: RunResult) -> int:

@@ -300,3 +300,17 @@ def test_the_first_run_of_a_model_is_marked_as_warm_up_in_the_status_bar(qtbot, 
     assert "warm-up" not in w.seq_panel.readout.text()
     assert len(st.timings) == 1  # only the warm run is a point of the cost plot
     st.shutdown()
+
+
+def test_a_closed_window_hears_nothing_from_its_session(make_window, qtbot):
+    """A job ending after the window closed (its busy flag, a queued result) reached the closed window's
+    deleted widgets: 'Internal C++ object (QLabel) already deleted', in whichever test ran next."""
+    w = make_window(model="textbook")
+    st, r = w.state, w.state.result
+    heard = []
+    st.attention_ready.connect(heard.append)
+    st.busy_changed.connect(heard.append)
+    w.close()  # closeEvent shuts the session down
+    st.runner.busy_changed.emit(True)  # what the runner says when the job in flight ends
+    st.attention_ready.emit(r)
+    assert heard == []
