@@ -86,3 +86,23 @@ def sample_path() -> str:
     p = sample()
     assert Path(p).is_file()
     return p
+
+
+@pytest.fixture
+def dtype_window(qtbot, settings):
+    """dtype_window(dtype, loader=default_loader) -> (window, state): the textbook model on a short text,
+    loaded in `dtype` as the command line's --dtype asks, with its first result on screen."""
+    from attn_explorer.gui.window.app import build_window, get_qapp
+    from attn_explorer.session.jobs import default_loader
+
+    def make(dtype="float32", loader=default_loader):
+        get_qapp()
+        args = argparse.Namespace(model="textbook", text="the cat sat on the mat", image=None, device="cpu",
+                                  view=None, screenshot=None, dtype=dtype)
+        w, state = build_window(args, settings=settings, loader=loader)
+        qtbot.addWidget(w)
+        w.show()
+        qtbot.waitUntil(lambda: state.result is not None and not state.busy, timeout=60000)
+        return w, state
+
+    return make

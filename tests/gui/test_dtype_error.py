@@ -3,27 +3,14 @@ and last hidden state are from float32 on the current input; the read-out goes w
 and the button is off for a float32 model."""
 from __future__ import annotations
 
-import argparse
 
 from attn_explorer.errors import UserError
-from attn_explorer.session.jobs import default_loader
 
 
-def _window(qtbot, settings, dtype, loader=default_loader):
-    from attn_explorer.gui.window.app import build_window, get_qapp
-
-    get_qapp()
-    args = argparse.Namespace(model="textbook", text="the cat sat on the mat", image=None, device="cpu", view=None,
-                              screenshot=None, dtype=dtype)
-    w, state = build_window(args, settings=settings, loader=loader)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: state.result is not None and not state.busy, timeout=60000)
-    return w, state
 
 
-def test_error_vs_float32_names_both_errors_and_goes_when_the_text_changes(qtbot, settings):
-    w, state = _window(qtbot, settings, "bfloat16")
+def test_error_vs_float32_names_both_errors_and_goes_when_the_text_changes(qtbot, dtype_window):
+    w, state = dtype_window("bfloat16")
     assert state.info.dtype == "bfloat16"
     assert w.dtype_error_button.isVisible()  # the toolbar holds it at the test window's size
     assert w.dtype_error_button.isEnabled() and w.act_dtype_error in w.menuBar().actions()[1].menu().actions()
@@ -44,8 +31,8 @@ def test_error_vs_float32_names_both_errors_and_goes_when_the_text_changes(qtbot
     state.shutdown()
 
 
-def test_the_read_out_goes_when_d_k_changes_and_stays_for_a_redraw(qtbot, settings):
-    w, state = _window(qtbot, settings, "float16")
+def test_the_read_out_goes_when_d_k_changes_and_stays_for_a_redraw(qtbot, dtype_window):
+    w, state = dtype_window("float16")
     assert w.measure_dtype_error()
     qtbot.waitUntil(lambda: "maps ±" in w.dtype_error_label.text(), timeout=60000)
     with qtbot.waitSignal(state.attention_ready, timeout=60000):
@@ -57,11 +44,11 @@ def test_the_read_out_goes_when_d_k_changes_and_stays_for_a_redraw(qtbot, settin
     state.shutdown()
 
 
-def test_the_button_is_off_for_a_float32_model_and_without_input(qtbot, settings):
-    w, state = _window(qtbot, settings, "float32")
+def test_the_button_is_off_for_a_float32_model_and_without_input(qtbot, dtype_window):
+    w, state = dtype_window("float32")
     assert not w.dtype_error_button.isEnabled() and not w.act_dtype_error.isEnabled()
     assert not w.measure_dtype_error()
-    w2, state2 = _window(qtbot, settings, "bfloat16")
+    w2, state2 = dtype_window("bfloat16")
     with qtbot.waitSignal(state2.input_cleared, timeout=60000):
         state2.set_text("   ")
     assert not w2.dtype_error_button.isEnabled()
@@ -69,8 +56,8 @@ def test_the_button_is_off_for_a_float32_model_and_without_input(qtbot, settings
     state2.shutdown()
 
 
-def test_a_failed_measurement_is_one_line_in_the_banner(qtbot, settings, monkeypatch):
-    w, state = _window(qtbot, settings, "bfloat16")
+def test_a_failed_measurement_is_one_line_in_the_banner(qtbot, dtype_window, monkeypatch):
+    w, state = dtype_window("bfloat16")
 
     def refuse(self, x, **kw):
         raise UserError("no float32 reference here")
@@ -83,8 +70,8 @@ def test_a_failed_measurement_is_one_line_in_the_banner(qtbot, settings, monkeyp
     state.shutdown()
 
 
-def test_the_read_out_goes_when_the_dtype_changes(qtbot, settings):
-    w, state = _window(qtbot, settings, "bfloat16")
+def test_the_read_out_goes_when_the_dtype_changes(qtbot, dtype_window):
+    w, state = dtype_window("bfloat16")
     assert w.measure_dtype_error()
     qtbot.waitUntil(lambda: "maps ±" in w.dtype_error_label.text(), timeout=60000)
     i = w.dtype_combo.findText("float32")

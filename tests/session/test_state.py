@@ -111,7 +111,7 @@ def test_a_bad_load_keeps_the_model_and_its_view(qtbot, world):
 
 
 def test_the_grid_colour_bar_and_the_mosaic_share_the_log_floor():
-    from attn_explorer.gui.widgets.heatmap import LOG_FLOOR, display_values
+    from attn_explorer.maths import LOG_FLOOR, display_values
 
     assert display.LOG_FLOOR == LOG_FLOOR
     a = np.array([[[[0.5, 1e-6], [0.0, 1.0]]]], np.float32)

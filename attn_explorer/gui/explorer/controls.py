@@ -88,6 +88,17 @@ class StackSwitch(QWidget):
             self.combo.setCurrentIndex(STACKS.index(self.state.stack))
 
 
+def titled_page(page: QWidget, title: QWidget, switch: StackSwitch) -> QVBoxLayout:
+    """The page's layout with its title and, top right, the stack switch in one row (grid and head pages)."""
+    lay = QVBoxLayout(page)
+    lay.setContentsMargins(4, 4, 4, 4)
+    head = QHBoxLayout()
+    head.addWidget(title, 1)
+    head.addWidget(switch, 0, Qt.AlignTop)
+    lay.addLayout(head)
+    return lay
+
+
 class InputPanel(QGroupBox):
     """Text box (live, debounced) and image choices. The text lives in the session: the box sends what is
     typed (`set_text`) and follows `text_changed`, so a lesson's button or a file opened shows here."""

@@ -16,13 +16,13 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QRectF, QTimer, Signal
 from PySide6.QtGui import QPen, QColor
-from PySide6.QtWidgets import QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
                                        style_colorbar, waiting_for_input)
-from attn_explorer.gui.explorer.controls import StackSwitch
+from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.session.inputs import STACK_NAMES, short_kind, stack_maps
 from attn_explorer.session.state import SessionState
 
@@ -68,13 +68,8 @@ class HeadGridView(LazyPage, QWidget):
         self.plot.addItem(self.highlight)
         self.highlight.hide()
 
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
         self.stack_switch = StackSwitch(state)
-        head = QHBoxLayout()
-        head.addWidget(self.title, 1)
-        head.addWidget(self.stack_switch, 0, Qt.AlignTop)
-        lay.addLayout(head)
+        lay = titled_page(self, self.title, self.stack_switch)
         lay.addWidget(self.stack, 1)
 
         self.canvas.scene().sigMouseClicked.connect(self._clicked)

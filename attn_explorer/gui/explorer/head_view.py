@@ -12,12 +12,11 @@ import html
 
 import numpy as np
 from PySide6.QtCore import QRectF, Signal
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        cell_under, display_values, follow_loading, style_colorbar)
-from attn_explorer.gui.explorer.controls import StackSwitch
+from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.maths import hidden_tokens, kept_tokens, renormalise_without, without_specials
 from attn_explorer.session.inputs import STACK_NAMES, StackMaps
 from attn_explorer.session.state import SessionState
@@ -97,13 +96,8 @@ class HeadView(LazyPage, QWidget):
         self.shown_rows: np.ndarray = np.arange(0)  # row i of the map is the stack's row shown_rows[i]
         self.stack_shown = "encoder"
 
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
         self.stack_switch = StackSwitch(state)
-        head = QHBoxLayout()
-        head.addWidget(self.title, 1)
-        head.addWidget(self.stack_switch, 0, Qt.AlignTop)
-        lay.addLayout(head)
+        lay = titled_page(self, self.title, self.stack_switch)
         lay.addWidget(self.stack, 1)
         lay.addWidget(self.readout)
 

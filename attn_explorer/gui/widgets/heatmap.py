@@ -16,7 +16,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QLabel, QStackedWidget, QWidget
 
-from attn_explorer.maths import LOG_FLOOR, display_values  # noqa: F401 - the one copy, re-exported for the views
+from attn_explorer.maths import display_values
 
 COLORMAPS = ["viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L17", "CET-L3"]
 
