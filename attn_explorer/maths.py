@@ -105,3 +105,26 @@ def clipped_label(what: str, log: bool, percentile: float = CLIP_PERCENTILE) -> 
     """The colour bar's title for `clipped_values`: what is shown and that its top is a percentile."""
     p = f"{percentile:g}"
     return (f"log₁₀ {what} (top: {p}th pct)" if log else f"{what} (0 to {p}th pct)")
+
+
+def pool_edges(n: int, cells: int) -> np.ndarray:
+    """Where `cells` pooled cells split n items: int (cells + 1,) edges, edge c = floor(c·n / cells),
+    so every item falls in exactly one cell (cells >= n: one item a cell, n cells)."""
+    cells = max(1, min(int(cells), int(n)))
+    return (np.arange(cells + 1, dtype=np.int64) * int(n)) // cells
+
+
+def pool2d(a: np.ndarray, rows: int, cols: int, reduce: str = "max") -> np.ndarray:
+    """(..., R, C) -> (..., r, c), r = min(rows, R), c = min(cols, C): each cell the max or the mean of the
+    block it covers (pool_edges' blocks). The max keeps one sharp peak visible; the mean conserves each
+    row's mass (a cell's mean times its width, summed over a row of cells, is the rows' mean sum)."""
+    if reduce not in ("max", "mean"):
+        raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+    a = np.asarray(a)
+    re, ce = pool_edges(a.shape[-2], rows), pool_edges(a.shape[-1], cols)
+    if reduce == "max":
+        out = np.maximum.reduceat(np.maximum.reduceat(a, re[:-1], axis=-2), ce[:-1], axis=-1)
+        return out
+    s = np.add.reduceat(np.add.reduceat(a.astype(np.float64), re[:-1], axis=-2), ce[:-1], axis=-1)
+    area = np.diff(re)[:, None] * np.diff(ce)[None, :]
+    return (s / area).astype(np.float32)

@@ -69,6 +69,28 @@ class RunResult:
     def num_tokens(self) -> int:
         return len(self.tokens)
 
+    def attention(self, layer: int, head: int, rows=None, cols=None, pool=None, reduce: str = "max") -> np.ndarray:
+        """One head's map, or the part of it a view draws, as float32 NumPy.
+
+        rows / cols: None (all), an int (one query's row / one key's column: the result loses that axis),
+        a slice, or (start, stop). pool: None (full resolution), an int or (rows, cols): the window is
+        reduced to at most that many cells, each the max (reduce="max") or the mean ("mean") of the exact
+        probabilities it covers (maths.pool_edges' blocks)."""
+        from attn_explorer.maths import pool2d
+
+        L, H = self.attentions.shape[:2]
+        if not (0 <= int(layer) < L and 0 <= int(head) < H):
+            from attn_explorer.errors import UserError
+
+            raise UserError(f"no head L{layer} H{head}: the run has layers 0..{L - 1} and heads 0..{H - 1}")
+        r, c = _index(rows), _index(cols)
+        a = self.attentions[int(layer), int(head)][r][:, c] if not isinstance(r, int) else \
+            self.attentions[int(layer), int(head)][r][c]
+        if pool is None or a.ndim < 2:
+            return np.ascontiguousarray(a, dtype=np.float32)
+        pr, pc = (pool, pool) if np.isscalar(pool) else pool
+        return np.ascontiguousarray(pool2d(a, int(pr), int(pc), reduce), dtype=np.float32)
+
     def to_bertviz(self):
         """(attention, tokens) as bertviz's `head_view` and `model_view` take them: a tuple of L torch
         tensors shaped (1, H, N, N), one per layer, and the N tokens (torch is imported here, on first use).
@@ -81,3 +103,15 @@ class RunResult:
 
         att = torch.from_numpy(np.array(self.attentions, dtype=np.float32))  # (L, H, N, N), a copy
         return tuple(att[i].unsqueeze(0) for i in range(att.shape[0])), list(self.tokens)
+
+
+def _index(x):
+    """rows/cols of RunResult.attention -> an int or a slice."""
+    if x is None:
+        return slice(None)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, slice):
+        return x
+    start, stop = x
+    return slice(int(start), int(stop))

@@ -122,6 +122,11 @@ def apply_mask_(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return scores.add_(mask)
 
 
+def differentiable(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records this step: then no buffer may be written in place."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -150,18 +155,33 @@ def scaled_dot_product_attention(
     scale_q = q.shape[-1] < M and softcap is None  # scale whichever is smaller: q (N·d_k) or the logits (N·M)
     if scale_q and s != 1.0:
         q = q * s
-    logits = torch.matmul(q, k.transpose(-2, -1), out=probs_out)  # (..., N, M)
-    if not scale_q and s != 1.0:
-        logits.mul_(s)
-    if softcap is not None:  # in transformers' order: (logits / c), tanh, * c
-        logits.div_(softcap).tanh_().mul_(softcap)
-    full = fold_mask(mask, causal, N, M, q.device, window)
-    if full is not None:
-        apply_mask_(logits, full)
+    if differentiable(q, k, v):
+        logits = torch.matmul(q, k.transpose(-2, -1))
+        if not scale_q and s != 1.0:
+            logits = logits * s
+        if softcap is not None:
+            logits = torch.tanh(logits / softcap) * softcap
+        full = fold_mask(mask, causal, N, M, q.device, window)
+        if full is not None:
+            logits = logits.masked_fill(~full, float("-inf")) if full.dtype == torch.bool else logits + full
+    else:
+        logits = torch.matmul(q, k.transpose(-2, -1), out=probs_out)  # (..., N, M)
+        if not scale_q and s != 1.0:
+            logits.mul_(s)
+        if softcap is not None:  # in transformers' order: (logits / c), tanh, * c
+            logits.div_(softcap).tanh_().mul_(softcap)
+        full = fold_mask(mask, causal, N, M, q.device, window)
+        if full is not None:
+            apply_mask_(logits, full)
     # exp(-inf - (-inf)) is NaN: a row with nothing to look at must attend to nothing. A causal
     # mask alone empties rows only when there are fewer keys than queries.
     may_empty = mask is not None or (causal and M < N)
     dead = torch.isneginf(logits).all(dim=-1, keepdim=True) if may_empty else None
+    if differentiable(q, k, v):  # autograd asked for: no in-place step, so gradients reach the probabilities
+        probs = torch.softmax(logits, dim=-1)
+        if dead is not None and dead.any():
+            probs = probs.masked_fill(dead, 0.0)
+        return torch.matmul(probs, v), probs
     probs = torch.softmax(logits, dim=-1, out=logits)  # in place: logits are not needed afterwards
     if dead is not None and dead.any():
         probs = probs.masked_fill_(dead, 0.0)
@@ -277,7 +297,16 @@ class MultiHeadAttention(nn.Module):
 
         opts.capture: if a dict is given, it receives per head q and k (B, H, N, d_k; after RoPE,
         before scaling), the values (B, H, N, d_k) and the per-head outputs (B, H, N, D: each
-        head's share of the result after W_O), for analyses.
+        head's share of the result after W_O), for analyses. Keys the caller may set in it first
+        (the layer's one hook point per head, and what it keeps instead):
+          "head_hook": fn(ctx) -> ctx, ctx (B, H, N, d_v) being every head's output before W_O
+                       (interventions: ablation, patching); the result after it is what W_O reads;
+          "save_ctx":  keep that ctx (after the hook) as capture["ctx"];
+          "save_probs": keep the probabilities as capture["probs"] (autograd on: they stay in the graph);
+          "keep":      lazy attention (core.lazy): keep only capture["q"] (B, H, N, d_k), capture["k"]
+                       (B, H_kv, M, d_k; before grouped-query repetition) and capture["lse"] (B, H, N),
+                       each row's log-sum-exp of its masked logits; no maps, no standard capture;
+          "quiet":     none of the standard capture (for a hook or save_* alone).
         """
         o = _NO_OPTIONS if opts is None else opts
         B, N, _ = x.shape
@@ -291,23 +320,44 @@ class MultiHeadAttention(nn.Module):
             q, k = apply_rope(q, o.rope), apply_rope(k, o.rope)
         if o.kv is not None:
             k, v = o.kv.extend(k, v)  # (B, H_kv, M, d_k)
+        cap = o.capture
+        if cap is not None and cap.get("keep"):
+            from attn_explorer.core import lazy  # the lazy path's tiles live there; it imports this module
+
+            ctx, lse = lazy.keep_attention(q, k, v, o, self.head_dim)
+            cap["q"], cap["k"], cap["lse"] = q, k, lse
+            return self._finish(ctx, cap, B, N), None
         if self.num_kv_heads != self.num_heads:
             rep = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, H, M, d_k)
-        cap = o.capture
-        if o.need_weights or o.softcap is not None:  # torch's fused kernel cannot soft-cap
+        want_probs = o.need_weights or (cap is not None and cap.get("save_probs"))
+        if want_probs or o.softcap is not None:  # torch's fused kernel cannot soft-cap
             ctx, probs = scaled_dot_product_attention(
                 q, k, v, mask=o.mask, scale=o.scale, dk_scale=o.dk_scale, causal=o.causal,
                 probs_out=o.probs_out, window=o.window, softcap=o.softcap,
             )
+            if cap is not None and cap.get("save_probs"):
+                cap["probs"] = probs
             probs = probs if o.need_weights else None
         else:
             probs = None
             ctx = fused_attention(q, k, v, o.mask, attention_scale(self.head_dim, o.dk_scale, o.scale), o.causal,
                                   o.window)
-        if cap is not None:
+        if cap is not None and not cap.get("quiet"):
             cap["q"], cap["k"], cap["values"] = q, k, v
-            w_o = self.out.weight.view(self.out.out_features, self.num_heads, self.head_dim)  # (D, H, d_k)
-            cap["head_outputs"] = torch.einsum("bhnd,ehd->bhne", ctx, w_o)  # (B, H, N, D)
+        return self._finish(ctx, cap, B, N), probs
+
+    def _finish(self, ctx: torch.Tensor, cap: dict | None, B: int, N: int) -> torch.Tensor:
+        """ctx (B, H, N, d_v), every head's output -> the layer's output (B, N, D) through W_O, after the
+        capture's head hook (if any)."""
+        if cap is not None:
+            hook = cap.get("head_hook")
+            if hook is not None:
+                ctx = hook(ctx)
+            if cap.get("save_ctx"):
+                cap["ctx"] = ctx
+            if not cap.get("quiet") and not cap.get("keep"):
+                w_o = self.out.weight.view(self.out.out_features, self.num_heads, self.head_dim)  # (D, H, d_k)
+                cap["head_outputs"] = torch.einsum("bhnd,ehd->bhne", ctx, w_o)  # (B, H, N, D)
         out = ctx.transpose(1, 2).reshape(B, N, self.num_heads * self.head_dim)  # (B, N, H*d_k)
-        return self.out(out), probs
+        return self.out(out)

@@ -73,18 +73,33 @@ class TransformerBlock(nn.Module):
     def forward(
         self, x: torch.Tensor, opts: AttentionOptions | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """With opts.capture holding "resid": True, the capture also receives the residual stream's
+        pieces: "resid_in" (the block's input), "attn_out" and "mlp_out" (each branch's addition to it;
+        pre-LN and parallel blocks: output = resid_in + attn_out + mlp_out exactly; post-LN: before
+        the norms, x = norm2(norm1(resid_in + attn_out) + mlp_out))."""
+        cap = opts.capture if opts is not None else None
+        keep = cap is not None and cap.get("resid")
+        if keep:
+            cap["resid_in"] = x
         if self.parallel:  # both branches read the block's input (GPT-NeoX's use_parallel_residual)
             a, probs = self.attn(self.norm1(x), opts)
-            return x + self.ls1(self.post_attn_norm(a)) + self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x)))), probs
-        if self.norm_first:
+            a, m = self.ls1(self.post_attn_norm(a)), self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))
+            out = x + a + m
+        elif self.norm_first:
             a, probs = self.attn(self.norm1(x), opts)
-            x = x + self.ls1(self.post_attn_norm(a))
-            x = x + self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))
+            a = self.ls1(self.post_attn_norm(a))
+            x = x + a
+            m = self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))
+            out = x + m
         else:
             a, probs = self.attn(x, opts)
-            x = self.norm1(x + self.ls1(a))
-            x = self.norm2(x + self.ls2(self.mlp(x)))
-        return x, probs
+            a = self.ls1(a)
+            x = self.norm1(x + a)
+            m = self.ls2(self.mlp(x))
+            out = self.norm2(x + m)
+        if keep:
+            cap["attn_out"], cap["mlp_out"] = a, m
+        return out, probs
 
 
 class BlockStack(nn.Module):
@@ -120,7 +135,9 @@ class BlockStack(nn.Module):
         opts = AttentionOptions() if opts is None else opts
         layers = None if dk_layers is None else set(int(i) for i in dk_layers)
         attn = None
-        if output_attentions:
+        grads = torch.is_grad_enabled() and x.requires_grad  # autograd: the maps are stacked, not written in place
+        per_layer = []
+        if output_attentions and not grads:
             # Every layer's softmax is computed in place in its slice of one (L, B, H, N, N) buffer:
             # no per-layer n×n allocation and no final stack.
             B, N, _ = x.shape
@@ -140,5 +157,9 @@ class BlockStack(nn.Module):
                 need_weights=output_attentions, capture=cap, probs_out=None if attn is None else attn[i],
                 kv=None if cache is None else cache.layers[i], **(layer_opts[i] if layer_opts else {}),
             )
-            x, _ = block(x, o)
+            x, probs = block(x, o)
+            if grads and output_attentions:
+                per_layer.append(probs)
+        if per_layer:
+            return x, torch.stack(per_layer, dim=1)  # (B, L, H, N, M), in the graph
         return x, (attn.transpose(0, 1) if attn is not None else None)  # (B, L, H, N, M)
