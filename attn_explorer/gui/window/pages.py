@@ -71,9 +71,20 @@ def _register_analysis_pages() -> None:
             register_page(name, title, factory, group="Analyses")
 
 
+def _register_intervention_pages() -> None:
+    """Interventions (switch heads off, patching, logit lens, contributions, relevance, why a head looks
+    there): sub-tabs of one "Interventions" tab."""
+    from attn_explorer.gui.interventions.pages import INTERVENTION_PAGES
+
+    for name, title, factory in INTERVENTION_PAGES:
+        if name not in PAGES:
+            register_page(name, title, factory, group="Interventions")
+
+
 def register_all() -> None:
     """Every page, in tab order (idempotent: the window calls it each time it is built)."""
     _register_cost_page()
     _register_generate_page()
     _register_lessons_page()
     _register_analysis_pages()
+    _register_intervention_pages()
