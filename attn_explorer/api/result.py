@@ -64,6 +64,15 @@ class RunResult:
     decoder_attentions: np.ndarray | None = None  # float32 (L_dec, H, T, T), causal: row t = where target token t looks
     cross_attentions: np.ndarray | None = None  # float32 (L_dec, H, T, S): row t = which source tokens target token t reads
     decoder_hidden: np.ndarray | None = None  # float32 (T, D) the decoder's last hidden state, when asked for
+    # long inputs: the store that computes any part of any head's map exactly from each layer's q, k and row
+    # statistics (api.lazy), instead of every map; None when `attentions` holds the maps themselves.
+    # Its methods run torch: call them (through `attention`) in worker threads only, never in the GUI thread.
+    lazy: Any = None
+
+    @property
+    def is_lazy(self) -> bool:
+        """The maps were not kept: read them with `attention(layer, head, rows, cols, pool)`."""
+        return self.lazy is not None
 
     @property
     def num_tokens(self) -> int:
