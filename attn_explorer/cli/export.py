@@ -17,7 +17,7 @@ from attn_explorer.errors import UserError
 from attn_explorer.files import MAX_TEXT_BYTES, atomic_write, check_output, read_text_file, result_arrays, save_npz
 from attn_explorer.validate import MAX_DK_SCALE, dk_scale_value, finite_attention, positive_int
 
-FORMATS = (".npz", ".json", ".png")
+FORMATS = (".npz", ".json", ".png", ".html")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--image", help="an image file")
     p.add_argument("--target", default=None, help="encoder-decoder models (BART): the decoder's text; --text is "
                    "the source. Adds encoder_attentions, decoder_attentions and cross_attentions to a .npz or .json")
-    p.add_argument("--out", required=True, help="output file: .npz, .json or .png")
+    p.add_argument("--out", required=True, help="output file: .npz, .json, .png or .html (one self-contained page "
+                   "to open in a browser: every head, one head, token focus, lines; maps stored as 8-bit)")
     p.add_argument("--dk-scale", default="1.0", help="multiply 1/sqrt(d_k) by this positive number, at most "
                    f"{MAX_DK_SCALE:g} (default 1)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
@@ -48,8 +49,18 @@ def save_result(r, out: str | os.PathLike, extra: dict[str, np.ndarray] | None =
     ext = out.suffix.lower()
     if ext not in FORMATS:
         raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")
-    if extra and ext == ".png":
+    if extra and ext in (".png", ".html"):
         raise UserError("--analysis needs --out ending in .npz or .json")
+    if ext == ".html":
+        from attn_explorer.api.html import page_html
+
+        page = page_html(r)  # before the temporary file: a refused run writes nothing
+
+        def write_page(tmp):
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(page)
+
+        return atomic_write(out, write_page)
     if ext == ".npz" and extra:
         arrays = {**result_arrays(r), **extra}
 
@@ -129,12 +140,12 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix.lower() not in FORMATS:
         raise UserError(f"--out must end in {', '.join(FORMATS)}; got {out.name!r}")
     analyses = analysis_names(getattr(args, "analysis", None))
-    if analyses and out.suffix.lower() == ".png":
+    if analyses and out.suffix.lower() in (".png", ".html"):
         raise UserError("--analysis needs --out ending in .npz or .json")
     target = getattr(args, "target", None)
     if target is not None and args.image is not None:
         raise UserError("--target goes with --text or --text-file (the source text), not --image")
-    if target is not None and out.suffix.lower() == ".png":
+    if target is not None and out.suffix.lower() in (".png", ".html"):
         raise UserError("--target needs --out ending in .npz or .json (it saves three stacks of maps)")
     check_output(out)  # before the model runs: a missing folder, or a folder or device named as --out
     text = read_text_file(args.text_file) if args.text_file is not None else args.text
