@@ -21,6 +21,7 @@ _LAZY = {
     "RunResult": "attn_explorer.api.result",
     "ModelInfo": "attn_explorer.api.result",
     "UserError": "attn_explorer.errors",
+    "show": "attn_explorer.api.notebook",  # ax.show(result, view="grid") in Jupyter: the page of api/html.py
 }
 
 
