@@ -68,6 +68,9 @@ class RunResult:
     # statistics (api.lazy), instead of every map; None when `attentions` holds the maps themselves.
     # Its methods run torch: call them (through `attention`) in worker threads only, never in the GUI thread.
     lazy: Any = None
+    # Model.run(reuse_prefix=True): what was reused of the last run, in words for the status bar ("reused 8,190
+    # of 8,192 tokens"; for an encoder, why nothing can be); "" when not asked
+    reuse: str = ""
 
     @property
     def is_lazy(self) -> bool:

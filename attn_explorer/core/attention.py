@@ -36,6 +36,11 @@ class LayerKV:
         self.k, self.v = k, v
         return k, v
 
+    def truncate(self, n: int) -> None:
+        """Keep the first n tokens' keys and values only (an edit of the input from token n on)."""
+        if self.k is not None:
+            self.k, self.v = self.k[..., :n, :], self.v[..., :n, :]
+
 
 class KVCache:
     """Every layer's LayerKV: what a decoder keeps between generation steps."""
@@ -47,6 +52,11 @@ class KVCache:
     def length(self) -> int:
         """Tokens already in the cache (the position of the next one)."""
         return self.layers[0].length
+
+    def truncate(self, n: int) -> None:
+        """Every layer keeps its first n tokens (prefix reuse: the tokens before the first edited one)."""
+        for layer in self.layers:
+            layer.truncate(n)
 
 
 def decoder_start(cache: KVCache | None, n_new: int, max_positions: int) -> int:

@@ -1,0 +1,141 @@
+"""Prefix reuse: an edit near the end of a long prompt costs about as much as the tokens it changed.
+
+In a causal model token i sees only tokens 0..i, so when the next run's token ids start with the same p
+ids as the last run's, nothing about those p tokens changes: their keys and values (the KV cache),
+their hidden states and their rows of every map. `Model.run(x, reuse_prefix=True)` keeps the last run's
+cache here, cuts it to the common prefix, and runs only the tokens from the first changed one on,
+attending to the cached ones; the new result's first p rows come from the last result.
+
+Only the newest run is kept, of whichever model made it: SmolLM2's cache of 8,192 tokens is about 380 MB,
+so a second one would be memory nobody asked for. Reuse needs the same module (a model switch or a dtype
+reload makes a new one), the same d_k setting and no interventions; anything else runs every token and
+replaces what is kept. An encoder's token sees every other, so an edit anywhere changes every row:
+nothing can be reused there, and the result says so (`RunResult.reuse`).
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from attn_explorer.api.result import RunResult
+from attn_explorer.core.attention import KVCache
+
+
+@dataclass
+class _Kept:
+    """The last reusable run: what the next one may start from."""
+
+    module: weakref.ref  # the module that made it (a new load is a new module)
+    key: tuple  # (dtype, dk_scale, dk_layers): settings every row depends on
+    ids: list[int]  # its token ids
+    cache: KVCache  # every layer's keys and values of those tokens
+    hidden: torch.Tensor  # (N, D) last hidden state of those tokens
+    result: RunResult  # its maps (the rows before an edit are copied from here)
+
+
+_kept: _Kept | None = None
+_lock = threading.Lock()  # runs are one at a time in the session; a script's threads may not be
+
+
+def forget() -> None:
+    """Drop the kept run (its cache and maps)."""
+    global _kept
+    _kept = None
+
+
+def kept_tokens() -> int:
+    """Tokens of the kept run (0: none)."""
+    return 0 if _kept is None else len(_kept.ids)
+
+
+def reusable(model) -> bool:
+    """Whether this model's runs can start from a kept prefix: a decoder (causal, with a KV cache) reading
+    token ids alone."""
+    info = model.info
+    return (info.modality == "text" and info.causal and not info.encoder_decoder and model._encode is None
+            and hasattr(model.module, "new_cache"))
+
+
+def encoder_line(n: int) -> str:
+    """What the status bar says for an encoder, whose every edit recomputes everything."""
+    return f"encoder: every token sees every other, so each edit recomputes all {n:,} tokens"
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading ids a and b share."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+def _start(model, key: tuple, ids: list[int]) -> tuple[int, str]:
+    """(p, why): how many of ids the kept run already has (at most all but the last token: a run needs
+    at least one new token), and, when none, why in words."""
+    k = _kept
+    if k is None:
+        return 0, "nothing kept from an earlier run"
+    if k.module() is not model.module:
+        return 0, "another model ran last"
+    if k.key != key:
+        return 0, "the d_k setting or the dtype changed"
+    p = min(common_prefix(k.ids, ids), len(ids) - 1)
+    return p, "" if p else "the first token changed"
+
+
+def run(model, prep, dk_scale: float, dk_layers, hidden: bool, captures=None) -> RunResult:
+    """`model.run(text, ..., reuse_prefix=True)` for a prepared input: for a decoder, the forward of the
+    tokens after the kept prefix only, spliced with the kept run's rows into a result equal to a full
+    run's. An encoder, or a run with interventions (`captures`), runs every token, and forgets what was
+    kept (it would only hold memory)."""
+    if not reusable(model) or captures or set(prep.inputs) != {"input_ids"}:
+        forget()
+        out, ms = model._forward(prep.inputs, dk_scale, dk_layers, captures=captures)
+        n = len(prep.tokens)
+        why = "interventions on" if captures else "this model keeps no KV cache"
+        line = encoder_line(n) if not model.info.causal else f"reused 0 of {n:,} tokens ({why})"
+        return model._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
+                             notes=prep.notes, total_tokens=prep.total_tokens, reuse=line)
+    return _run_decoder(model, prep, dk_scale, dk_layers, hidden)
+
+
+def _run_decoder(model, prep, dk_scale: float, dk_layers, hidden: bool) -> RunResult:
+    global _kept
+    ids = [int(i) for i in prep.inputs["input_ids"][0].tolist()]
+    key = (str(model.dtype), float(dk_scale), None if dk_layers is None else tuple(dk_layers))
+    with _lock:
+        p, why = _start(model, key, ids)
+        kept = _kept
+        cache = kept.cache if p else model.module.new_cache()
+        _kept = None  # the cache changes now: until this run succeeds there is nothing safe to reuse
+        if p:
+            cache.truncate(p)
+        new_ids = prep.inputs["input_ids"][:, p:]
+        out, ms = model._forward({"input_ids": new_ids, "cache": cache}, dk_scale, dk_layers)
+        full_hidden = out.hidden[0] if not p else torch.cat([kept.hidden[:p], out.hidden[0]])
+        att = _spliced(kept.result.attentions if p else None, out.attentions[0], p)
+        line = f"reused {p:,} of {len(ids):,} tokens" + ("" if p else f" ({why})")
+        r = model._result(SimpleNamespace(attentions=att[None], hidden=full_hidden[None]), ms, prep.tokens,
+                          prep.special, dk_scale, hidden, truncated=prep.truncated, notes=prep.notes,
+                          total_tokens=prep.total_tokens, reuse=line)
+        _kept = _Kept(weakref.ref(model.module), key, ids, cache, full_hidden, r)
+    return r
+
+
+def _spliced(old: np.ndarray | None, new: torch.Tensor, p: int) -> torch.Tensor:
+    """(L, H, N, N) float32: the kept maps' first p rows (their columns after p are 0: causal) over the new
+    rows (L, H, N - p, N) from the forward."""
+    new = new.float()
+    if old is None:
+        return new
+    L, H, n_new, N = new.shape
+    full = torch.zeros(L, H, N, N, dtype=torch.float32)
+    full[:, :, :p, :p] = torch.from_numpy(old[:, :, :p, :p])
+    full[:, :, p:] = new
+    return full
