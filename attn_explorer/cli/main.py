@@ -21,6 +21,8 @@ SUBCOMMANDS = {
     "generate": ("attn_explorer.cli.generate", "let a decoder write after a prompt; save each new token's attention"),
     "cost": ("attn_explorer.cli.cost", "measure attention's time and memory against n for exact and efficient variants"),
     "train-vit": ("attn_explorer.cli.train_vit", "train the tiny ViT of the Lessons tab on digits (or MNIST, CIFAR-10)"),
+    "corpus": ("attn_explorer.cli.corpus", "run many sentences (one a line) and save every head's statistics and "
+               "chosen heads' query/key embeddings (.npz)"),
 }
 
 
@@ -44,6 +46,10 @@ def _add_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                    help="the weights' number format: float32 (default), bfloat16 or float16 (the CPU too)")
     p.add_argument("--view", default=None, help="page to show: grid, head, tokens, overlay, cost")
+    p.add_argument("--session", metavar="FILE.axsession", help="open a saved session (File → Save session): "
+                   "its model, input, selection, sliders, page and options, run again")
+    p.add_argument("--open", metavar="RUN.npz", help="open a saved run (export --out run.npz, File → Export) "
+                   "without its model: its maps, on the page it was saved from when known")
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window, save it as PNG and exit")
     p.add_argument("--size", metavar="WxH", help="window size in pixels, for example 1024x700")
     p.add_argument("--lesson", metavar="NAME", help="open a lesson: by-hand, inside-a-head, projections, "

@@ -41,6 +41,12 @@ def _lines(state):
     return LinesPage(state)
 
 
+def _corpus(state):
+    from attn_explorer.gui.analysis.corpus import CorpusPage
+
+    return CorpusPage(state)
+
+
 ANALYSIS_PAGES = [
     ("overview", "Head overview", _overview),
     ("rollout", "Rollout", _rollout),
@@ -48,4 +54,5 @@ ANALYSIS_PAGES = [
     ("search", "Head search", _search),
     ("compare", "Compare", _compare),
     ("lines", "Lines", _lines),
+    ("corpus", "Corpus", _corpus),
 ]
