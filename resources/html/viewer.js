@@ -255,19 +255,23 @@ class AxViewer {
     const cell = Math.max(16, Math.min(160, Math.floor((this.width() - left) / H) - gap));
     const W = left + H * (cell + gap), Ht = top + L * (cell + gap);
     const [c, ctx] = axCanvas(W, Ht);
-    ctx.imageSmoothingEnabled = n > cell; // shrinking: average; enlarging: one block a cell
-    ctx.font = "11px sans-serif";
-    ctx.fillStyle = "#333";
-    ctx.textAlign = "center";
-    for (let h = 0; h < H; h++) ctx.fillText(`H${h}`, left + h * (cell + gap) + cell / 2, 12);
-    ctx.textAlign = "right";
-    for (let l = 0; l < L; l++) ctx.fillText(`L${l}`, left - 6, top + l * (cell + gap) + cell / 2 + 4);
-    for (let l = 0; l < L; l++) {
-      for (let h = 0; h < H; h++) ctx.drawImage(this.tile(l, h), left + h * (cell + gap), top + l * (cell + gap), cell, cell);
-    }
-    ctx.strokeStyle = "#ff7f0e";
-    ctx.lineWidth = 2;
-    ctx.strokeRect(left + this.head * (cell + gap) - 1, top + this.layer * (cell + gap) - 1, cell + 2, cell + 2);
+    const paint = () => { // in place: a click re-selects without replacing the canvas (so a double-click lands)
+      ctx.clearRect(0, 0, W, Ht);
+      ctx.imageSmoothingEnabled = n > cell; // shrinking: average; enlarging: one block a cell
+      ctx.font = "11px sans-serif";
+      ctx.fillStyle = "#333";
+      ctx.textAlign = "center";
+      for (let h = 0; h < H; h++) ctx.fillText(`H${h}`, left + h * (cell + gap) + cell / 2, 12);
+      ctx.textAlign = "right";
+      for (let l = 0; l < L; l++) ctx.fillText(`L${l}`, left - 6, top + l * (cell + gap) + cell / 2 + 4);
+      for (let l = 0; l < L; l++) {
+        for (let h = 0; h < H; h++) ctx.drawImage(this.tile(l, h), left + h * (cell + gap), top + l * (cell + gap), cell, cell);
+      }
+      ctx.strokeStyle = "#ff7f0e";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(left + this.head * (cell + gap) - 1, top + this.layer * (cell + gap) - 1, cell + 2, cell + 2);
+    };
+    paint();
     this.legend.textContent = "Every head: layers down, heads across. Row = the query token (where it looks), " +
       "column = the key. Each map coloured from 0 to its own largest weight" + (this.log ? " (log)" : "") +
       ". Click a head to select it; double-click to open it.";
@@ -285,8 +289,16 @@ class AxViewer {
       this.say(`L${l} H${h} · query ${this.tok(i)} → key ${this.tok(j)}: ${axFmt(this.w(l, h, i, j))}`);
     });
     c.addEventListener("mouseleave", () => this.say(AX_IDLE));
-    c.addEventListener("click", (ev) => { const p = at(ev); if (p) this.pick(p[0], p[1]); });
-    c.addEventListener("dblclick", (ev) => { const p = at(ev); if (p) { this.pick(p[0], p[1]); this.setView("head"); } });
+    c.addEventListener("click", (ev) => {
+      const p = at(ev);
+      if (!p) return;
+      [this.layer, this.head] = [p[0], p[1]];
+      this.layerSel.value = String(this.layer);
+      this.headSel.value = String(this.head);
+      paint();
+      if (this.onSelect) this.onSelect(this.layer, this.head, this.query);
+    });
+    c.addEventListener("dblclick", (ev) => { if (at(ev)) this.setView("head"); });
     this.stage.appendChild(c);
   }
 
