@@ -17,6 +17,7 @@ from superqt.utils import signals_blocked
 from attn_explorer.errors import UserError
 from attn_explorer.files import read_text_file
 from attn_explorer.gui.window.export import FORMATS, export_view
+from attn_explorer.gui.window.export import HTML_FILTER, export_html as start_html_export
 from attn_explorer.gui.widgets.heatmap import COLORMAPS
 from attn_explorer.gui.window.pages import PAGES
 from attn_explorer.session.jobs import dtype_error_job
@@ -132,6 +133,7 @@ class WindowActions:
         self._action(file, HF_ID, self.hf_id_dialog)
         file.addSeparator()
         self.act_export = self._action(file, "&Export…", self.export_dialog, QKeySequence.Save)
+        self.act_export_html = self._action(file, "Export page as &HTML…", self.export_html_dialog)
         file.addSeparator()
         # QKeySequence.Quit is empty on some platforms (offscreen, plain X11): name Ctrl+Q as well
         self._action(file, "&Quit", self.close, [QKeySequence.Quit, "Ctrl+Q"])
@@ -389,6 +391,16 @@ class WindowActions:
             self.export(path)
         except Exception:  # noqa: BLE001 - already shown in the banner
             pass
+
+    def export_html(self, path: str) -> bool:
+        """Write the self-contained page of the result, view and selection on screen (in a worker)."""
+        return start_html_export(self, path)
+
+    def export_html_dialog(self) -> None:
+        default = str(Path(self._last_folder()) / f"attention-{self.current_page_name or 'view'}.html")
+        path, _ = QFileDialog.getSaveFileName(self, "Export page as HTML", default, HTML_FILTER)
+        if path:
+            self.export_html(path if Path(path).suffix.lower() in (".html", ".htm") else path + ".html")
 
     # ------------------------------------------------------------------------------- drag and drop
     def dragEnterEvent(self, ev):  # noqa: N802

@@ -1,4 +1,5 @@
-"""File → Export: PNG or SVG of the page on screen, .npz of the attention arrays.
+"""File → Export: PNG or SVG of the page on screen, .npz of the attention arrays; and Export page as HTML…,
+the self-contained page (api/html.py through session.html_export, built in a worker).
 
 Every file is written to a temporary name in the same folder and moved into place with os.replace,
 so a crash never leaves half a file. The .npz holds no pickles: attentions (L, H, N, N) float32,
@@ -57,3 +58,31 @@ def export_view(kind: str, path, widget: QWidget | None, result) -> Path:
     if ext == ".svg":
         return export_svg(widget, path)
     raise UserError(f"unknown export format {ext!r}: use .png, .svg or .npz")
+
+
+# ---- File → Export page as HTML…: the page of what is on screen, built in a worker -------------------------
+
+HTML_FILTER = "Web page (*.html)"
+
+
+def export_html(window, path) -> bool:
+    """Start writing the page of the window's result, view and selection to path (lane "html-export");
+    the status bar says when it is written, the banner when it cannot be. False when nothing started."""
+    from attn_explorer.session.html_export import LANE, html_page_job, page_options
+
+    st = window.state
+    try:
+        options = page_options(st, window.current_page_name)
+    except UserError as e:
+        window.show_error(str(e))
+        return False
+    path = str(Path(path))
+    window.statusBar().showMessage(f"writing {Path(path).name}…")
+    return st.submit(html_page_job, st.result, path, options, key=LANE, uses_model=False,
+                     on_result=lambda out: _html_written(window, out),
+                     on_error=lambda message: window.show_error(f"export page: {message}"))
+
+
+def _html_written(window, out: Path) -> None:
+    window.settings.setValue("paths/last_folder", str(Path(out).parent))
+    window.statusBar().showMessage(f"saved {out}", 5000)

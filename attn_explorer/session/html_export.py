@@ -1,0 +1,51 @@
+"""The window's File → Export page as HTML…: the page (api/html.py) of what is on screen.
+
+`page_options(state, page)` reads the view, selection and view options in the GUI thread (plain values,
+at once); `html_page_job(result, path, options)` builds and writes the page in a worker (lane
+"html-export", uses_model=False): a long run's maps are read through RunResult.attention, which may run
+torch, and quantising every head takes longer than a frame.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from attn_explorer.api.html import page_html
+from attn_explorer.errors import UserError
+from attn_explorer.files import atomic_write, check_output
+
+LANE = "html-export"
+# the window's page -> the page's view; an analysis page opens on the view closest to it
+VIEW_OF_PAGE = {"grid": "grid", "head": "head", "tokens": "tokens", "overlay": "overlay", "lines": "lines"}
+
+
+def page_view(page: str | None, is_image: bool) -> str:
+    """The view the exported page opens on: the window's own page where the page has it, else the grid
+    (the overlay for an image run shown on the overlay page only)."""
+    view = VIEW_OF_PAGE.get(page or "", "grid")
+    return "grid" if view == "overlay" and not is_image else view
+
+
+def page_options(state, page: str | None) -> dict:
+    """What the page opens on, as the window shows it now: view, layer, head, query, hide specials, log."""
+    r = state.result
+    if r is None:
+        raise UserError("nothing to export yet: no attention has been computed")
+    if state.shown_stack != "encoder":
+        raise UserError("the HTML page shows the encoder's maps only: the decoder and cross-attention pages "
+                        "are not supported yet (switch to Encoder to export)")
+    return dict(view=page_view(page, r.grid is not None), layer=int(state.layer), head=int(state.head),
+                query=int(state.query), hide_special=bool(state.hide_special), log_scale=bool(state.log_scale))
+
+
+def html_page_job(result, path: str, options: dict) -> Path:
+    """Build the page of result with options and write it to path atomically (run in a worker)."""
+    out = check_output(Path(path))
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"a page is saved as .html; got {out.name!r}")
+    page = page_html(result, **options)
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(page)
+
+    return atomic_write(out, write)
