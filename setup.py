@@ -8,5 +8,5 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["attn_explorer", "attn_explorer.*"]) + ["attn_explorer._resources"],
     package_dir={"attn_explorer._resources": "resources"},
-    package_data={"attn_explorer._resources": ["*.png", "samples/*", "models/*"]},
+    package_data={"attn_explorer._resources": ["*.png", "samples/*", "models/*", "html/*"]},
 )

@@ -22,6 +22,8 @@ def test_wheel_carries_icon_and_samples(tmp_path):
     samples = {n for n in names if n.startswith("attn_explorer/_resources/samples/") and n.endswith(".jpg")}
     assert {Path(n).name for n in samples} >= {"chelsea-cat.jpg", "coffee.jpg", "astronaut.jpg"}
     assert "attn_explorer/resources.py" in names and "attn_explorer/cli/main.py" in names
+    # the HTML page's viewer (api/html.py inlines it)
+    assert {"attn_explorer/_resources/html/viewer.js", "attn_explorer/_resources/html/viewer.css"} <= names
 
 
 def test_resource_path_prefers_the_installed_copy(tmp_path, monkeypatch):
