@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attn_explorer.core.explain import half_grad
 from attn_explorer.core.linear import Linear, PackedLinears
 from attn_explorer.core.positional import apply_rope
 
@@ -165,8 +166,8 @@ def scaled_dot_product_attention(
     scale_q = q.shape[-1] < M and softcap is None  # scale whichever is smaller: q (N·d_k) or the logits (N·M)
     if scale_q and s != 1.0:
         q = q * s
-    if differentiable(q, k, v):
-        logits = torch.matmul(q, k.transpose(-2, -1))
+    if differentiable(q, k, v):  # half_grad: AttnLRP's uniform rule inside core.explain.lrp_rules, else nothing
+        logits = torch.matmul(half_grad(q), half_grad(k).transpose(-2, -1))
         if not scale_q and s != 1.0:
             logits = logits * s
         if softcap is not None:
@@ -191,7 +192,7 @@ def scaled_dot_product_attention(
         probs = torch.softmax(logits, dim=-1)
         if dead is not None and dead.any():
             probs = probs.masked_fill(dead, 0.0)
-        return torch.matmul(probs, v), probs
+        return torch.matmul(half_grad(probs), half_grad(v)), probs
     probs = torch.softmax(logits, dim=-1, out=logits)  # in place: logits are not needed afterwards
     if dead is not None and dead.any():
         probs = probs.masked_fill_(dead, 0.0)
@@ -315,7 +316,8 @@ class MultiHeadAttention(nn.Module):
           "save_probs": keep the probabilities as capture["probs"] (autograd on: they stay in the graph);
           "keep":      lazy attention (core.lazy): keep only capture["q"] (B, H, N, d_k), capture["k"]
                        (B, H_kv, M, d_k; before grouped-query repetition) and capture["lse"] (B, H, N),
-                       each row's log-sum-exp of its masked logits; no maps, no standard capture;
+                       each row's log-sum-exp of its masked logits, and capture["options"] (lazy.LayerOptions:
+                       causal, window, scale, softcap, mask); no maps, no standard capture;
           "quiet":     none of the standard capture (for a hook or save_* alone).
         """
         o = _NO_OPTIONS if opts is None else opts
@@ -336,6 +338,7 @@ class MultiHeadAttention(nn.Module):
 
             ctx, lse = lazy.keep_attention(q, k, v, o, self.head_dim)
             cap["q"], cap["k"], cap["lse"] = q, k, lse
+            cap["options"] = lazy.LayerOptions.of(o, self.head_dim)  # how the tiles recompute this layer's logits
             return self._finish(ctx, cap, B, N), None
         if self.num_kv_heads != self.num_heads:
             rep = self.num_heads // self.num_kv_heads

@@ -3,62 +3,419 @@
 A probability is exp(logit_ij - lse_i), so any tile of any head's map (a window, a row, a column, a
 pooled view) can be computed again exactly from q, k and lse, in O(tile) memory.
 
-keep_attention is what MultiHeadAttention runs when its capture asks for "keep": the layer's output
-and the rows' lse, computed in query blocks (no n×n buffer).
+keep_attention is what MultiHeadAttention runs when its capture asks for "keep": the layer's output and
+the rows' lse. On the CPU it is torch's fused flash kernel, which returns the lse with the output at
+the plain fused forward's speed; a sliding-window layer runs query chunks against their key band only
+(O(n·w), no n×n mask); soft-capping, autograd and other devices take a blocked path of our own.
+
+The tile functions (head_probs, head_row, head_col, head_pooled) read one head from q (B, H, N, d),
+k (B, H_kv, M, d, before grouped-query repetition), lse (B, H, N) and the layer's LayerOptions; tiles
+that the causal triangle or the window hide entirely are never computed (they are exactly 0).
 """
 from __future__ import annotations
 
+import bisect
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 
-from attn_explorer.core.attention import attention_scale, fold_mask
+from attn_explorer.core.attention import attention_scale, differentiable
+
+_flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class LayerOptions:
+    """What a layer's logits need besides q and k: kept beside them so tiles are computed the layer's way."""
+
+    causal: bool = False
+    window: int | None = None  # sliding window: query i sees keys j in (i + M - N - window, i + M - N]
+    scale: float = 1.0  # the logits' factor, d_k slider included (attention_scale)
+    softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) (Gemma 2)
+    mask: torch.Tensor | None = None  # bool (True = may attend) or additive, broadcastable to (B, H, N, M)
+
+    @classmethod
+    def of(cls, opts, head_dim: int) -> "LayerOptions":
+        """From an AttentionOptions: the scale worked out once (dk_scale and Gemma's query_pre_attn_scalar)."""
+        return cls(causal=bool(opts.causal), window=opts.window, softcap=opts.softcap, mask=opts.mask,
+                   scale=attention_scale(head_dim, opts.dk_scale, opts.scale))
+
+
+class Stopped(Exception):
+    """A long tile job was asked to stop (its `stop` callable returned True)."""
 
 
 def _rep(t: torch.Tensor, heads: int) -> torch.Tensor:
-    """(B, H_kv, M, d) -> (B, H, M, d): grouped-query repetition (a view where H_kv = H)."""
+    """(B, H_kv, M, d) -> (B, H, M, d): grouped-query repetition (the tensor itself where H_kv = H)."""
     r = heads // t.shape[1]
     return t if r == 1 else t.repeat_interleave(r, dim=1)
+
+
+def _additive(mask: torch.Tensor | None, dtype=torch.float32) -> torch.Tensor | None:
+    """A bool mask (True = may attend) as an additive one (0 / -inf); an additive one as it is."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, NEG_INF)
+
+
+def _mask_part(mask: torch.Tensor, rows: slice, cols: slice, head: slice | None = None) -> torch.Tensor:
+    """The part of a (…, N or 1, M) mask that rows × cols (and heads `head`) read, 4-D, still broadcastable."""
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    if head is not None and mask.shape[1] != 1:
+        mask = mask[:, head]
+    if mask.shape[-2] != 1:
+        mask = mask[..., rows, :]
+    return mask[..., cols]
+
+
+def key_range(lo: int, hi: int, n: int, m: int, causal: bool, window: int | None) -> tuple[int, int]:
+    """The keys [start, stop) that query rows [lo, hi) may see at all (causal: up to row + m - n; a
+    window: from row + m - n - window + 1)."""
+    if not causal:
+        return 0, m
+    off = m - n
+    start = 0 if window is None else max(0, lo + off - window + 1)
+    return start, max(start, min(m, hi + off))
+
+
+def _band_mask(rows: slice, cols: slice, n: int, m: int, causal: bool, window: int | None, device) -> torch.Tensor | None:
+    """bool (r, c): which of rows × cols the causal triangle and window let through; None = all."""
+    if not causal:
+        return None
+    i = torch.arange(rows.start, rows.stop, device=device)[:, None] + (m - n)
+    j = torch.arange(cols.start, cols.stop, device=device)[None, :]
+    ok = j <= i
+    if window is not None:
+        ok &= j > i - window
+    return ok
 
 
 def logits_block(q: torch.Tensor, k: torch.Tensor, opts, head_dim: int, rows: slice, n_total: int,
                  cols: slice | None = None) -> torch.Tensor:
     """The masked, scaled (and soft-capped) logits of query rows `rows` against keys `cols` (all keys
-    when None): (B, H, r, c) float32. q (B, H, N, d), k (B, H, M, d) already repeated."""
+    when None): (B, H, r, c) float32. q (B, H, N, d), k (B, H, M, d) already repeated; opts: the layer's
+    AttentionOptions (or LayerOptions)."""
+    o = opts if isinstance(opts, LayerOptions) else LayerOptions.of(opts, head_dim)
     M = k.shape[-2]
-    cols = slice(0, M) if cols is None else cols
-    qb, kb = q[:, :, rows].float(), k[:, :, cols].float()
-    s = torch.matmul(qb, kb.transpose(-2, -1)) * attention_scale(head_dim, opts.dk_scale, opts.scale)
-    if opts.softcap is not None:
-        s = torch.tanh(s / opts.softcap) * opts.softcap
-    N = n_total
-    if opts.causal:
-        i = torch.arange(rows.start, rows.stop, device=q.device)[:, None] + (M - N)
-        j = torch.arange(cols.start, cols.stop, device=q.device)[None, :]
-        ok = j <= i
-        if opts.window is not None:
-            ok &= j > i - opts.window
-        s = s.masked_fill(~ok, float("-inf"))
-    if opts.mask is not None:
-        m = opts.mask
-        while m.dim() < 4:
-            m = m.unsqueeze(0)
-        m = m.expand(*m.shape[:2], N if m.shape[-2] != 1 else 1, M)[..., rows if m.shape[-2] != 1 else slice(None), cols]
-        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m
+    return layer_logits(q, k, o, rows, slice(0, M) if cols is None else cols, n_total, M)
+
+
+def layer_logits(q: torch.Tensor, k: torch.Tensor, o: LayerOptions, rows: slice, cols: slice,
+                 n_total: int, m_total: int, head: slice | None = None) -> torch.Tensor:
+    """The masked, scaled (and soft-capped) logits of query rows `rows` against keys `cols`: (B, h, r, c)
+    float32. q (B, h, r_all, d) and k (B, h, c_all, d) hold the same heads (already repeated); `head`
+    says which of the mask's heads they are (when the mask has a head axis)."""
+    s = torch.matmul(q[:, :, rows].float(), k[:, :, cols].float().transpose(-2, -1)) * o.scale
+    if o.softcap is not None:
+        s = torch.tanh(s / o.softcap) * o.softcap
+    band = _band_mask(rows, cols, n_total, m_total, o.causal, o.window, q.device)
+    if band is not None:
+        s = s.masked_fill(~band, NEG_INF)
+    if o.mask is not None:
+        m = _mask_part(o.mask, rows, cols, head)
+        s = s.masked_fill(~m, NEG_INF) if m.dtype == torch.bool else s + m
     return s
 
 
+# ---- the forward: output and lse -------------------------------------------------------------------
+
 def keep_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts, head_dim: int,
                    block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output (B, H, N, d_v), lse (B, H, N) float32) of exact attention, in query blocks.
-    k, v: (B, H_kv, M, d), before grouped-query repetition."""
+    """(output (B, H, N, d_v), lse (B, H, N) float32) of exact attention; a row with no visible key gets
+    lse = -inf and a zero output. k, v: (B, H_kv, M, d), before grouped-query repetition."""
+    o = LayerOptions.of(opts, head_dim)
+    if o.window is not None and not o.causal:
+        raise ValueError("a sliding window needs causal attention")
+    if q.device.type == "cpu" and o.softcap is None and not differentiable(q, k, v):
+        return _keep_flash_cpu(q, _rep(k, q.shape[1]), _rep(v, q.shape[1]), o)
+    return _keep_blocked(q, _rep(k, q.shape[1]), _rep(v, q.shape[1]), o, block)
+
+
+def _row_mask(mask: torch.Tensor | None) -> bool:
+    """Whether a mask is the same for every query row (a key-padding mask), so it broadcasts unsliced."""
+    return mask is None or mask.dim() < 2 or mask.shape[-2] == 1
+
+
+def _keep_flash_cpu(q, k, v, o: LayerOptions, chunk: int = 1024):
+    """torch's CPU flash kernel, which hands back the lse. One call where the mask is causal from the
+    top left (N = M) or absent; else query chunks, each against its own key range, with a small additive
+    mask (a window's band: O(n·w) work and memory)."""
     B, H, N, _ = q.shape
-    kr, vr = _rep(k, H), _rep(v, H)
+    M = k.shape[-2]
+    km = _additive(o.mask)
+    if _row_mask(km) and (not o.causal or (o.window is None and N == M)):
+        out, lse = _flash_cpu(q, k, v, 0.0, o.causal, attn_mask=km, scale=o.scale)
+        _dead_rows(lse, km, o, slice(0, N), slice(0, M), N, M)
+        return out, lse
+    if o.window is not None:
+        chunk = max(64, min(chunk, o.window))  # rows + window keys a chunk: little beyond the band
     out = q.new_empty(B, H, N, v.shape[-1])
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
+    for a in range(0, N, chunk):
+        rows = slice(a, min(N, a + chunk))
+        c0, c1 = key_range(rows.start, rows.stop, N, M, o.causal, o.window)
+        if c1 <= c0:  # nothing visible (more queries than keys): attend to nothing
+            out[:, :, rows] = 0
+            lse[:, :, rows] = NEG_INF
+            continue
+        cols = slice(c0, c1)
+        cm = _chunk_mask(km, o, rows, cols, N, M, q.device)
+        ob, lb = _flash_cpu(q[:, :, rows], k[:, :, cols], v[:, :, cols], 0.0, False, attn_mask=cm, scale=o.scale)
+        _dead_rows(lb, cm, None, rows, cols, N, M)
+        out[:, :, rows], lse[:, :, rows] = ob, lb
+    return out, lse
+
+
+def _chunk_mask(km, o: LayerOptions, rows: slice, cols: slice, n: int, m: int, device) -> torch.Tensor | None:
+    """Additive (…, r, c) mask of one query chunk against its key range: the band and the layer's mask."""
+    band = _band_mask(rows, cols, n, m, o.causal, o.window, device)
+    part = None if km is None else _mask_part(km, rows, cols)
+    if band is None:
+        return part
+    add = torch.zeros(band.shape, dtype=torch.float32, device=device).masked_fill_(~band, NEG_INF)
+    return add if part is None else part + add
+
+
+def _dead_rows(lse: torch.Tensor, mask, o: LayerOptions | None, rows: slice, cols: slice, n: int, m: int) -> None:
+    """The flash kernel gives a row with no visible key lse 0 (and a zero output): set its lse to -inf.
+    `mask` is additive (…, r or 1, c) or None; o: the causal triangle still to apply (whole-layer call)."""
+    if mask is None:
+        return
+    blocked = torch.isneginf(mask)  # (B or 1, H or 1, r or 1, c)
+    if o is not None and o.causal:  # rows see keys 0..i only: dead if every one of those is masked
+        seen = torch.cumsum((~blocked).to(torch.int32), dim=-1)  # (..., 1, M): visible keys up to j (N = M)
+        dead = (seen == 0)[..., 0, :]
+    else:
+        dead = blocked.all(dim=-1)  # (B?, H?, r or 1)
+    if bool(dead.any()):
+        lse.masked_fill_(dead.expand_as(lse), NEG_INF)
+
+
+def _keep_blocked(q, k, v, o: LayerOptions, block: int):
+    """Our own exact attention in query blocks, each against its visible key range only (soft-capping,
+    autograd, GPUs): logits, their lse, exp(logit - lse) @ v. No n×n buffer; a window costs O(n·w)."""
+    B, H, N, _ = q.shape
+    M = k.shape[-2]
+    outs, lses = [], []
     for a in range(0, N, block):
         rows = slice(a, min(N, a + block))
-        s = logits_block(q, kr, opts, head_dim, rows, N)
-        l = torch.logsumexp(s, dim=-1)
-        p = torch.exp(s - l[..., None]).nan_to_num_(0.0)  # a row with no key: lse -inf, weights 0
-        lse[:, :, rows] = l
-        out[:, :, rows] = torch.matmul(p.to(v.dtype), vr)
-    return out, lse
+        c0, c1 = key_range(rows.start, rows.stop, N, M, o.causal, o.window)
+        if c1 <= c0:
+            outs.append(q.new_zeros(B, H, rows.stop - a, v.shape[-1]))
+            lses.append(torch.full((B, H, rows.stop - a), NEG_INF, device=q.device))
+            continue
+        cols = slice(c0, c1)
+        s = layer_logits(q, k, o, rows, cols, N, M)
+        lse = torch.logsumexp(s, dim=-1)
+        p = _probs(s, lse)
+        outs.append(torch.matmul(p.to(v.dtype), v[:, :, cols]))
+        lses.append(lse)
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2)  # cat, not in place: autograd may record it
+
+
+def _probs(s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """exp(logits - lse) with a dead row (lse = -inf) all 0, never NaN."""
+    live = torch.isfinite(lse)[..., None]
+    return torch.where(live, torch.exp(s - torch.where(live, lse[..., None], 0.0)), 0.0)
+
+
+# ---- tiles of one head ------------------------------------------------------------------------------
+
+class _Head:
+    """One head made ready for tiles: q scaled and widened by a column of -lse, k by a column of ones, so
+    one product gives logit - lse (log-probabilities) without a pass of its own; soft-capping keeps them
+    apart (tanh comes between). Dead rows (lse = -inf) are remembered and set to -inf after."""
+
+    def __init__(self, q, k, lse, o: LayerOptions, head: int, batch: int):
+        H, H_kv = q.shape[1], k.shape[1]
+        self.o, self.head = _batch_options(o, batch), head
+        self.n, self.m = q.shape[-2], k.shape[-2]
+        qh = q[batch, head].float()  # (N, d)
+        kh = k[batch, head // (H // H_kv)].float()  # (M, d)
+        lse = lse[batch, head].float()
+        live = torch.isfinite(lse)
+        self.dead = None if bool(live.all()) else ~live
+        lse = torch.where(live, lse, 0.0)
+        if o.softcap is None:
+            self.qa = torch.cat([qh * o.scale, -lse[:, None]], dim=1)  # (N, d + 1)
+            self.ka = torch.cat([kh, torch.ones(self.m, 1, device=kh.device)], dim=1)  # (M, d + 1)
+        else:
+            self.qa, self.ka, self.lse = qh * o.scale, kh, lse
+
+    def log_probs(self, rows: slice, cols: slice) -> torch.Tensor:
+        """log p of rows × cols, (r, c) float32: -inf where the mask, the triangle or the window hides a key."""
+        s = torch.matmul(self.qa[rows], self.ka[cols].T)
+        o = self.o
+        if o.softcap is not None:
+            s = s.div_(o.softcap).tanh_().mul_(o.softcap).sub_(self.lse[rows, None])
+        if not _whole(rows, cols, self.n, self.m, o):
+            s.masked_fill_(~_band_mask(rows, cols, self.n, self.m, o.causal, o.window, s.device), NEG_INF)
+        if o.mask is not None:
+            mk = _mask_part(o.mask, rows, cols, slice(self.head, self.head + 1))[0, 0]
+            s = s.masked_fill_(~mk, NEG_INF) if mk.dtype == torch.bool else s.add_(mk)
+        if self.dead is not None:
+            s.masked_fill_(self.dead[rows, None], NEG_INF)
+        return s
+
+    def probs(self, rows: slice, cols: slice) -> torch.Tensor:
+        """Exact probabilities of rows × cols, (r, c) float32; 0 where nothing can be seen."""
+        if not _visible(rows, cols, self.n, self.m, self.o):
+            return torch.zeros(rows.stop - rows.start, cols.stop - cols.start, device=self.qa.device)
+        return self.log_probs(rows, cols).exp_()
+
+
+def _batch_options(o: LayerOptions, batch: int) -> LayerOptions:
+    """The layer's options for one batch row (its own padding mask)."""
+    if o.mask is None or o.mask.dim() < 4 or o.mask.shape[0] == 1:
+        return o
+    return LayerOptions(o.causal, o.window, o.scale, o.softcap, o.mask[batch:batch + 1])
+
+
+def _visible(rows: slice, cols: slice, n: int, m: int, o: LayerOptions) -> bool:
+    """Whether any of rows × cols can be non-zero under the causal triangle and the window."""
+    if not o.causal:
+        return True
+    off = m - n
+    if cols.start > rows.stop - 1 + off:  # every key is after every query
+        return False
+    return o.window is None or cols.stop - 1 > rows.start + off - o.window
+
+
+def _whole(rows: slice, cols: slice, n: int, m: int, o: LayerOptions) -> bool:
+    """Whether the triangle and the window hide none of rows × cols (no band mask needed)."""
+    if not o.causal:
+        return True
+    off = m - n
+    if cols.stop - 1 > rows.start + off:  # the first row cannot see the last key
+        return False
+    return o.window is None or cols.start > rows.stop - 1 + off - o.window
+
+
+def _span(x, size: int) -> slice:
+    """None / (start, stop) / slice -> a slice with ints, clipped to [0, size)."""
+    if x is None:
+        return slice(0, size)
+    if isinstance(x, slice):
+        start, stop, step = x.indices(size)
+        if step != 1:
+            raise ValueError("rows and cols take contiguous ranges (step 1)")
+        return slice(start, max(start, stop))
+    start, stop = x
+    start, stop, _ = slice(int(start), int(stop)).indices(size)
+    return slice(start, max(start, stop))
+
+
+def head_probs(q, k, lse, o: LayerOptions, head: int, rows=None, cols=None, batch: int = 0) -> torch.Tensor:
+    """A window of one head's map at full resolution: (r, c) float32, equal to the dense map's rows × cols.
+    rows / cols: None (all), (start, stop) or a slice."""
+    h = _Head(q, k, lse, o, head, batch)
+    return h.probs(_span(rows, h.n), _span(cols, h.m))
+
+
+def head_row(q, k, lse, o: LayerOptions, head: int, row: int, batch: int = 0) -> torch.Tensor:
+    """Query `row`'s weights over every key: (M,) float32."""
+    return head_probs(q, k, lse, o, head, (row, row + 1), None, batch)[0]
+
+
+def head_col(q, k, lse, o: LayerOptions, head: int, col: int, batch: int = 0) -> torch.Tensor:
+    """Key `col`'s weight in every query's row: (N,) float32."""
+    return head_probs(q, k, lse, o, head, None, (col, col + 1), batch)[:, 0]
+
+
+def pool_edges(n: int, cells: int) -> torch.Tensor:
+    """maths.pool_edges in torch: (cells + 1,) edges, edge c = floor(c·n / cells)."""
+    cells = max(1, min(int(cells), int(n)))
+    return torch.arange(cells + 1, dtype=torch.int64) * int(n) // cells
+
+
+def _groups(edges: torch.Tensor, target: int) -> list[tuple[int, int]]:
+    """Runs of whole cells [cell_a, cell_b) each covering about `target` items (at least one cell)."""
+    e = edges.tolist()
+    out, a = [], 0
+    for b in range(1, len(e)):
+        if e[b] - e[a] >= target or b == len(e) - 1:
+            out.append((a, b))
+            a = b
+    return out
+
+
+def _pool_axis(t: torch.Tensor, edges: torch.Tensor, reduce: str, dim: int) -> torch.Tensor:
+    """Reduce `dim` of t into cells with local `edges` (starting at 0): max, or sum (for the mean)."""
+    widths = edges[1:] - edges[:-1]
+    w, cells = int(widths.max()), len(widths)
+    shape = list(t.shape)
+    if int(widths.min()) == w:  # equal cells: a view
+        shape[dim:dim + 1] = [cells, w]
+        v = t.reshape(shape)
+        return v.amax(dim + 1) if reduce == "max" else v.sum(dim + 1, dtype=torch.float64)
+    if reduce == "max":
+        idx = (edges[:-1, None] + torch.arange(w)[None, :]).minimum(edges[1:, None] - 1)  # repeats are harmless
+        g = t.index_select(dim, idx.reshape(-1).to(t.device))
+        shape[dim:dim + 1] = [cells, w]
+        return g.reshape(shape).amax(dim + 1)
+    cs = torch.cumsum(t.double(), dim=dim)
+    cs = torch.cat([torch.zeros_like(cs.narrow(dim, 0, 1)), cs], dim=dim)
+    e = edges.to(t.device)
+    return cs.index_select(dim, e[1:]) - cs.index_select(dim, e[:-1])
+
+
+def _visible_cells(edges: list[int], rows: slice, h: _Head, target: int) -> list[tuple[int, int]]:
+    """Runs of whole column cells [a, b) (each about `target` keys) covering the keys rows can see at all:
+    the causal triangle and the window leave the other cells exactly 0."""
+    k0, k1 = key_range(rows.start, rows.stop, h.n, h.m, h.o.causal, h.o.window)
+    k0, k1 = max(k0, edges[0]), min(k1, edges[-1])
+    if k1 <= k0:
+        return []
+    a = bisect.bisect_right(edges, k0) - 1
+    b = bisect.bisect_left(edges, k1)
+    out = []
+    while a < b:
+        e = min(b, bisect.bisect_left(edges, edges[a] + target, a + 1, b))
+        e = max(e, a + 1)
+        out.append((a, e))
+        a = e
+    return out
+
+
+def head_pooled(q, k, lse, o: LayerOptions, head: int, cells, reduce: str = "max", rows=None, cols=None,
+                batch: int = 0, progress: Callable[[int, int], None] | None = None,
+                stop: Callable[[], bool] | None = None, tile: int = 1 << 22) -> torch.Tensor:
+    """One head's map (or its window rows × cols) pooled to cells = (r, c) (or an int for both): each cell
+    the max or the mean of the exact probabilities it covers (maths.pool_edges' blocks). Computed in tiles
+    of about `tile` elements aligned to cell edges, so memory is O(tile + r·c); tiles hidden by the causal
+    triangle or the window are skipped (their cells are exactly 0). The max is taken over log-probabilities
+    and exponentiated per cell (exp is monotonic), so only the mean pays an exp per element.
+    progress(done, total) is called after each row block; stop() returning True raises Stopped. (r, c) float32."""
+    if reduce not in ("max", "mean"):
+        raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+    h = _Head(q, k, lse, o, head, batch)
+    R, C = _span(rows, h.n), _span(cols, h.m)
+    cr, cc = (cells, cells) if isinstance(cells, int) else cells
+    re, ce = pool_edges(max(1, R.stop - R.start), cr), pool_edges(max(1, C.stop - C.start), cc)
+    fill = NEG_INF if reduce == "max" else 0.0
+    acc = torch.full((len(re) - 1, len(ce) - 1), fill, dtype=torch.float32 if reduce == "max" else torch.float64)
+    col_target = max(1, min(C.stop - C.start, 4096))
+    row_target = max(1, tile // col_target)
+    if h.o.window is not None:  # a band's rows see rows + window keys: short row blocks waste little
+        row_target = min(row_target, max(1, h.o.window // 2))
+    row_groups = _groups(re, row_target)
+    ce_abs = (ce + C.start).tolist()
+    for done, (ra, rb) in enumerate(row_groups, 1):
+        if stop is not None and stop():
+            raise Stopped("stopped")
+        rs = slice(R.start + int(re[ra]), R.start + int(re[rb]))
+        rloc = re[ra:rb + 1] - re[ra]
+        for ca, cb in _visible_cells(ce_abs, rs, h, col_target):
+            cs = slice(ce_abs[ca], ce_abs[cb])
+            t = h.log_probs(rs, cs) if reduce == "max" else h.log_probs(rs, cs).exp_()
+            part = _pool_axis(_pool_axis(t, ce[ca:cb + 1] - ce[ca], reduce, 1), rloc, reduce, 0)
+            acc[ra:rb, ca:cb] = part.to(acc.dtype).cpu()
+        if progress is not None:
+            progress(done, len(row_groups))
+    if reduce == "max":
+        return acc.exp_()
+    area = (re[1:] - re[:-1])[:, None].double() * (ce[1:] - ce[:-1])[None, :].double()
+    return (acc / area).float()
