@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attn_explorer.core.explain import act_rule, active, half_grad, norm_scale
 from attn_explorer.core.linear import Linear
 
 
@@ -23,15 +24,29 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        x = x * norm_scale(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
         if self.unit_offset:
             return (x * (1.0 + self.weight.float())).to(dtype)
         return self.weight * x.to(dtype)
 
 
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm (the same parameters and state_dict); inside core.explain.lrp_rules its 1/σ is held
+    constant on the backward pass (the identity rule), the forward value unchanged."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not active():
+            return super().forward(x)
+        xc = x - x.mean(-1, keepdim=True)
+        y = xc * norm_scale(torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.eps))
+        if self.weight is not None:
+            y = y * self.weight
+        return y + self.bias if self.bias is not None else y
+
+
 def make_norm(kind: str, dim: int, eps: float) -> nn.Module:
     if kind == "layer":
-        return nn.LayerNorm(dim, eps=eps)
+        return LayerNorm(dim, eps=eps)
     if kind == "rms":
         return RMSNorm(dim, eps=eps)
     if kind == "rms1p":  # Gemma's (1 + weight) RMSNorm
@@ -75,7 +90,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = None if self.fused_act is None else self.fc1.packed(x, post=self.fused_act)
-        return self.fc2(self.act(self.fc1(x)) if h is None else h)
+        return self.fc2(act_rule(self.act, self.fc1(x)) if h is None else h)
 
 
 class SwiGLU(nn.Module):
@@ -96,8 +111,9 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:
             gate, up = self.gate_up(x).chunk(2, dim=-1)
-            return self.down(self.act(gate) * up)
-        return self.down(self.act(self.gate(x)) * self.up(x))
+        else:
+            gate, up = self.gate(x), self.up(x)
+        return self.down(half_grad(act_rule(self.act, gate)) * half_grad(up))  # explain's rules: no-ops otherwise
 
 
 class LayerScale(nn.Module):

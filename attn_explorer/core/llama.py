@@ -121,7 +121,9 @@ class Llama(nn.Module):
         table (base rope_local_theta, no scaling; Gemma 3)."""
         end = start + n
         t = self._rope_local if local else self._rope
-        if t is None or t[0].shape[0] < end or t[0].device != device or t[0].dtype != dtype:
+        # a table made under inference_mode cannot be saved for backward: autograd gets it made again
+        stale = t is not None and t[0].is_inference() and not torch.is_inference_mode_enabled()
+        if t is None or stale or t[0].shape[0] < end or t[0].device != device or t[0].dtype != dtype:
             size = max(end, 64 if t is None else 2 * t[0].shape[0])
             cfg = self.cfg
             t = rope_tables(size, cfg.rotary_dim, cfg.rope_local_theta if local else cfg.rope_theta, device=device,

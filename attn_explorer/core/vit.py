@@ -14,6 +14,7 @@ from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.layers import make_norm
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.patches import PatchEmbed, resize_position_grid
 
@@ -76,7 +77,7 @@ class VisionTransformer(nn.Module):
                 for _ in range(cfg.num_layers)
             ]
         )
-        self.norm = nn.LayerNorm(D, eps=cfg.eps)
+        self.norm = make_norm("layer", D, cfg.eps)  # LayerNorm: core.explain's rule applies
         self.pooler = nn.Linear(D, D) if cfg.pooler else None
         self.heads = nn.ModuleList(nn.Linear(D, cfg.num_labels) for _ in range(cfg.classifier_tokens)) if cfg.num_labels else None
 

@@ -5,4 +5,35 @@ Each tool's engineer adds its page's factory and its row below.
 """
 from __future__ import annotations
 
-INTERVENTION_PAGES: list = []
+
+
+def _relevance(state):
+    from attn_explorer.gui.interventions.relevance import RelevancePage
+
+    return RelevancePage(state)
+
+
+def _lens(state):
+    from attn_explorer.gui.interventions.lens import LensPage
+
+    return LensPage(state)
+
+
+def _flow(state):
+    from attn_explorer.gui.interventions.flow import FlowPage
+
+    return FlowPage(state)
+
+
+def _why(state):
+    from attn_explorer.gui.interventions.why import WhyPage
+
+    return WhyPage(state)
+
+
+INTERVENTION_PAGES: list = [
+    ("relevance", "Relevance", _relevance),
+    ("lens", "Logit lens", _lens),
+    ("flow", "Contributions", _flow),
+    ("why", "Why this head", _why),
+]

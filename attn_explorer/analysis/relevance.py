@@ -1,0 +1,303 @@
+"""Gradient relevance: which input tokens (or image patches) a model's output depends on.
+
+Two gradient methods and two attention-only baselines, each giving one number per input token:
+
+- `gradient_rollout`: Chefer, Gur & Wolf 2021 ("Generic Attention-model Explainability"). Every
+  layer's maps A (H, N, N) are weighted by the gradient of the target score: Ā = mean_h(relu(∂y/∂A ⊙ A)),
+  and rolled up from the identity, R ← R + Ā·R, first layer first. The relevance of token j is row i of
+  R − I (the identity start taken off: what the layers added) for the token(s) i that the score reads.
+- `attnlrp`: a subset of AttnLRP (Achtibat et al. 2024, ICML), as gradient × input at the input of the
+  first block, Σ_d x_jd · g_jd, with the backward rules of core.explain: the uniform rule on q·kᵀ, A·V and
+  the gated MLP's product, the identity rule on LayerNorm / RMSNorm and on the MLP activations, the
+  softmax's own gradient (AttnLRP's softmax rule in this form), plain gradients through linear layers.
+  Signed: negative relevance speaks against the target.
+- `rollout`: attention rollout (Abnar & Zuidema 2020), analysis.rollout, heads averaged: no gradient.
+- `attention`: the last layer's raw attention from the token(s) the score reads, averaged over heads.
+
+What is explained (the score y), by the kind of model:
+- image classifier: the class's logit (before the softmax), the predicted class unless one is given;
+  the rows read are [CLS] (and DeiT's [DIST], which its head averages with [CLS]);
+- decoder: the log-probability of the target token after the text (gradient rollout), or its logit
+  (AttnLRP, which conserves a score, not a log-probability); the row read is the last token;
+- encoder: the cosine similarity between the text's sentence embedding (the mean of the last hidden
+  states over the tokens, as sentence-transformers pools MiniLM) and a reference sentence's; every row.
+
+The forward pass here records autograd (the maps stay in the graph: core.attention's explicit path);
+gradients come from torch.autograd.grad, so no parameter's .grad is touched.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attn_explorer.errors import UserError
+
+METHODS = ("gradient_rollout", "attnlrp", "rollout", "attention")
+METHOD_TITLES = {
+    "gradient_rollout": "gradient rollout (Chefer et al. 2021)",
+    "attnlrp": "AttnLRP subset (gradient × input with LRP rules)",
+    "rollout": "attention rollout (Abnar & Zuidema 2020)",
+    "attention": "raw attention, last layer, mean over heads",
+}
+
+
+@dataclass
+class Relevance:
+    """One input's relevance per token for one score (NumPy and plain data: it can cross into the GUI)."""
+
+    method: str  # one of METHODS
+    scores: np.ndarray  # float32 (N,): each input token's relevance (attnlrp: signed)
+    tokens: list[str]
+    special: np.ndarray  # bool (N,)
+    target: str  # what was explained, in words ('logit of class "7"', 'log p(" Paris")', ...)
+    value: float  # the score's value on this input
+    rows: list[int]  # the query rows the score reads
+    grid: tuple[int, int] | None = None  # image models: the patch grid
+    patch_offset: int = 0  # image models: patches are tokens[patch_offset:]
+    image: np.ndarray | None = None  # image models: uint8 (H, W, 3), the pixels seen
+    notes: list[str] = field(default_factory=list)
+
+
+def check_method(method) -> str:
+    m = str(method).strip().lower().replace("-", "_").replace(" ", "_")
+    if m not in METHODS:
+        raise UserError(f"unknown relevance method {method!r}: choose from {', '.join(METHODS)}")
+    return m
+
+
+# ---- the rules on tensors --------------------------------------------------------------------------------
+
+def gradient_rollout(probs: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
+    """Chefer et al. 2021's rule over layers: probs and grads (B, H, N, N) per layer, first layer first ->
+    R (B, N, N), starting from the identity: R ← R + mean_h(relu(grad ⊙ A)) · R."""
+    B, _, N, _ = probs[0].shape
+    R = torch.eye(N, dtype=probs[0].dtype, device=probs[0].device).expand(B, N, N)
+    for A, G in zip(probs, grads):
+        a_bar = (G * A).clamp(min=0).mean(1)  # (B, N, N)
+        R = R + a_bar @ R
+    return R
+
+
+def plain_rollout(probs: list[torch.Tensor]) -> torch.Tensor:
+    """Abnar & Zuidema's rollout on (B, H, N, N) maps, heads averaged: R = Π (0.5·Ā + 0.5·I), rows renormalised."""
+    B, _, N, _ = probs[0].shape
+    eye = torch.eye(N, dtype=probs[0].dtype, device=probs[0].device)
+    R = eye.expand(B, N, N)
+    for A in probs:
+        step = 0.5 * A.mean(1) + 0.5 * eye
+        R = (step / step.sum(-1, keepdim=True).clamp_min(1e-12)) @ R
+    return R
+
+
+def read_rows(M: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """(B, N, N) -> (B, N): the mean of the rows the score reads."""
+    return M[:, rows].mean(1)
+
+
+# ---- one forward and backward pass ------------------------------------------------------------------------
+
+def num_layers(module) -> int:
+    from attn_explorer.core.blocks import BlockStack
+
+    stack = next((m for m in module.modules() if isinstance(m, BlockStack)), None)
+    if stack is None:
+        raise UserError("this model has no attention layers to explain")
+    return len(stack.layers)
+
+
+def token_relevance(module, inputs: dict, score: Callable, method: str, rows: list[int], dk_scale: float = 1.0,
+                    progress: Callable[[float, str], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Relevance (B, N) float32 of each input token for score(out) (B,), and the scores (B,).
+
+    One forward pass with autograd (every layer's maps kept in the graph) and, for the gradient methods,
+    one backward pass. Each sample's score depends on its own input only, so the gradient of the sum
+    is each sample's own: a batch gives what each input gives alone. progress(fraction, message) is
+    called once per layer each way (a cancelled job stops there)."""
+    method = check_method(method)
+    from attn_explorer.core.explain import lrp_rules
+
+    L = num_layers(module)
+    report = progress or (lambda f, m: None)
+    caps = {i: {"save_probs": True, "quiet": True, "head_hook": _forward_tick(report, i, L)} for i in range(L)}
+    caps[0]["resid"] = True
+    grads_needed = method in ("gradient_rollout", "attnlrp")
+    if grads_needed and not any(p.requires_grad for p in module.parameters()):
+        raise UserError("this model's weights are frozen (requires_grad off): gradient relevance needs autograd")
+    mode = torch.enable_grad() if grads_needed else torch.no_grad()
+    with mode, (lrp_rules() if method == "attnlrp" else nullcontext()):
+        out = module(dk_scale=dk_scale, captures=caps, output_attentions=False, **inputs)
+        y = score(out)  # (B,)
+    probs = [caps[i]["probs"] for i in range(L)]
+    if method == "attention":
+        rel = probs[-1].detach().mean(1)[:, rows].mean(1)
+    elif method == "rollout":
+        rel = read_rows(plain_rollout([p.detach().float() for p in probs]), rows)
+    elif method == "gradient_rollout":
+        for i, p in enumerate(probs):
+            p.register_hook(_backward_tick(report, L - 1 - i, L))
+        grads = torch.autograd.grad(y.sum(), probs)
+        R = gradient_rollout([p.detach().float() for p in probs], [g.float() for g in grads])
+        rel = read_rows(R - torch.eye(R.shape[-1], dtype=R.dtype, device=R.device), rows)  # what the layers added
+    else:
+        for i, p in enumerate(probs):
+            p.register_hook(_backward_tick(report, L - 1 - i, L))
+        x0 = caps[0]["resid_in"]
+        (g,) = torch.autograd.grad(y.sum(), x0)
+        rel = (x0.detach().float() * g.float()).sum(-1)  # (B, N): Σ_d x ⊙ ∂y/∂x
+    report(1.0, "done")
+    return rel.detach().float().cpu().numpy(), y.detach().float().cpu().numpy()
+
+
+def _forward_tick(report, i: int, L: int):
+    def hook(ctx):
+        report(0.5 * i / L, f"forward: layer {i + 1} of {L}")
+        return ctx
+
+    return hook
+
+
+def _backward_tick(report, done: int, L: int):
+    def hook(grad):
+        report(0.5 + 0.5 * done / L, f"backward: layer {L - done} of {L}")
+        return None
+
+    return hook
+
+
+# ---- scores -----------------------------------------------------------------------------------------------
+
+def class_logit(classes: torch.Tensor) -> Callable:
+    """Score: each sample's logit of its class (classes (B,) long)."""
+    return lambda out: out.logits.gather(1, classes.view(-1, 1).to(out.logits.device)).squeeze(1)
+
+
+def next_token_score(module, token_id: int, log_prob: bool) -> Callable:
+    """Score: the target token's log-probability (or logit) after the last input token."""
+    def score(out):
+        logits = module.logits(out.hidden[:, -1]).float()
+        return (F.log_softmax(logits, -1) if log_prob else logits)[:, token_id]
+
+    return score
+
+
+def mean_pooled(hidden: torch.Tensor) -> torch.Tensor:
+    """(B, N, D) -> (B, D): the sentence embedding, the mean of the tokens' last hidden states."""
+    return hidden.float().mean(1)
+
+
+def similarity_score(reference: torch.Tensor) -> Callable:
+    """Score: the cosine similarity of the sentence embedding to reference (D,)."""
+    return lambda out: F.cosine_similarity(mean_pooled(out.hidden), reference[None].float(), dim=-1)
+
+
+# ---- a whole explanation for one input of an api Model -------------------------------------------------------
+
+def model_kind(model) -> str:
+    """"image", "decoder" or "encoder"; a UserError for what cannot be explained here."""
+    info, module = model.info, model.module
+    if info.encoder_decoder:
+        raise UserError(f"relevance is not supported yet for encoder-decoders ({info.name})")
+    if info.modality == "image":
+        if getattr(module, "heads", None) is None:
+            raise UserError(f"{info.name} has no classifier head: an image's relevance needs a class to explain")
+        return "image"
+    if getattr(module, "causal", False):
+        if not (hasattr(module, "logits") and getattr(module, "can_generate", False)):
+            raise UserError(f"{info.name} has no LM head: a decoder's relevance needs next-token logits")
+        return "decoder"
+    return "encoder"
+
+
+def token_id(model, target: str) -> int:
+    """The one token id of target (a decoder's next token); a UserError when it is not exactly one token."""
+    if not isinstance(target, str) or not target:
+        raise UserError("give the target as one token of text, e.g. ' Paris'")
+    if model.tokenizer is None:
+        raise UserError(f"{model.info.name} has no tokenizer to read the target token with")
+    enc = model.tokenizer.tok.encode(target, add_special_tokens=False)
+    if len(enc.ids) != 1:
+        pieces = " | ".join(model.tokenizer.display(enc.ids)) or "nothing"
+        raise UserError(f"the target {target!r} is {len(enc.ids)} tokens ({pieces}), not one: give a single token")
+    return int(enc.ids[0])
+
+
+def class_index(model, target) -> int:
+    """A class given by its label or its number; a UserError for neither."""
+    labels = model.labels or {}
+    t = str(target).strip()
+    for i, name in labels.items():
+        if name == t:
+            return int(i)
+    n = int(model.module.cfg.num_labels)
+    if t.isdigit() and int(t) < n:
+        return int(t)
+    known = ", ".join(labels[i] for i in sorted(labels)[:12]) if labels else f"0..{n - 1}"
+    raise UserError(f"unknown class {target!r}: use one of {known}")
+
+
+def explain(model, x, method: str = "gradient_rollout", target=None, reference: str | None = None,
+            dk_scale: float = 1.0, max_tokens: int | None = None, image_size: int | None = None,
+            progress: Callable[[float, str], None] | None = None) -> Relevance:
+    """The relevance of each token of x (text or an image) for one score of `model` (an api Model).
+
+    target: image models, a class label or number (default: the predicted class); decoders, one token of
+    text (default: the most likely next token). reference: encoders, the sentence to compare with (needed)."""
+    method = check_method(method)
+    kind = model_kind(model)
+    dk_scale, _ = model._check_dk(dk_scale, None)
+    prep = model.prepare(x, max_tokens=max_tokens, image_size=image_size)
+    if kind == "image":
+        return _explain_image(model, prep, method, target, dk_scale, progress)
+    tokens, special = list(prep.tokens), np.asarray(prep.special, dtype=bool)
+    if kind == "decoder":
+        out, _ = model._forward(prep.inputs, dk_scale, None, output_attentions=False)
+        with torch.inference_mode():  # the forward's tensors are inference tensors: no autograd on them
+            logits = model.module.logits(out.hidden[0, -1]).float()
+        tid = int(logits.argmax()) if target in (None, "") else token_id(model, target)
+        shown = model.tokenizer.display([tid])[0]
+        log_prob = method != "attnlrp"
+        what = f'log p("{shown}" next)' if log_prob else f'logit of "{shown}" next'
+        score, rows = next_token_score(model.module, tid, log_prob), [len(tokens) - 1]
+    else:
+        if reference is None or not str(reference).strip():
+            raise UserError("an encoder's relevance explains the similarity to a reference sentence: give one")
+        ref = model.prepare(str(reference), max_tokens=max_tokens)
+        out, _ = model._forward(ref.inputs, dk_scale, None, output_attentions=False)
+        emb = mean_pooled(out.hidden)[0].detach().clone()
+        what = f'cosine similarity to "{_short(reference)}"'
+        score, rows = similarity_score(emb), list(range(len(tokens)))
+    rel, y = token_relevance(model.module, prep.inputs, score, method, rows, dk_scale, progress)
+    return Relevance(method, rel[0], tokens, special, what, float(y[0]), rows, notes=list(prep.notes))
+
+
+def _explain_image(model, prep, method, target, dk_scale, progress) -> Relevance:
+    out, _ = model._forward(prep.inputs, dk_scale, None, output_attentions=False)
+    cls = int(out.logits[0].argmax()) if target in (None, "") else class_index(model, target)
+    extra = model._extra_tokens()
+    rows = list(range(min(len(extra), int(getattr(model.module.cfg, "classifier_tokens", 1))))) or \
+        list(range(out.hidden.shape[1]))  # SigLIP (no [CLS]): every token
+    label = model.labels.get(cls, str(cls))
+    rel, y = token_relevance(model.module, prep.inputs, class_logit(torch.tensor([cls])), method, rows, dk_scale,
+                             progress)
+    r, c = out.grid
+    tokens = extra + [f"r{i}c{j}" for i in range(r) for j in range(c)]
+    special = np.asarray([True] * len(extra) + [False] * (r * c))
+    return Relevance(method, rel[0], tokens, special, f'logit of class "{label}"', float(y[0]), rows, grid=(r, c),
+                     patch_offset=len(extra), image=prep.image, notes=list(prep.notes))
+
+
+def _short(text: str, n: int = 40) -> str:
+    t = " ".join(str(text).split())
+    return t if len(t) <= n else t[: n - 1] + "…"
+
+
+def patch_relevance(rel: Relevance) -> np.ndarray:
+    """An image's relevance over its patches as the (rows, cols) grid (the extra tokens left out)."""
+    if rel.grid is None:
+        raise UserError("this relevance is over text tokens, not image patches")
+    return rel.scores[rel.patch_offset:].reshape(rel.grid)

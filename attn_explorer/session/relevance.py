@@ -1,0 +1,50 @@
+"""What the relevance page may call from the analysis floor (analysis.relevance), so `gui/` never imports below
+`session/`.
+
+- `relevance_job(model, x, run_kw, method, target, progress)`: a job function, run by the page through
+  `SessionState.submit(..., key=LANE)`; `progress` makes it report each layer (forward, then backward) and
+  stop when the lane is cancelled.
+- `target_kind(info)`, `target_hint(info)`: plain functions on ModelInfo, for the page's target box.
+"""
+from __future__ import annotations
+
+from attn_explorer.analysis.relevance import METHOD_TITLES, METHODS, Relevance, explain, patch_relevance
+
+__all__ = ["LANE", "METHODS", "METHOD_TITLES", "Relevance", "patch_relevance", "relevance_job", "target_hint",
+           "target_kind"]
+
+LANE = "interventions-relevance"
+
+
+def target_kind(info) -> str:
+    """"image" (a class), "decoder" (the next token), "encoder" (a reference sentence) or "none"."""
+    if info is None or info.encoder_decoder:
+        return "none"
+    if info.modality == "image":
+        return "image"
+    return "decoder" if info.causal else "encoder"
+
+
+def target_hint(info) -> str:
+    """The target box's placeholder: what it takes for this model."""
+    return {
+        "image": "class to explain (empty: the predicted class)",
+        "decoder": "next token to explain, e.g. ' Paris' (empty: the most likely)",
+        "encoder": "reference sentence: its similarity is explained",
+        "none": "relevance is not supported for this model",
+    }[target_kind(info)]
+
+
+def relevance_job(model, x, run_kw: dict, method: str, target: str, progress=None) -> Relevance:
+    """The relevance of each token of x for the page's target (see analysis.relevance.explain). For an encoder
+    `target` is the reference sentence; otherwise the class or the next token (empty: the model's own choice)."""
+    kw = {k: run_kw[k] for k in ("dk_scale", "max_tokens", "image_size") if run_kw.get(k) is not None}
+    if run_kw.get("dk_layers"):
+        from attn_explorer.errors import UserError
+
+        raise UserError("relevance uses one d_k scale for every layer: switch off 'only this layer' for the d_k slider")
+    kind = target_kind(model.info)
+    t = (target or "").strip() if kind != "decoder" else (target or "")
+    if kind == "encoder":
+        return explain(model, x, method, reference=t, progress=progress, **kw)
+    return explain(model, x, method, target=t or None, progress=progress, **kw)
