@@ -276,3 +276,12 @@ def _remember(seen: dict, i: int):
         seen[i] = args[1] if len(args) > 1 else AttentionOptions()
 
     return hook
+
+
+def layers_of(store) -> list[LayerQK]:
+    """The LayerQK records of a long run's store (RunResult.lazy): a list of them as it is, or a store whose
+    `layers` each hold q, k, lse, their options and head_dim."""
+    items = list(store) if isinstance(store, (list, tuple)) else list(store.layers)
+    if all(isinstance(l, LayerQK) for l in items):
+        return items
+    return [LayerQK(l.q, l.k, l.lse, l.options, l.head_dim) for l in items]

@@ -15,14 +15,16 @@ import numpy as np
 
 from attn_explorer.analysis import ANALYSES
 from attn_explorer.analysis.compare import attention_diff, mismatch, shape_text
+from attn_explorer.analysis.long import layers_of, rollout_row, tiled_head_stats
 from attn_explorer.analysis.norms import LayerNorms, model_norms, special_share
 from attn_explorer.analysis.rollout import FUSIONS, rollout_layers
 from attn_explorer.analysis.search import HeadScore, head_scores, preset_target, rank_heads
 from attn_explorer.analysis.stats import HeadStats, findings, head_stats
 
 __all__ = ["ANALYSES", "FUSIONS", "HeadScore", "HeadStats", "LayerNorms", "attention_diff", "compare_job",
-           "findings", "head_stats", "head_stats_job", "load_and_run_job", "mismatch", "norms_job", "rollout_job",
-           "rollout_layers", "run_job", "search_job", "shape_text", "special_share"]
+           "findings", "head_stats", "head_stats_job", "load_and_run_job", "long_head_stats_job", "long_rollout_job",
+           "mismatch", "norms_job", "rollout_job", "rollout_layers", "run_job", "search_job", "shape_text",
+           "special_share"]
 
 TOP = 10  # heads the search page lists
 
@@ -37,6 +39,25 @@ def head_stats_job(att, special, grid, patch_offset, patch_size) -> HeadStats:
 def rollout_job(att, fusion: str, discard_ratio: float) -> np.ndarray:
     """(L, N, N): the rollout through layers 0..l, for every l (the rollout page)."""
     return rollout_layers(att, fusion, discard_ratio)
+
+
+def long_head_stats_job(r, grid, patch_offset, patch_size, progress=None) -> HeadStats:
+    """The overview's statistics of a long input's result (r.is_lazy: no maps kept), in row tiles from each
+    layer's q and k, reporting progress after every tile; a cancel stops it at the next one."""
+    from attn_explorer.session.jobs import configure_torch
+
+    configure_torch()
+    return tiled_head_stats(layers_of(r.lazy), r.special, grid, patch_offset, patch_size, progress=progress)
+
+
+def long_rollout_job(r, query: int, fusion: str, discard_ratio: float, upto: int | None,
+                     progress=None) -> np.ndarray:
+    """(N,): row `query` of the rollout through layers 0..upto (all when None) of a long input's result,
+    as vector-matrix products layer by layer, with progress; a cancel stops it at the next tile."""
+    from attn_explorer.session.jobs import configure_torch
+
+    configure_torch()
+    return rollout_row(layers_of(r.lazy), query, fusion, discard_ratio, upto, progress=progress)
 
 
 def search_job(att, special, tokens, pattern: str, query: str, key: str, offset: int, top: int = TOP):

@@ -11,8 +11,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
 from attn_explorer.gui.analysis.common import AnalysisPage, cell_plot, label_cells
+from attn_explorer.gui.analysis.progress import JobProgress
 from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
-from attn_explorer.session.analysis import findings, head_stats_job
+from attn_explorer.session.analysis import findings, head_stats_job, long_head_stats_job
 from attn_explorer.session.state import SessionState
 
 GRIDS = ("entropy", "sink", "distance", "prev", "next")
@@ -47,7 +48,12 @@ class HeadOverviewPage(AnalysisPage):
             set_bar_label(bar, "")  # the plot's title names the unit
             self.plots[name], self.images[name], self.bars[name] = p, img, bar
         self.sel_box = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
+        self.progress = JobProgress("Measure again")  # a long input's statistics: tiles from q and k, in a worker
+        self.progress.cancel_asked.connect(self._cancel)
+        self.progress.restart_asked.connect(self._restart)
+        self._measuring = None  # the long result being measured now, or the one whose measuring was stopped
         self.finish_layout(None)
+        self.page_layout.insertWidget(self.page_layout.indexOf(self.stack), self.progress)
         self.readout.setText(HINT)
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
@@ -65,17 +71,50 @@ class HeadOverviewPage(AnalysisPage):
             return
         self.stats, self._for = None, None
         self.caption.setText("")
-        self.stack.show_message("Measuring every head…")
         info = self.state.info
         patch = info.patch_size if info is not None and r.grid is not None else None
+        if r.is_lazy:
+            if self._measuring is not r:  # an option changed meanwhile: the job goes on (or stays stopped)
+                self._measure_long(r, patch)
+            return
+        self._measuring = None
+        self.progress.finish()
+        self.stack.show_message("Measuring every head…")
         self.state.submit(head_stats_job, r.attentions, r.special, r.grid, r.patch_offset, patch,
                           key="analysis-overview", on_result=lambda s: self._arrived(r, s), on_error=self._failed,
                           uses_model=False)
 
+    def _measure_long(self, r, patch) -> None:
+        """A long input keeps no maps: every head's statistics are computed in row tiles from q and k, in a
+        worker that reports how far it got and stops when cancelled."""
+        what = f"Measuring every head of {r.num_tokens:,} tokens, in tiles from each layer's q and k…"
+        self._measuring = r
+        self.progress.start(what)
+        self.stack.show_message(what)
+        self.state.submit(long_head_stats_job, r, r.grid, r.patch_offset, patch, key="analysis-overview",
+                          on_result=lambda s: self._arrived(r, s), on_error=self._failed_long,
+                          on_progress=self.progress.advance, uses_model=False)
+
+    def _cancel(self) -> None:
+        self.state.cancel("analysis-overview")
+        self.progress.stopped("Stopped: the statistics of this input were not measured.")
+        self.stack.show_message("Measuring was stopped before every head was measured: nothing is shown. "
+                                "Press Measure again to start over.")
+
+    def _restart(self) -> None:
+        self.stats, self._for, self._measuring = None, None, None
+        self.refresh()
+
+    def _failed_long(self, message: str) -> None:
+        self.progress.finish()
+        self._measuring = None
+        self._failed(message)
+
     def _arrived(self, r, s) -> None:
         if r is not self.state.result:
             return  # a newer result is on its way and will be measured
-        self.stats, self._for = s, r
+        self.progress.finish()
+        self.stats, self._for, self._measuring = s, r, None
         self._draw()
 
     # ------------------------------------------------------------------------------- drawing
@@ -101,7 +140,10 @@ class HeadOverviewPage(AnalysisPage):
                  for f in findings(s)]
         info = self.state.info
         tag = "" if info is None or info.trained else "<br><b>Untrained model (random weights): patterns mean nothing.</b>"
-        self.caption.setText("<b>Head overview</b> — " + "; ".join(lines) + "." + tag)
+        r = self._for
+        how = (f" Measured exactly in tiles from each layer's q and k ({r.num_tokens:,} tokens: no maps kept)."
+               if r is not None and r.is_lazy else "")
+        self.caption.setText("<b>Head overview</b> — " + "; ".join(lines) + "." + how + tag)
 
     def _mark(self) -> None:
         if self.stats is None:

@@ -13,10 +13,11 @@ from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel
 
 from attn_explorer.gui.analysis.common import AnalysisPage, HeatPanel, untrained_tag
+from attn_explorer.gui.analysis.progress import JobProgress
 from attn_explorer.gui.widgets.heatmap import colormap, set_bar_label
 from attn_explorer.gui.widgets.overlay import blend, heat_label, heat_levels, patch_heat
-from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, without_specials
-from attn_explorer.session.analysis import FUSIONS, rollout_job
+from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, rows_without_specials, without_specials
+from attn_explorer.session.analysis import FUSIONS, long_rollout_job, rollout_job
 from attn_explorer.session.state import SessionState
 
 
@@ -54,10 +55,18 @@ class RolloutPage(AnalysisPage):
         set_bar_label(self.pic_bar, "rollout")
         self.canvas.addItem(self.pic_bar, row=0, col=2)
         self.finish_layout(bar)
+        self.progress = JobProgress()  # a long input's one rollout row: tiles from q and k, in a worker
+        self.progress.cancel_asked.connect(self._cancel)
+        self.progress.restart_asked.connect(self._restart)
+        self.page_layout.insertWidget(self.page_layout.indexOf(self.stack), self.progress)
+        self._rolling: tuple | None = None  # the long request in flight, or the one that was stopped
+        self.row: np.ndarray | None = None  # a long input's rollout row of the query (every token)
+        self._row_for: tuple | None = None  # the request (result, fusion, discard, query, upto) it answers
         self.layers: np.ndarray | None = None  # (L, N, N) rollout through each layer
         self._for: tuple | None = None  # (result, fusion, discard) the layers describe
         self.shown: np.ndarray | None = None  # the (N, N) rollout of the layer on screen (every token)
         self.tokens: list[str] = []  # the tokens the text map labels (special ones gone when hidden)
+        self.row_tokens: list[str] = []  # a long input's row label: the query token
         for sig in (self.fusion.currentIndexChanged, self.discard.valueChanged, self.upto.toggled):
             sig.connect(lambda *_: self.refresh())
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
@@ -74,6 +83,11 @@ class RolloutPage(AnalysisPage):
         r = self.result_to_draw()
         if r is None:
             return
+        if r.is_lazy:
+            self._roll_long(r)
+            return
+        self.progress.finish()
+        self._rolling = self.row = self._row_for = None
         key = (r,) + self.settings()
         if self._for is not None and self._for[0] is r and self._for[1:] == key[1:] and self.layers is not None:
             self._draw()
@@ -84,6 +98,93 @@ class RolloutPage(AnalysisPage):
         fusion, ratio = self.settings()
         self.state.submit(rollout_job, r.attentions, fusion, ratio, key="analysis-rollout",
                           on_result=lambda out: self._arrived(key, out), on_error=self._failed, uses_model=False)
+
+    # ------------------------------------------------------------------------------- long inputs
+    def long_request(self, r) -> tuple:
+        """(result, fusion, discard, query, upto): what a long input's one rollout row depends on."""
+        L = self.state.info.num_layers if self.state.info is not None else 1
+        upto = min(self.state.layer, L - 1) if self.upto.isChecked() else None
+        return (r, *self.settings(), min(self.state.query, r.num_tokens - 1), upto)
+
+    def _roll_long(self, r) -> None:
+        """A long input keeps no maps: roll out the query's row only, layer by layer from the top down, each
+        layer's rows computed in tiles from q and k, in a worker with progress and cancel."""
+        key = self.long_request(r)
+        if _same(self._row_for, key) and self.row is not None:
+            self._draw_row()
+            return
+        if _same(self._rolling, key):
+            return  # in flight, or stopped by the user: a redraw does not start it again
+        self.row, self._row_for = None, None
+        self.caption.setText("")
+        if key[2] > 0:
+            self.progress.finish()
+            self._rolling = None
+            self.stack.show_message("Discarding the lowest weights needs each layer's whole map, which a long "
+                                    "input does not keep: set discard lowest to 0 to roll this input out.")
+            return
+        self._rolling = key
+        what = (f"Rolling out the row of token {key[3]} (\u201c{r.tokens[key[3]]}\u201d) through the layers, "
+                f"in tiles from q and k…")
+        self.progress.start(what)
+        self.stack.show_message(what)
+        self.state.submit(long_rollout_job, r, key[3], key[1], key[2], key[4], key="analysis-rollout",
+                          on_result=lambda row: self._row_arrived(key, row), on_error=self._failed_long,
+                          on_progress=self.progress.advance, uses_model=False)
+
+    def _row_arrived(self, key, row) -> None:
+        if key[0] is not self.state.result or not _same(key, self.long_request(key[0])):
+            return  # the request changed meanwhile: the newer one is on its way
+        self.progress.finish()
+        self.row, self._row_for, self._rolling = row, key, None
+        self._draw_row()
+
+    def _cancel(self) -> None:
+        self.state.cancel("analysis-rollout")
+        self.progress.stopped("Stopped: this rollout row was not computed.")
+        self.stack.show_message("Rolling out was stopped before it reached layer 0: nothing is shown. "
+                                "Press Start again to start over.")
+
+    def _restart(self) -> None:
+        self._rolling = None
+        self.refresh()
+
+    def _failed_long(self, message: str) -> None:
+        self.progress.finish()
+        self._rolling = None
+        self._failed(message)
+
+    def _draw_row(self) -> None:
+        """The query's rollout row: over the picture for images, else a one-row strip over every token."""
+        st, r = self.state, self.state.result
+        _, fusion, _, q, upto = self._row_for
+        self.stack.show_canvas()
+        L = st.info.num_layers if st.info is not None else 1
+        through = f"layers 0–{upto}" if upto is not None else f"all {L} layers"
+        image = r.grid is not None and r.image is not None
+        self.picture.setVisible(image)
+        self.pic_bar.setVisible(image)
+        self.panel.plot.setVisible(not image)
+        log, hide = st.log_scale, st.hide_special
+        how = (f"heads fused by {fusion}; one row, computed exactly in tiles from each layer's q and k "
+               f"({r.num_tokens:,} tokens: no maps kept)")
+        if image:
+            self.shown = None
+            self._draw_picture(self.row, q, through, how)
+            return
+        kept = kept_tokens(r.special, r.num_tokens, hide)
+        row = rows_without_specials(self.row, r.special) if hide else self.row
+        tokens = [r.tokens[i] for i in kept]
+        values, levels, _top = clipped_values(row[None, :], log)
+        self.panel.show(values, [r.tokens[q]], tokens, levels, st.colormap, title=f"rollout through {through}",
+                        label=clipped_label("rollout", log))
+        self.panel.matrix = np.asarray(row)[None, :]
+        self.shown = None
+        self.tokens, self.row_tokens = tokens, [r.tokens[q]]
+        what = (f"How much of token {q} (\u201c{r.tokens[q]}\u201d)'s representation after {through} traces back "
+                f"to each input token, with the residual counted as half of every layer ({how}). The row sums "
+                "to 1. Pick another query on the token page.")
+        self.caption.setText("<b>Attention rollout</b> — " + what + untrained_tag(st.info))
 
     def _arrived(self, key, layers) -> None:
         if key[0] is not self.state.result or key[1:] != self.settings():
@@ -107,21 +208,8 @@ class RolloutPage(AnalysisPage):
         log, hide = st.log_scale, st.hide_special
         if image:
             q = min(st.query, r.num_tokens - 1)
-            heat = patch_heat(self.shown[q], r.grid, r.patch_offset, r.special if hide else None)
-            ih, iw = r.image.shape[:2]
-            self.picture_img.setImage(blend(r.image, heat, st.alpha, st.colormap, log=log), levels=(0, 255),
-                                      autoLevels=False)
-            self.picture_img.setRect(QRectF(0, 0, iw, ih))
-            self.picture.setRange(xRange=(0, iw), yRange=(0, ih), padding=0.02)
-            self.pic_bar.setColorMap(colormap(st.colormap))
-            self.pic_bar.setLevels(values=heat_levels(heat, log)[1])
-            set_bar_label(self.pic_bar, heat_label("rollout", log))
-            who = "[CLS]" if q < r.patch_offset else f"patch {r.tokens[q]}"
-            self.picture.setTitle(f"rollout of {who} over the patches")
-            scale = "log₁₀, 4 powers of ten below" if log else "from 0 to"
-            what = (f"Where <b>{who}</b> at the top of {through} draws from, patch by patch ({how}); colour {scale} "
-                    "the map's 98th percentile" + (", rows renormalised over the patches" if hide else "")
-                    + ". Pick another query by clicking a patch on the Overlay page.")
+            self._draw_picture(self.shown[q], q, through, how)
+            return
         else:
             kept = kept_tokens(r.special, r.num_tokens, hide)
             shown = without_specials(self.shown, r.special) if hide else self.shown
@@ -139,10 +227,37 @@ class RolloutPage(AnalysisPage):
             self.tokens = tokens
         self.caption.setText("<b>Attention rollout</b> — " + what + untrained_tag(st.info))
 
+    def _draw_picture(self, row: np.ndarray, q: int, through: str, how: str) -> None:
+        """Query q's rollout row (every token) as heat over the picture, and the caption that says so."""
+        st, r = self.state, self.state.result
+        log, hide = st.log_scale, st.hide_special
+        heat = patch_heat(row, r.grid, r.patch_offset, r.special if hide else None)
+        ih, iw = r.image.shape[:2]
+        self.picture_img.setImage(blend(r.image, heat, st.alpha, st.colormap, log=log), levels=(0, 255),
+                                  autoLevels=False)
+        self.picture_img.setRect(QRectF(0, 0, iw, ih))
+        self.picture.setRange(xRange=(0, iw), yRange=(0, ih), padding=0.02)
+        self.pic_bar.setColorMap(colormap(st.colormap))
+        self.pic_bar.setLevels(values=heat_levels(heat, log)[1])
+        set_bar_label(self.pic_bar, heat_label("rollout", log))
+        who = "[CLS]" if q < r.patch_offset else f"patch {r.tokens[q]}"
+        self.picture.setTitle(f"rollout of {who} over the patches")
+        scale = "log₁₀, 4 powers of ten below" if log else "from 0 to"
+        what = (f"Where <b>{who}</b> at the top of {through} draws from, patch by patch ({how}); colour {scale} "
+                "the map's 98th percentile" + (", rows renormalised over the patches" if hide else "")
+                + ". Pick another query by clicking a patch on the Overlay page.")
+        self.caption.setText("<b>Attention rollout</b> — " + what + untrained_tag(st.info))
+
     def _hovered(self, pos) -> None:
         r = self.state.result
         hit = self.panel.cell_at(pos) if self.panel.plot.isVisible() else None
         if hit is None or r is None or self.panel.matrix is None:
             return
         i, j = hit
-        self.readout.setText(f'"{self.tokens[i]}" at the top ← input "{self.tokens[j]}": {self.panel.matrix[i, j]:.3f}')
+        top = self.row_tokens[i] if self.row is not None and self._row_for is not None else self.tokens[i]
+        self.readout.setText(f'"{top}" at the top ← input "{self.tokens[j]}": {self.panel.matrix[i, j]:.3f}')
+
+
+def _same(a: tuple | None, b: tuple) -> bool:
+    """Two requests (result first) are the same: the same result object and equal settings."""
+    return a is not None and a[0] is b[0] and a[1:] == b[1:]
