@@ -16,6 +16,52 @@ from attn_explorer.hub.text import TextTokenizer
 from attn_explorer.validate import dk_scale_value, finite_attention, positive_int, text_size_ok, visible_text
 
 
+ABLATIONS = ("zero", "mean")  # how `Model.run(ablate=...)` switches a head off
+
+
+def ablation_captures(ablate: dict, info: ModelInfo) -> dict:
+    """{(layer, head): "zero" | "mean"} -> the forward's captures: one head hook per layer that sets those
+    heads' outputs before W_O (ctx, (B, H, N, d_v)) to zero, or to their mean over this input's positions.
+    A bad layer, head or kind is one UserError line."""
+    if info.encoder_decoder:
+        raise UserError("switching heads off is not supported yet for encoder-decoders (BART)")
+    per_layer: dict[int, dict[int, str]] = {}
+    for key, how in dict(ablate).items():
+        try:
+            layer, head = (int(v) for v in key)
+        except (TypeError, ValueError):
+            raise UserError(f"ablate takes {{(layer, head): 'zero' | 'mean'}}, got the key {key!r}") from None
+        if not (0 <= layer < info.num_layers and 0 <= head < info.num_heads):
+            raise UserError(f"no head L{layer} H{head}: {info.name} has layers 0..{info.num_layers - 1} and "
+                            f"heads 0..{info.num_heads - 1}")
+        if how not in ABLATIONS:
+            raise UserError(f"unknown ablation {how!r} for L{layer} H{head}: use 'zero' or 'mean'")
+        per_layer.setdefault(layer, {})[head] = how
+    return {layer: {"head_hook": _ablation_hook(heads), "quiet": True} for layer, heads in per_layer.items()}
+
+
+def _ablation_hook(heads: dict[int, str]) -> Callable:
+    def hook(ctx: torch.Tensor) -> torch.Tensor:  # (B, H, N, d_v)
+        ctx = ctx.clone()
+        for h, how in heads.items():
+            ctx[:, h] = 0.0 if how == "zero" else ctx[:, h].mean(dim=1, keepdim=True)
+        return ctx
+    return hook
+
+
+# Model.run(lazy=None) keeps q and k instead of maps that would take more than this: above it the maps cost
+# more memory than they are worth (SmolLM2 ~1,400 tokens, Gemma 3 270M ~2,700, DINOv2-S at 1036 px), and the
+# lazy forward is no slower than the plain one (benchmarks/bench_long.py)
+DENSE_MAX_BYTES = 2 * 10**9
+
+
+def lazy_captures(num_layers: int, captures: dict | None = None) -> dict:
+    """The forward's captures of a lazy run: every layer keeps q, k and lse (quietly: nothing else), with
+    whatever else a layer's capture already asks for (an ablation's head hook)."""
+    captures = captures or {}
+    return {i: {**captures.get(i, {}), "keep": True, "quiet": True} for i in range(num_layers)}
+
+
 @dataclass
 class Prepared:
     """One input made ready for the module: its forward's keyword arguments, and what a run reports about it."""
@@ -65,19 +111,39 @@ class Model:
         return f"Model({i.name!r}, {i.family}, L={i.num_layers}, H={i.num_heads}, D={i.hidden_size}, {i.device})"
 
     def run(self, x, dk_scale: float = 1.0, dk_layers=None, max_tokens: int | None = None,
-            image_size: int | None = None, hidden: bool = False, target: str | None = None) -> RunResult:
+            image_size: int | None = None, hidden: bool = False, target: str | None = None,
+            ablate: dict | None = None, reuse_prefix: bool = False, lazy: bool | None = None) -> RunResult:
         """Attention of every head in every layer for x (text for text models; a PIL image or a
         file path for image models). max_tokens keeps exactly the first max_tokens tokens, special
         tokens included (at least info.min_tokens); image_size sets the square input side in pixels
         (rounded down to whole patches). target: the decoder's text for an encoder-decoder (BART): the
-        result also has decoder_attentions and cross_attentions (see api.seq2seq)."""
+        result also has decoder_attentions and cross_attentions (see api.seq2seq).
+        ablate: {(layer, head): "zero" | "mean"} switches those heads off before W_O (see
+        `ablation_captures`); later layers' maps and the hidden state show the effect.
+        reuse_prefix: a decoder keeps this run's KV cache, and the next run with it on runs only the tokens
+        from the first one that changed (api.prefix); `RunResult.reuse` says what was reused.
+        lazy: keep each layer's q, k and row statistics instead of the maps (api.lazy: `RunResult.attention`
+        computes any part of any head exactly; `attentions` refuses). None (default): lazy where the maps
+        would take more than DENSE_MAX_BYTES or not fit the memory budget; False: the maps themselves (refused
+        in one line where they do not fit); True: lazy at any size. Encoder-decoders stay dense."""
         from attn_explorer.api.seq2seq import prepare_target, result_fields
 
         dk_scale, dk_layers = self._check_dk(dk_scale, dk_layers)
+        captures = ablation_captures(ablate, self.info) if ablate else None
         prep = self.prepare(x, max_tokens=max_tokens, image_size=image_size)
         dec = prepare_target(self, prep, target, max_tokens)
-        self._check_memory(prep)
-        out, ms = self._forward(prep.inputs, dk_scale, dk_layers)
+        keep = self._keep_lazily(prep, lazy, hidden, dec is not None)
+        if keep:
+            captures = lazy_captures(self.info.num_layers, captures)
+        if reuse_prefix and self.info.modality == "text" and dec is None and not keep:
+            from attn_explorer.api import prefix
+
+            return prefix.run(self, prep, dk_scale, dk_layers, hidden, captures)
+        out, ms = self._forward(prep.inputs, dk_scale, dk_layers, captures=captures, output_attentions=not keep)
+        if keep:
+            from attn_explorer.api.lazy import LazyAttention
+
+            out.lazy = LazyAttention.from_captures(captures)
         if self.info.modality == "text":
             return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
                                 notes=prep.notes, total_tokens=prep.total_tokens,
@@ -92,6 +158,48 @@ class Model:
         p = self.info.patch_size
         extra = len(self._extra_tokens())
         return (pixels.shape[-2] // p) * (pixels.shape[-1] // p) + extra
+
+    def _keep_lazily(self, prep: Prepared, lazy: bool | None, hidden: bool, seq2seq: bool) -> bool:
+        """Whether this run keeps q, k and lse instead of the maps (see run's `lazy`), after the memory guard
+        for what it will really keep: the maps (dense), or every layer's q, k, lse and the hidden state."""
+        if lazy is not None and not isinstance(lazy, bool):
+            raise UserError(f"lazy must be True, False or None (automatic), got {lazy!r}")
+        if seq2seq or self.info.encoder_decoder:
+            if lazy:
+                raise UserError("lazy attention (q and k kept instead of the maps) is not supported yet for "
+                                "encoder-decoders (BART): use fewer tokens")
+            self._check_memory(prep)
+            return False
+        n = self.token_count(prep)
+        dense = self._dense_bytes(n)
+        budget = default_budget(self.device)
+        if lazy is False or (lazy is None and dense <= min(budget, DENSE_MAX_BYTES)):
+            self._check_memory(prep)
+            return False
+        from attn_explorer.api.lazy import kept_bytes
+
+        i = self.info
+        H, H_kv, d = self._head_shape()
+        need = kept_bytes(n, n, i.num_layers, H, H_kv, d, self.dtype.itemsize) + (n * i.hidden_size * 4 if hidden else 0)
+        if need > budget:
+            raise UserError(f"{n:,} tokens would keep {human_bytes(need)} of queries and keys for {i.num_layers} "
+                            f"layers × {H} heads (the maps themselves: {human_bytes(dense)}); only "
+                            f"{human_bytes(budget)} can be spared now: use fewer tokens or a smaller image size")
+        return True
+
+    def _dense_bytes(self, n: int) -> int:
+        """What the maps of n tokens take while a run makes them (see _check_memory)."""
+        elem = self.dtype.itemsize + (0 if self.dtype == torch.float32 else 4)
+        return attention_maps_bytes(n, self.info.num_layers, self.info.num_heads, elem=elem)
+
+    def _head_shape(self) -> tuple[int, int, int]:
+        """(query heads, key/value heads, head size) of the module's attention layers."""
+        layers = getattr(getattr(self.module, "blocks", None), "layers", None)
+        attn = getattr(layers[0], "attn", None) if layers else None
+        if attn is None:
+            i = self.info
+            return i.num_heads, i.num_heads, i.hidden_size // max(1, i.num_heads)
+        return attn.num_heads, attn.num_kv_heads, attn.head_dim
 
     def _check_memory(self, prep: Prepared) -> None:
         """Refuse, before running, an input whose attention maps would not fit in memory (the same
@@ -176,9 +284,16 @@ class Model:
         return out, ms
 
     def _result(self, out, ms, tokens, special, dk_scale, hidden, **kw) -> RunResult:
-        att = finite_attention(out.attentions[0].float().cpu().numpy())  # (L, H, N, N); NaN is refused
+        store = getattr(out, "lazy", None)
+        if store is not None:  # a lazy run: the store instead of the maps (api.lazy)
+            from attn_explorer.api.result import NotKept
+
+            att, kw = NotKept(store.shape, store.dense_bytes), {**kw, "lazy": store}
+        else:
+            att = finite_attention(out.attentions[0].float().cpu().numpy())  # (L, H, N, N); NaN is refused
+            att = np.ascontiguousarray(att, dtype=np.float32)
         return RunResult(
-            attentions=np.ascontiguousarray(att, dtype=np.float32), tokens=tokens,
+            attentions=att, tokens=tokens,
             special=np.asarray(special, dtype=bool), model=self.info.name, dk_scale=dk_scale, forward_ms=ms,
             warm_up=self._first_pass, hidden=out.hidden[0].float().cpu().numpy() if hidden else None, **kw,
         )
