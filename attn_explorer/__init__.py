@@ -22,6 +22,8 @@ _LAZY = {
     "ModelInfo": "attn_explorer.api.result",
     "UserError": "attn_explorer.errors",
     "show": "attn_explorer.api.notebook",  # ax.show(result, view="grid") in Jupyter: the page of api/html.py
+    # ax.open(result_or_path): a saved run in the window ("module:name" where the name differs); Qt loads on use
+    "open": "attn_explorer.gui.window.app:open_window",
 }
 
 
@@ -29,7 +31,8 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, _, attr = _LAZY[name].partition(":")
+        return getattr(importlib.import_module(module), attr or name)
     raise AttributeError(f"module 'attn_explorer' has no attribute {name!r}")
 
 

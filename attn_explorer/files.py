@@ -135,9 +135,12 @@ def read_text_file(path: str | os.PathLike, max_bytes: int = MAX_TEXT_BYTES) -> 
     return text
 
 
-def result_arrays(r) -> dict[str, np.ndarray]:
+def result_arrays(r, view: dict | None = None, image: bool = True) -> dict[str, np.ndarray]:
     """The arrays of a RunResult as saved to .npz: strings as NumPy unicode, so np.load needs no pickles.
-    Attention with NaN or infinity is refused: a wrong file is worse than none."""
+    Attention with NaN or infinity is refused: a wrong file is worse than none. What the window needs to
+    reopen the file (session.reopen) is there too: an image run's pixels ("image", with image=True) and,
+    when given, the view it was saved from ("view": JSON text of page, selection and options); a text run
+    without a view has the five arrays it always had."""
     d = {
         "attentions": finite_attention(np.ascontiguousarray(r.attentions, dtype=np.float32)),  # (L, H, N, N)
         "tokens": np.asarray(list(r.tokens), dtype=np.str_),
@@ -147,11 +150,17 @@ def result_arrays(r) -> dict[str, np.ndarray]:
     }
     if r.grid is not None:
         d["grid"] = np.asarray(r.grid, dtype=np.int64)
+        if image and r.image is not None:
+            d["image"] = np.ascontiguousarray(r.image, dtype=np.uint8)  # (H, W, 3): the pixels the model saw
+    if view:
+        import json
+
+        d["view"] = np.asarray(json.dumps(view), dtype=np.str_)
     return d
 
 
-def save_npz(r, path: str | os.PathLike) -> Path:
-    arrays = result_arrays(r)
+def save_npz(r, path: str | os.PathLike, view: dict | None = None) -> Path:
+    arrays = result_arrays(r, view)
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:

@@ -72,7 +72,7 @@ def save_result(r, out: str | os.PathLike, extra: dict[str, np.ndarray] | None =
     if ext == ".npz":
         return save_npz(r, out)
     if ext == ".json":
-        d = {k: v.tolist() for k, v in {**result_arrays(r), **(extra or {})}.items()}
+        d = {k: v.tolist() for k, v in {**result_arrays(r, image=False), **(extra or {})}.items()}
         d["notes"] = list(r.notes)
 
         def write(tmp):

@@ -44,6 +44,7 @@ class SessionState(InputState):
     sweep_progressed = Signal(int, int)  # forward passes done, in all
     sweep_point_measured = Signal(int, float)  # n, median forward ms at that n
     sweep_finished = Signal(bool)  # True: every length measured; False: cancelled or failed
+    saved_run_shown = Signal(str)  # a saved run's maps are on screen without their model (its label, "run.npz")
 
     def __init__(self, loader: Loader | None = None, device: str = "auto", parent: QObject | None = None,
                  dtype: str = "float32"):
@@ -72,6 +73,11 @@ class SessionState(InputState):
         self.run_timing: dict[str, float] = {}
         self._asked_at = 0.0  # perf_counter of the newest run request
         self._shown_from: tuple | None = None  # (model, input, run kwargs) that made `result`
+        # a saved run shown without its model (open_result): its label ("run.npz"), "" otherwise
+        self.result_only: str = ""
+        self._opened: RunResult | None = None  # that run as read, before its first pooling
+        self._session: Any = None  # the session (saved.SavedSession) whose model is loading, to restore after
+        self._session_note = ""  # a line to show once the restored session's run is on screen
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -145,6 +151,7 @@ class SessionState(InputState):
         self.layer = self.info.num_layers - 1 if self.info.modality == "image" else min(self.layer, self.info.num_layers - 1)
         self.head = min(self.head, self.info.num_heads - 1)
         self._query_chosen = False
+        self.result_only, self._opened = "", None
         if self.info.modality == "text":
             self.last_text_model = self.info.name
             self.input_kind = "text"
@@ -153,17 +160,31 @@ class SessionState(InputState):
             if self.image is None:
                 self.image = first_sample()
         self.model_loaded.emit(self.info)
+        session, self._session = self._session, None
+        if session is not None:
+            from attn_explorer.session.saved import model_source, restore
+
+            if model_source(self.info.name) == session.model:  # not a later load that replaced the session's
+                restore(self, session)
         self.request_run()
 
     def _on_load_error(self, message: str) -> None:
         if self.info is not None:
             self.dtype = self.info.dtype  # a dtype that failed to load is not the one in use
+        if self._session is not None:
+            self._session, self._session_note = None, ""
+            self.device = self._device_before
+            message = f"cannot open the session: its model did not load: {message}"
         self.error_raised.emit(message)  # the old model stays, and so does its view
 
     # ----------------------------------------------------------------------------- input -> jobs
     def _input_changed(self, what: str) -> None:
         """A change of input or knobs (see `InputState`): switch model, clear, re-pool or run."""
         loading = self.runner.loading
+        if self.result_only and what != "pooling" and not loading:
+            self.error_raised.emit(f"{self.result_only} was opened without its model: choose a model to run "
+                                   "the input again (d_k, the cut and a new input need it)")
+            return
         if what == "text" and self.info is not None and self.info.modality != "text" and not loading:
             self.load_model(self.last_text_model, want_image=False)
             return
@@ -193,6 +214,8 @@ class SessionState(InputState):
 
     def _run_task(self) -> Task | None:
         """The run, as the runner starts it: the input and model of this moment."""
+        if self._model is None and self.result_only:
+            return self._saved_run_task()
         x, kw = self.run_input()
         if self._model is None or not self.has_input:
             return None  # nothing to show; keep the last good view
@@ -245,6 +268,79 @@ class SessionState(InputState):
                            "pool": (ran.ended - ran.forward_done) * 1000,  # grid mosaic, in the worker
                            "hand_back": (arrived - ran.ended) * 1000}
         self.attention_ready.emit(r)
+        if self._session_note:  # after the result, so that its arrival does not hide the banner at once
+            note, self._session_note = self._session_note, ""
+            self.error_raised.emit(note)
+
+    # ----------------------------------------------------------------------------- sessions, saved runs
+    def open_session(self, session: Any) -> bool:
+        """Come back to a saved session (session.saved.SavedSession): load its model (unless it is the one
+        loaded), then restore its input, sliders, options and selection, and run it once. A missing image
+        or model folder is one UserError line, raised before anything changes; a changed image opens as
+        it is now, with a line saying so. Returns True when a model load started."""
+        from attn_explorer.session.saved import image_problem, model_problem, model_source, restore
+
+        note = image_problem(session)
+        model_problem(session)
+        self._session_note = note
+        info = self.info
+        if (info is not None and self._model is not None and not self.result_only and not self.runner.loading
+                and model_source(info.name) == session.model and info.dtype == session.dtype):
+            restore(self, session)
+            self.request_run()
+            return False
+        self._session, self._device_before = session, self.device
+        self.device, self.dtype = session.device, session.dtype
+        self.load_model(session.model, want_image=session.input_kind == "image")
+        return True
+
+    def open_result(self, run: Any) -> None:
+        """Show a saved run (session.reopen.SavedRun) without its model: its maps on every page that only
+        draws them; a page or slider that needs the model says so. The model loaded (if any) is let go:
+        what is on screen is the file's, and a knob must not run another model on another input. Choosing
+        a model leaves this mode. The view the run was saved from (layer, head, query, options) is restored."""
+        from attn_explorer.session.saved import restore_view
+
+        self.sweep.cancel()
+        self.runner.cancel()
+        self._model, self._shown_from, self._session = None, None, None
+        self.result, self._opened, self.result_only = None, run.result, run.label
+        self.info = run.info
+        self.timings, self.fit_tokens, self.cut_reason = [], None, ""
+        self.max_tokens, self.image_size, self.dk_scale = None, None, float(run.result.dk_scale)
+        self.input_kind = "image" if run.result.grid is not None else "text"
+        from attn_explorer.session.reopen import tokens_text
+
+        text = str(run.view.get("text") or tokens_text(run.result.tokens, run.result.special))
+        if self.input_kind == "text" and text and text != self.text:
+            self.text = text
+            self.text_changed.emit(text)
+        self.layer = self.info.num_layers - 1 if self.info.modality == "image" else min(self.layer, self.info.num_layers - 1)
+        self.head = min(self.head, self.info.num_heads - 1)
+        self._query_chosen = False
+        self.model_loaded.emit(self.info)
+        restore_view(self, run.view)
+        self.request_run()
+
+    def _saved_run_task(self) -> Task | None:
+        """Pool the saved run's grid mosaic (again: hide specials, another stack) in a worker."""
+        r = self.result if self.result is not None else self._opened
+        if r is None:
+            return None
+        stack = () if self.shown_stack == "encoder" else (self.shown_stack,)
+        return Task(pool_job, (r, self.hide_special, *stack), on_result=self._on_saved_run_pooled,
+                    on_error=self.error_raised.emit)
+
+    def _on_saved_run_pooled(self, redrawn: RunResult) -> None:
+        if not self.result_only:
+            return  # a model was loaded meanwhile
+        if not self._query_chosen:
+            self.query = default_query(redrawn)
+        self.query = min(self.query, len(self.maps(redrawn).rows) - 1)
+        self.result, self.result_asked_at = redrawn, self._asked_at
+        self.ready_at = time.perf_counter()
+        self.attention_ready.emit(redrawn)
+        self.saved_run_shown.emit(self.result_only)
 
     # ----------------------------------------------------------------------------- n sweep
     def start_sweep(self, repeats: int = 3, lengths: list[int] | None = None) -> bool:

@@ -17,7 +17,7 @@ def _key(qtbot, w, key, mod=Qt.NoModifier):
     qtbot.keyClick(w.grid.canvas, key, mod)
 
 
-def test_ctrl_o_opens_an_image(make_window, qtbot, monkeypatch):
+def test_ctrl_i_opens_an_image(make_window, qtbot, monkeypatch):
     w = make_window(model="textbook")
     asked = []
 
@@ -26,18 +26,18 @@ def test_ctrl_o_opens_an_image(make_window, qtbot, monkeypatch):
         return sample("coffee"), ""
 
     monkeypatch.setattr(actions.QFileDialog, "getOpenFileName", fake_open)
-    _key(qtbot, w, Qt.Key_O, Qt.ControlModifier)
+    _key(qtbot, w, Qt.Key_I, Qt.ControlModifier)  # Ctrl+O opens a session (tests/gui/test_sessions.py)
     assert asked == ["Open image"]
     qtbot.waitUntil(lambda: w.state.result.grid is not None and not w.state.busy, timeout=60000)
     assert w.state.image.endswith("coffee.jpg") and w.current_page_name == "overlay"  # image models open there
 
 
-def test_ctrl_s_exports_the_current_page(make_window, qtbot, monkeypatch, tmp_path):
+def test_ctrl_e_exports_the_current_page(make_window, qtbot, monkeypatch, tmp_path):
     w = make_window(model="textbook")
     out = tmp_path / "shot"
     monkeypatch.setattr(actions.QFileDialog, "getSaveFileName",
                         lambda *a: (str(out), actions.FORMATS[".png"]))
-    _key(qtbot, w, Qt.Key_S, Qt.ControlModifier)
+    _key(qtbot, w, Qt.Key_E, Qt.ControlModifier)  # Ctrl+S saves the session (tests/gui/test_sessions.py)
     png = tmp_path / "shot.png"  # the chosen filter's extension is added
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     assert "saved" in w.statusBar().currentMessage()

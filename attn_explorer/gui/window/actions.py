@@ -15,11 +15,12 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFrame, QHBoxL
 from superqt.utils import signals_blocked
 
 from attn_explorer.errors import UserError
-from attn_explorer.files import read_text_file
+from attn_explorer.files import read_text_file, save_npz
 from attn_explorer.gui.window.export import FORMATS, export_view
 from attn_explorer.gui.window.export import HTML_FILTER, export_html as start_html_export
 from attn_explorer.gui.widgets.heatmap import COLORMAPS
 from attn_explorer.gui.window.pages import PAGES
+from attn_explorer.gui.window.sessions import SessionActions, saved_view
 from attn_explorer.session.jobs import dtype_error_job
 
 DTYPES = ("float32", "bfloat16", "float16")  # the weights' number formats load_model reads
@@ -71,8 +72,9 @@ class Banner(QFrame):
         return self.label.text()
 
 
-class WindowActions:
-    """Toolbar, menus and file handling of MainWindow (which provides state, settings, pages, show_error)."""
+class WindowActions(SessionActions):
+    """Toolbar, menus and file handling of MainWindow (which provides state, settings, pages, show_error);
+    sessions and saved runs come from `SessionActions` (gui/window/sessions.py)."""
 
     # ------------------------------------------------------------------------------- building
     def _build_toolbar(self) -> None:
@@ -127,12 +129,15 @@ class WindowActions:
     def _build_menus(self) -> None:
         mb = self.menuBar()
         file = mb.addMenu("&File")
-        self.act_open = self._action(file, "&Open image…", self.open_image_dialog, QKeySequence.Open)
+        # Ctrl+O / Ctrl+S open and save a session (below); an image is Ctrl+I, an export Ctrl+E
+        self.act_open = self._action(file, "&Open image…", self.open_image_dialog, "Ctrl+I")
         self.act_open_text = self._action(file, "Open &text file…", self.open_text_dialog, "Ctrl+Shift+O")
         self._action(file, OPEN_FOLDER, self.open_model_folder_dialog)
         self._action(file, HF_ID, self.hf_id_dialog)
         file.addSeparator()
-        self.act_export = self._action(file, "&Export…", self.export_dialog, QKeySequence.Save)
+        self._build_sessions(file)
+        file.addSeparator()
+        self.act_export = self._action(file, "&Export…", self.export_dialog, "Ctrl+E")
         self.act_export_html = self._action(file, "Export page as &HTML…", self.export_html_dialog)
         file.addSeparator()
         # QKeySequence.Quit is empty on some platforms (offscreen, plain X11): name Ctrl+Q as well
@@ -367,8 +372,12 @@ class WindowActions:
     def export(self, path: str) -> Path:
         """Export the current page (.png/.svg) or the attention arrays (.npz); errors go to the banner."""
         try:
-            out = export_view(Path(path).suffix, path, self.pages.get(self.current_page_name),
-                              self.state.result)
+            if Path(path).suffix.lower() == ".npz" and self.state.result is not None:
+                # the arrays, and the view they were saved from, so Open saved run comes back to it
+                out = save_npz(self.state.result, path, view=saved_view(self.state, self.current_page_name))
+            else:
+                out = export_view(Path(path).suffix, path, self.pages.get(self.current_page_name),
+                                  self.state.result)
         except Exception as exc:  # noqa: BLE001 - shown, then re-raised for callers that care
             from attn_explorer.session.workers import error_message
 
@@ -413,7 +422,9 @@ class WindowActions:
         if not urls:
             return
         path = urls[0].toLocalFile()
-        if Path(path).is_dir():
+        if Path(path).suffix.lower() in (".axsession", ".npz"):
+            (self.open_session if path.lower().endswith(".axsession") else self.open_saved_run)(path)
+        elif Path(path).is_dir():
             self.open_model_folder(path)
         elif Path(path).suffix.lower() in TEXT_SUFFIXES:
             self.open_text_file(path)

@@ -44,14 +44,19 @@ def make_settings(path: str | Path | None = None) -> QSettings:
 
 
 def build_window(args, settings: QSettings | None = None, loader=None):
-    """Create the state and window for parsed CLI args, and start loading. Returns (window, state)."""
+    """Create the state and window for parsed CLI args, and start loading. Returns (window, state).
+    With --session or --open the window comes back to that session or saved run instead."""
     from attn_explorer.gui.window.main_window import MainWindow
     from attn_explorer.session.state import SessionState
 
+    reopened = _reopened(args)  # a bad file is refused here, before any window
     settings = settings if settings is not None else make_settings()
     state = SessionState(loader=loader, device=getattr(args, "device", None) or "auto",
                          dtype=getattr(args, "dtype", None) or "float32")
     window = MainWindow(state, settings)
+    if reopened is not None:
+        _reopen(window, reopened, getattr(args, "view", None))
+        return window, state
     text = getattr(args, "text", None)
     image = getattr(args, "image", None)
     if text is not None:
@@ -86,6 +91,90 @@ def build_window(args, settings: QSettings | None = None, loader=None):
         window.show_page("overlay")
     state.load_model(src, want_image=bool(image))
     return window, state
+
+
+def _reopened(args):
+    """The session (saved.SavedSession) or saved run (reopen.SavedRun) that --session / --open name, read
+    and checked; None without them. Each problem is one UserError line."""
+    from attn_explorer.errors import UserError
+
+    session, run = getattr(args, "session", None), getattr(args, "open", None)
+    if not session and not run:
+        return None
+    others = [f"--{k}" for k in ("model", "text", "image", "lesson") if getattr(args, k, None)]
+    if session and run:
+        others.append("--open")
+    if others:
+        raise UserError(f"{'--session' if session else '--open'} brings back a whole view: it goes without "
+                        f"{', '.join(others)}")
+    if run:
+        from attn_explorer.session.reopen import read_run
+
+        return read_run(run)
+    from attn_explorer.session.saved import image_problem, model_problem, read_session
+
+    s = read_session(session)
+    s.problem = image_problem(s)  # a missing image raises; a changed one is this line
+    model_problem(s)
+    return s
+
+
+def _reopen(window, reopened, view: str | None) -> None:
+    """Bring the window back to a session or saved run; --view, when given, chooses the page."""
+    from attn_explorer.errors import UserError
+    from attn_explorer.session.reopen import SavedRun
+
+    if view and view not in window.pages:
+        raise UserError(f"unknown view {view!r}: choose from {', '.join(window.pages)}")
+    if isinstance(reopened, SavedRun):
+        if view:
+            reopened.view["page"] = view
+        window.open_saved_run(reopened)
+        return
+    if view:
+        reopened.page = view
+    window.cli_problem = reopened.problem  # the screenshot's exit status reports it
+    loads = window.state.open_session(window._known_colormap(reopened))
+    if reopened.page in window.pages:
+        window.show_page(reopened.page, pin=loads)
+
+
+def open_window(source, view: str | None = None, settings: QSettings | None = None, loader=None):
+    """`ax.open(result_or_path)`: a window showing a saved run (.npz path) or a RunResult, without its
+    model, on the page it was saved from when known (or `view`). When a QApplication is already running
+    (Jupyter's `%gui qt`, a test, another Qt program) the window is shown and returned at once; otherwise
+    this runs the application until the window is closed and returns None."""
+    import os
+
+    from attn_explorer.errors import UserError
+    from attn_explorer.gui.window.main_window import MainWindow
+    from attn_explorer.session.reopen import read_run, saved_run_of
+    from attn_explorer.session.state import SessionState
+
+    run = read_run(source) if isinstance(source, (str, os.PathLike)) else saved_run_of(source)
+    running = QApplication.instance() is not None
+    app = get_qapp()
+    state = SessionState(loader=loader)
+    window = MainWindow(state, settings if settings is not None else make_settings())
+    if view is not None:
+        if view not in window.pages:
+            window.close()
+            raise UserError(f"unknown view {view!r}: choose from {', '.join(window.pages)}")
+        run.view["page"] = view
+    window.open_saved_run(run)
+    window.show()
+    if running:
+        _OPEN_WINDOWS.add(window)  # kept alive for the caller who drops the reference
+        window.destroyed.connect(lambda *_: _OPEN_WINDOWS.discard(window))
+        return window
+    app.exec()
+    from attn_explorer.session.workers import await_workers
+
+    await_workers(30000)
+    return None
+
+
+_OPEN_WINDOWS: set = set()
 
 
 def window_size(text: str | None) -> tuple[int, int] | None:
@@ -153,6 +242,10 @@ def run_gui(args) -> int:
             window.show()
             code = _save_screenshot(app, window, state, Path(shot))
             window.close()
+            problem = getattr(window, "cli_problem", "")
+            if code == 0 and problem:  # drawn, and labelled in the picture; the exit status says it too
+                print(f"error: {problem} (screenshot saved to {shot})", file=sys.stderr)
+                return 2
             return code
     window, state = build_window(args)
     if size:

@@ -1,0 +1,168 @@
+"""File → Save session… / Open session… / Open saved run…: the window's side of sessions and saved runs.
+
+`SessionActions` is mixed into the window (through `WindowActions`). A session (.axsession, see
+session/saved.py) brings back the model, input, sliders, selection, page and options; a saved run (.npz,
+session/reopen.py) shows its maps without the model, under a line that says so, with the controls that
+would run the model switched off until a model is chosen. Every problem is one line in the banner and
+the last good view stays.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtWidgets import QFileDialog, QLabel
+from superqt.utils import signals_blocked
+
+from attn_explorer.errors import UserError
+from attn_explorer.gui.explorer.controls import slider_from_dk
+from attn_explorer.gui.widgets.heatmap import COLORMAPS
+from attn_explorer.session.reopen import SavedRun, read_run
+from attn_explorer.session.saved import SUFFIX, read_session, snapshot, view_options, write_session
+
+SESSION_FILTER = f"attn-explorer session (*{SUFFIX});;All files (*)"
+RUN_FILTER = "Saved run (*.npz);;All files (*)"
+
+
+def saved_view(state, page: str) -> dict:
+    """What an exported .npz records of the view: page, selection, options, and the text."""
+    view = {**view_options(state), "page": page, "layer": int(state.layer), "head": int(state.head),
+            "query": int(state.query), "query_chosen": bool(state._query_chosen)}
+    if state.input_kind == "text":
+        view["text"] = str(state.text)
+    return view
+
+
+class SessionActions:
+    """Sessions and saved runs (MainWindow provides state, settings, pages, banner, show_page, show_error)."""
+
+    def _build_sessions(self, file_menu) -> None:
+        """The File menu's session entries, the saved-run line over the pages, and what keeps them true."""
+        self.act_open_session = self._action(file_menu, "Open &session…", self.open_session_dialog, "Ctrl+O")
+        self.act_save_session = self._action(file_menu, "Sa&ve session…", self.save_session_dialog, "Ctrl+S")
+        self.act_open_run = self._action(file_menu, "Open saved &run (.npz)…", self.open_run_dialog, "Ctrl+Shift+R")
+        self.saved_run_line = QLabel("")
+        self.saved_run_line.setObjectName("saved-run-line")
+        self.saved_run_line.setWordWrap(True)
+        self.saved_run_line.setStyleSheet("#saved-run-line { background: #e8f0fb; border: 1px solid #b9cdea; "
+                                          "border-radius: 4px; padding: 3px 8px; color: #1d3f72; }")
+        self.saved_run_line.hide()
+        lay = self.centralWidget().layout()
+        lay.insertWidget(lay.indexOf(self.banner) + 1, self.saved_run_line)
+        st = self.state
+        st.saved_run_shown.connect(self._saved_run_shown)
+        st.model_loaded.connect(lambda _info: self._saved_run_mode(bool(st.result_only)))
+        st.attention_ready.connect(lambda _r: self._follow_sliders())
+
+    # ------------------------------------------------------------------------------- sessions
+    def save_session(self, path: str) -> Path:
+        """Write the session on screen to `path` (.axsession added when it has no suffix)."""
+        p = Path(path)
+        if not p.suffix:
+            p = p.with_suffix(SUFFIX)
+        try:
+            out = write_session(snapshot(self.state, self.current_page_name), p)
+        except UserError as e:
+            self.show_error(str(e))
+            raise
+        self.settings.setValue("paths/last_folder", str(p.parent))
+        self.statusBar().showMessage(f"saved session {out}", 5000)
+        return out
+
+    def open_session(self, path: str) -> bool:
+        """Open session file `path`: its model, input, sliders, selection, page and options. A bad file
+        or a missing image or model is one line in the banner, and nothing changes."""
+        try:
+            s = read_session(path)
+            loads = self.state.open_session(self._known_colormap(s))
+        except UserError as e:
+            self.show_error(str(e))
+            return False
+        self.settings.setValue("paths/last_folder", str(Path(path).parent))
+        if s.page in self.pages:
+            self.show_page(s.page, pin=loads)  # pinned: the model's load keeps it
+        elif s.page:
+            self.show_error(f"the session's page {s.page!r} does not exist in this version: showing "
+                            f"{self.current_page_name!r}")
+        return True
+
+    @staticmethod
+    def _known_colormap(s):
+        if s.view.get("colormap") not in COLORMAPS:
+            s.view.pop("colormap", None)  # a colormap of another version: the window keeps its own
+        return s
+
+    def save_session_dialog(self) -> None:
+        default = str(Path(self._last_folder()) / f"attention{SUFFIX}")
+        path, _ = QFileDialog.getSaveFileName(self, "Save session", default, SESSION_FILTER)
+        if path:
+            try:
+                self.save_session(path)
+            except UserError:
+                pass  # already in the banner
+
+    def open_session_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open session", self._last_folder(), SESSION_FILTER)
+        if path:
+            self.open_session(path)
+
+    # ------------------------------------------------------------------------------- saved runs
+    def open_saved_run(self, source) -> bool:
+        """Show a saved run (a .npz path, or a SavedRun) without its model, on the page it was saved from
+        when the file says. A damaged or foreign file is one line in the banner, and nothing changes."""
+        try:
+            run = source if isinstance(source, SavedRun) else read_run(source)
+        except UserError as e:
+            self.show_error(str(e))
+            return False
+        if not isinstance(source, SavedRun):
+            self.settings.setValue("paths/last_folder", str(Path(source).parent))
+        if run.view.get("colormap") not in COLORMAPS:
+            run.view.pop("colormap", None)
+        self.state.open_result(run)
+        page = run.view.get("page")
+        if isinstance(page, str) and page in self.pages:
+            self.show_page(page)
+        elif run.result.grid is not None and self.current_page_name in ("grid", "head", "tokens", "cost"):
+            self.show_page("overlay")
+        return True
+
+    def open_run_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open saved run", self._last_folder(), RUN_FILTER)
+        if path:
+            self.open_saved_run(path)
+
+    def _saved_run_shown(self, label: str) -> None:
+        """A saved run is on screen: say whose maps they are and that the model is not loaded."""
+        r, info = self.state.result, self.state.info
+        self.saved_run_line.setText(
+            f"Opened from {label}: the saved maps of {info.name} ({r.num_tokens} tokens, d_k scale "
+            f"{r.dk_scale:g}). The model is not loaded: d_k, n, a new input and the pages that run the model "
+            "need one; choose it under Model to run again.")
+        self.status_labels["model"].setText(f"{info.name} (saved run, not loaded)")
+        self.status_labels["model"].setToolTip(info.note)
+        self.status_labels["device"].setText("")
+        self.status_labels["forward"].setText("forward not timed (saved run)")
+        self.setWindowTitle(f"attn-explorer — {label} (saved run of {info.name})")
+        i = self.model_combo.findData(info.name)
+        if i >= 0:  # whether it is trained is not in the file: the picker says only what is known
+            self.model_combo.setItemText(i, f"{info.name} — saved run, not loaded (choose to load)")
+        self._saved_run_mode(True)
+
+    def _saved_run_mode(self, on: bool) -> None:
+        """Switch the controls that run the model off while a saved run is shown, and on again after."""
+        self.saved_run_line.setVisible(on)
+        for panel in (self.dk_panel, self.input_panel):
+            panel.setEnabled(not on)
+            panel.setToolTip("a saved run is shown without its model: choose a model to use this" if on else "")
+        self.seq_panel.setVisible(not on)  # its cost figures (FLOPs, forward time) need the model's sizes
+        self.dtype_combo.setEnabled(not on)
+
+    def _follow_sliders(self) -> None:
+        """The d_k slider and its one-layer switch show the state's value (a restored session sets it)."""
+        st, panel = self.state, self.dk_panel
+        want = slider_from_dk(st.dk_scale)
+        if panel.slider.value() != want or panel.layer_only.isChecked() != st.dk_layer_only:
+            with signals_blocked(panel.slider), signals_blocked(panel.layer_only):
+                panel.slider.setValue(want)
+                panel.layer_only.setChecked(st.dk_layer_only)
+            panel._show_value()
