@@ -301,3 +301,25 @@ def patch_relevance(rel: Relevance) -> np.ndarray:
     if rel.grid is None:
         raise UserError("this relevance is over text tokens, not image patches")
     return rel.scores[rel.patch_offset:].reshape(rel.grid)
+
+
+def export_arrays(model, x, run_kw: dict, target: str | None = None) -> dict[str, np.ndarray]:
+    """Every method's relevance for `export --analysis relevance`: relevance (M, N) float32, one row per method in
+    the order of relevance_methods (M,), with relevance_targets (M,) saying what each row explains and
+    relevance_values (M,) the score's value. target: the class (images), the next token (decoders) or the
+    reference sentence (encoders, needed)."""
+    kw = {k: v for k, v in run_kw.items() if k in ("dk_scale", "max_tokens", "image_size") and v is not None}
+    kind = model_kind(model)
+    if kind == "encoder":
+        if target is None or not str(target).strip():
+            raise UserError("--analysis relevance on an encoder explains the similarity to a reference sentence: "
+                            "give it with --relevance-target")
+        runs = [explain(model, x, m, reference=target, **kw) for m in METHODS]
+    else:
+        runs = [explain(model, x, m, target=target or None, **kw) for m in METHODS]
+    return {
+        "relevance": np.stack([r.scores for r in runs]).astype(np.float32),
+        "relevance_methods": np.asarray(METHODS, dtype=np.str_),
+        "relevance_targets": np.asarray([r.target for r in runs], dtype=np.str_),
+        "relevance_values": np.asarray([r.value for r in runs], dtype=np.float64),
+    }

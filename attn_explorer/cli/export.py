@@ -39,7 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", default=None, help="square input side in pixels for image models")
     p.add_argument("--analysis", default=None, help="add analyses to a .npz or .json, comma-separated: "
                    f"{', '.join(EXPORT_ANALYSES)} (rollout: (L, N, N) through each layer; norms: (L, H, N, N) "
-                   "value-weighted norms and (L, H, N) value norms; stats: (L, H) per-head statistics)")
+                   "value-weighted norms and (L, H, N) value norms; stats: (L, H) per-head statistics; relevance: "
+                   "(M, N) each token's relevance by gradient rollout, AttnLRP (subset), rollout and raw attention)")
+    p.add_argument("--relevance-target", default=None, help="with --analysis relevance: what is explained, the class "
+                   "(images; default: the predicted one), the next token (decoders; default: the most likely) or a "
+                   "reference sentence whose similarity is explained (encoders; needed)")
 
 
 def save_result(r, out: str | os.PathLike, extra: dict[str, np.ndarray] | None = None) -> Path:
@@ -142,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     analyses = analysis_names(getattr(args, "analysis", None))
     if analyses and out.suffix.lower() in (".png", ".html"):
         raise UserError("--analysis needs --out ending in .npz or .json")
+    if getattr(args, "relevance_target", None) is not None and "relevance" not in analyses:
+        raise UserError("--relevance-target goes with --analysis relevance")
     target = getattr(args, "target", None)
     if target is not None and args.image is not None:
         raise UserError("--target goes with --text or --text-file (the source text), not --image")
@@ -172,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     if not model.info.trained:
         print(f"note: {model.info.name} is untrained ({model.info.note})", file=sys.stderr)
-    extra = analysis_arrays(model, r, x, {k: v for k, v in kw.items() if k != "target"}, analyses)
+    extra = analysis_arrays(model, r, x, {k: v for k, v in kw.items() if k != "target"}, analyses,
+                            relevance_target=getattr(args, "relevance_target", None))
     if target is not None:
         extra.update(target_arrays(r))
     save_result(r, out, extra)
@@ -196,7 +203,7 @@ def target_arrays(r) -> dict[str, np.ndarray]:
 
 # ---- --analysis: the analysis floor's arrays beside the attention ------------------------------------
 
-EXPORT_ANALYSES = ("rollout", "norms", "stats")
+EXPORT_ANALYSES = ("rollout", "norms", "stats", "relevance")
 
 
 def analysis_names(text: str | None) -> list[str]:
@@ -212,7 +219,8 @@ def analysis_names(text: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def analysis_arrays(model, r, x, run_kw: dict, names: list[str]) -> dict[str, np.ndarray]:
+def analysis_arrays(model, r, x, run_kw: dict, names: list[str], relevance_target: str | None = None
+                    ) -> dict[str, np.ndarray]:
     """The arrays each asked-for analysis adds (rollout and stats from r; norms from one more pass of model on x)."""
     out: dict[str, np.ndarray] = {}
     if "rollout" in names:
@@ -233,4 +241,8 @@ def analysis_arrays(model, r, x, run_kw: dict, names: list[str]) -> dict[str, np
         for k in STATISTICS:
             out[f"stats_{k}"] = np.asarray(s.get(k), dtype=np.float64)
         out["stats_distance_unit"] = np.asarray(s.distance_unit, dtype=np.str_)
+    if "relevance" in names:
+        from attn_explorer.analysis.relevance import export_arrays
+
+        out.update(export_arrays(model, x, run_kw, relevance_target))  # (M, N) and what each row explains
     return out
