@@ -284,4 +284,4 @@ def layers_of(store) -> list[LayerQK]:
     items = list(store) if isinstance(store, (list, tuple)) else list(store.layers)
     if all(isinstance(l, LayerQK) for l in items):
         return items
-    return [LayerQK(l.q, l.k, l.lse, l.options, l.head_dim) for l in items]
+    return [LayerQK(l.q, l.k, l.lse, l.options, int(l.q.shape[-1])) for l in items]

@@ -83,32 +83,47 @@ def _start(model, key: tuple, ids: list[int]) -> tuple[int, str]:
         return 0, "nothing kept from an earlier run"
     if k.module() is not model.module:
         return 0, "another model ran last"
-    if k.key != key:
+    if k.key[:3] != key[:3]:
         return 0, "the d_k setting or the dtype changed"
+    if k.key != key:
+        return 0, "the last run kept its maps the other way (whole maps or q and k)"
     p = min(common_prefix(k.ids, ids), len(ids) - 1)
     return p, "" if p else "the first token changed"
 
 
-def run(model, prep, dk_scale: float, dk_layers, hidden: bool, captures=None) -> RunResult:
+def run(model, prep, dk_scale: float, dk_layers, hidden: bool, captures=None, lazy: bool = False) -> RunResult:
     """`model.run(text, ..., reuse_prefix=True)` for a prepared input: for a decoder, the forward of the
-    tokens after the kept prefix only, spliced with the kept run's rows into a result equal to a full
-    run's. An encoder, or a run with interventions (`captures`), runs every token, and forgets what was
-    kept (it would only hold memory)."""
+    tokens after the kept prefix only, spliced with the kept run's rows (dense maps, or for a lazy run q and
+    lse) into a result equal to a full run's. An encoder, or a run with interventions (`captures`), runs
+    every token, and forgets what was kept (it would only hold memory)."""
     if not reusable(model) or captures or set(prep.inputs) != {"input_ids"}:
         forget()
-        out, ms = model._forward(prep.inputs, dk_scale, dk_layers, captures=captures)
+        out, ms = _forward(model, prep.inputs, dk_scale, dk_layers, captures, lazy)
         n = len(prep.tokens)
         why = "interventions on" if captures else "this model keeps no KV cache"
         line = encoder_line(n) if not model.info.causal else f"reused 0 of {n:,} tokens ({why})"
         return model._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
                              notes=prep.notes, total_tokens=prep.total_tokens, reuse=line)
-    return _run_decoder(model, prep, dk_scale, dk_layers, hidden)
+    return _run_decoder(model, prep, dk_scale, dk_layers, hidden, lazy)
 
 
-def _run_decoder(model, prep, dk_scale: float, dk_layers, hidden: bool) -> RunResult:
+def _forward(model, inputs: dict, dk_scale: float, dk_layers, captures, lazy: bool):
+    """(out, ms) of one forward pass keeping the maps, or (lazy) each layer's q, k and lse in `out.lazy`."""
+    if not lazy:
+        return model._forward(inputs, dk_scale, dk_layers, captures=captures)
+    from attn_explorer.api.lazy import LazyAttention
+    from attn_explorer.api.model import lazy_captures
+
+    captures = lazy_captures(model.info.num_layers, captures)
+    out, ms = model._forward(inputs, dk_scale, dk_layers, captures=captures, output_attentions=False)
+    out.lazy = LazyAttention.from_captures(captures)
+    return out, ms
+
+
+def _run_decoder(model, prep, dk_scale: float, dk_layers, hidden: bool, lazy: bool) -> RunResult:
     global _kept
     ids = [int(i) for i in prep.inputs["input_ids"][0].tolist()]
-    key = (str(model.dtype), float(dk_scale), None if dk_layers is None else tuple(dk_layers))
+    key = (str(model.dtype), float(dk_scale), None if dk_layers is None else tuple(dk_layers), bool(lazy))
     with _lock:
         p, why = _start(model, key, ids)
         kept = _kept
@@ -116,14 +131,19 @@ def _run_decoder(model, prep, dk_scale: float, dk_layers, hidden: bool) -> RunRe
         _kept = None  # the cache changes now: until this run succeeds there is nothing safe to reuse
         if p:
             cache.truncate(p)
-        new_ids = prep.inputs["input_ids"][:, p:]
-        out, ms = model._forward({"input_ids": new_ids, "cache": cache}, dk_scale, dk_layers)
+        out, ms = _forward(model, {"input_ids": prep.inputs["input_ids"][:, p:], "cache": cache}, dk_scale,
+                           dk_layers, None, lazy)
         full_hidden = out.hidden[0] if not p else torch.cat([kept.hidden[:p], out.hidden[0]])
-        att = _spliced(kept.result.attentions if p else None, out.attentions[0], p)
+        old = kept.result if p else None
+        if lazy:
+            maps = SimpleNamespace(lazy=_spliced_store(old.lazy if old is not None else None, out.lazy, p))
+        else:
+            maps = SimpleNamespace(attentions=_spliced(old.attentions if old is not None else None,
+                                                       out.attentions[0], p)[None])
+        maps.hidden = full_hidden[None]
         line = f"reused {p:,} of {len(ids):,} tokens" + ("" if p else f" ({why})")
-        r = model._result(SimpleNamespace(attentions=att[None], hidden=full_hidden[None]), ms, prep.tokens,
-                          prep.special, dk_scale, hidden, truncated=prep.truncated, notes=prep.notes,
-                          total_tokens=prep.total_tokens, reuse=line)
+        r = model._result(maps, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
+                          notes=prep.notes, total_tokens=prep.total_tokens, reuse=line)
         _kept = _Kept(weakref.ref(model.module), key, ids, cache, full_hidden, r)
     return r
 
@@ -139,3 +159,15 @@ def _spliced(old: np.ndarray | None, new: torch.Tensor, p: int) -> torch.Tensor:
     full[:, :, :p, :p] = torch.from_numpy(old[:, :, :p, :p])
     full[:, :, p:] = new
     return full
+
+
+def _spliced_store(old, new, p: int):
+    """A lazy run's store: per layer the kept run's first p rows of q and lse before the new rows'; k is the
+    forward's own (the cache's keys, every token's)."""
+    if old is None:
+        return new
+    from attn_explorer.api.lazy import LazyAttention, LazyLayer
+
+    return LazyAttention([LazyLayer(torch.cat([a.q[:, :, :p], b.q], dim=2), b.k,
+                                    torch.cat([a.lse[..., :p], b.lse], dim=-1), b.options)
+                          for a, b in zip(old.layers, new.layers)])
