@@ -21,6 +21,8 @@ SUBCOMMANDS = {
     "generate": ("attn_explorer.cli.generate", "let a decoder write after a prompt; save each new token's attention"),
     "cost": ("attn_explorer.cli.cost", "measure attention's time and memory against n for exact and efficient variants"),
     "train-vit": ("attn_explorer.cli.train_vit", "train the tiny ViT of the Lessons tab on digits (or MNIST, CIFAR-10)"),
+    "ablate": ("attn_explorer.cli.ablate", "switch off each head in turn and save the L×H grid of its effect"),
+    "patch": ("attn_explorer.cli.patch", "activation patching clean -> corrupt, per head or per (layer, position)"),
     "lens": ("attn_explorer.cli.lens", "a decoder's logit lens (top tokens per layer and position) and the direct "
              "logit attribution of a target token (.json)"),
     "corpus": ("attn_explorer.cli.corpus", "run many sentences (one a line) and save every head's statistics and "
