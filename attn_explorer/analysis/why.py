@@ -137,8 +137,10 @@ def _side(norm, qk_norm, w, b, pieces, bias, x_real, rope, scale_side: float = 1
     return parts * scale_side
 
 
-def why_matrix(model, x, run_kw: dict | None, layer: int, head: int, query: int, key: int) -> WhyMatrix:
-    """The writer × writer split of head (layer, head)'s logit for query token `query` and key token `key`."""
+def why_matrix(model, x, run_kw: dict | None, layer: int, head: int, query: int, key: int,
+               progress=None) -> WhyMatrix:
+    """The writer × writer split of head (layer, head)'s logit for query token `query` and key token `key`.
+    progress(fraction, message), if given, hears of the forward pass (half) and of the split (the rest)."""
     import torch
 
     from attn_explorer.core.attention import attention_scale
@@ -151,6 +153,8 @@ def why_matrix(model, x, run_kw: dict | None, layer: int, head: int, query: int,
         raise UserError(f"head {head} does not exist; the layer has heads 0..{H - 1}")
     with torch.inference_mode():
         run = residual_run(model, x, run_kw, layers=range(layer + 1))
+        if progress is not None:
+            progress(0.5, "forward pass done")
         n = len(run.tokens)
         for what, v in (("query", query), ("key", key)):
             if not 0 <= v < n:
@@ -182,5 +186,7 @@ def why_matrix(model, x, run_kw: dict | None, layer: int, head: int, query: int,
         matrix = (qs.double() @ ks.double().t()).cpu().numpy()  # (K + 1, K + 1)
         c = run.caps[layer]
         real = float((c["q"][0, head, query].double() @ c["k"][0, head, key].double()) * scale)
+        if progress is not None:
+            progress(1.0, "split")
         return WhyMatrix(layer, head, query, key, run.tokens, names + ["biases"], heads + [None], matrix, real,
                          notes=notes + run.notes)

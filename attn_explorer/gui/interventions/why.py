@@ -1,0 +1,168 @@
+"""The why-this-head page: one cell (query i, key j) of one head, its logit split by who wrote the two streams.
+
+Rows are the writers into the query's residual stream (the embeddings, each earlier head, each MLP, the biases),
+columns the writers into the key's; cell (a, b) is scale · q_i[a] · k_j[b], and the whole matrix sums to the
+logit the head softmaxes. Only the writers that matter most are listed, the rest folded into "all others" so
+the sum still holds. Clicking a writer's row or column heading opens that head's map. The numbers come from one
+worker job (`session.lens.why_job`); the layer, head and query follow the window's selection.
+"""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QScrollArea, QSpinBox, QWidget
+
+from attn_explorer.gui.interventions.lens import ToolPage
+from attn_explorer.gui.widgets.heatmap import short
+from attn_explorer.gui.widgets.tables import NumberTable
+from attn_explorer.session.lens import WHY_CONVENTION, why_job
+from attn_explorer.session.state import SessionState
+
+SHOWN = 10  # writers listed before "all others"
+
+
+class WhyPage(ToolPage):
+    WHAT = "Why a head looks there"
+
+    def __init__(self, state: SessionState, parent: QWidget | None = None):
+        self.table = NumberTable(digits=3, signed=True)
+        self.table.plain_rows = 1  # the last row holds the key side's column sums
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.table)
+        self.scroll.setWidgetResizable(False)
+        super().__init__(state, self.scroll, parent)
+        self.layer_spin, self.head_spin = QSpinBox(), QSpinBox()
+        self.query_box, self.key_box = QComboBox(), QComboBox()
+        for box in (self.query_box, self.key_box):
+            box.setMinimumContentsLength(12)
+        self.shown_spin = QSpinBox()
+        self.shown_spin.setRange(3, 40)
+        self.shown_spin.setValue(SHOWN)
+        self.shown_spin.setToolTip("How many writers to list; the rest are summed into 'all others'")
+        self.run_button = QPushButton("Run")
+        for w in (QLabel("Layer"), self.layer_spin, QLabel("Head"), self.head_spin, QLabel("Query"), self.query_box,
+                  QLabel("Key"), self.key_box, QLabel("Writers"), self.shown_spin, self.run_button):
+            self.bar.addWidget(w)
+        self.finish_bar()
+        self.why = None  # the WhyMatrix on screen
+        self.shown: tuple[list, list] = ([], [])  # (writer names, their (layer, head) or None), as listed
+        self.run_button.clicked.connect(self.measure)
+        self.shown_spin.valueChanged.connect(lambda *_: self._draw())
+        self.query_box.currentIndexChanged.connect(self._query_picked)
+        self.table.cellClicked.connect(self._cell_clicked)
+        self.table.verticalHeader().sectionClicked.connect(lambda i: self.open_writer(i))
+        self.table.horizontalHeader().sectionClicked.connect(lambda j: self.open_writer(j))
+        state.selection_changed.connect(lambda *_: self._follow_selection())
+        state.query_changed.connect(lambda *_: self._follow_selection())
+
+    # --------------------------------------------------------------------------- the cell asked about
+    def _fill_boxes(self, r) -> None:
+        """Spin ranges and token lists for result r, set to the window's layer, head and query."""
+        info = self.state.info
+        for spin, n, v in ((self.layer_spin, info.num_layers, self.state.layer),
+                           (self.head_spin, info.num_heads, self.state.head)):
+            spin.blockSignals(True)
+            spin.setRange(0, n - 1)
+            spin.setValue(min(v, n - 1))
+            spin.blockSignals(False)
+        labels = [f"{j}: {short(t, 14)}" for j, t in enumerate(r.tokens)]
+        self.query_box.blockSignals(True)
+        self.query_box.clear()
+        self.query_box.addItems(labels)
+        self.query_box.setCurrentIndex(min(self.state.query, len(labels) - 1))
+        self.query_box.blockSignals(False)
+        self._fill_keys(r)
+
+    def _fill_keys(self, r) -> None:
+        """Keys up to the query; the one this head weighs most is picked."""
+        q = max(0, self.query_box.currentIndex())
+        row = r.attentions[self.layer_spin.value(), self.head_spin.value(), q, : q + 1]
+        self.key_box.blockSignals(True)
+        self.key_box.clear()
+        self.key_box.addItems([f"{j}: {short(t, 14)}  (α {row[j]:.2f})" for j, t in enumerate(r.tokens[: q + 1])])
+        self.key_box.setCurrentIndex(int(np.argmax(row)))
+        self.key_box.blockSignals(False)
+
+    def _query_picked(self, *_) -> None:
+        if self.done_for is not None:
+            self._fill_keys(self.done_for)
+
+    def _follow_selection(self) -> None:
+        """The window's layer, head or query changed: ask again about the new cell (when shown)."""
+        if self.done_for is not None and self.isVisible():
+            self.done_for = None
+            self.refresh()
+        else:
+            self.done_for = None
+            self._stale = True
+
+    # --------------------------------------------------------------------------- measuring
+    def refresh(self) -> None:
+        r = self.usable()
+        if r is None or r is self.done_for:
+            return
+        self._fill_boxes(r)
+        self.measure()
+
+    def measure(self) -> None:
+        r = self.usable()
+        if r is None:
+            return
+        if self.done_for is not r:
+            self._fill_boxes(r)
+        self.done_for = r
+        self.why = None
+        self.readout.setText("")
+        self.caption.setText("")
+        self.stack.show_message("Splitting the logit by writer…")
+        x, kw = self.state.run_input()
+        args = (self.layer_spin.value(), self.head_spin.value(), max(0, self.query_box.currentIndex()),
+                max(0, self.key_box.currentIndex()))
+        self.start(why_job, x, kw, *args, key="lens-why", on_result=lambda w: self._ready(r, w),
+                   message="Why this head")
+
+    def _ready(self, r, why) -> None:
+        if r is not self.state.result:
+            return
+        self.why = why
+        self.stack.show_canvas()
+        self._draw()
+
+    def _draw(self) -> None:
+        w = self.why
+        if w is None:
+            return
+        names, heads, m = w.condensed(self.shown_spin.value())
+        self.shown = (names, heads)
+        rows = [f"{n}  ({m[i].sum():+.2f})" for i, n in enumerate(names)] + ["Σ query side"]
+        self.table.set_matrix(np.vstack([m, m.sum(0, keepdims=True)]), rows, names)
+        self.scroll.widget().adjustSize()
+        alpha = float(self.done_for.attentions[w.layer, w.head, w.query, w.key]) if self.done_for is not None else 0.0
+        q, k = w.tokens[w.query], w.tokens[w.key]
+        notes = (" " + " ".join(w.notes)) if w.notes else ""
+        self.caption.setText(
+            f"<b>Why does L{w.layer} H{w.head} look from {q!r} (query {w.query}) to {k!r} (key {w.key})?</b> Its logit "
+            f"<b>{w.logit:.3f}</b> (weight α = {alpha:.3f}) split by who wrote the query's stream (rows, with each "
+            f"row's sum) and the key's stream (columns). <i>{WHY_CONVENTION}</i>{notes} Click a writer's heading to "
+            f"open that head.")
+        self.readout.setText(f"The matrix sums to <b>{w.total:.4f}</b>; the head's own q·k·scale is "
+                             f"<b>{w.logit:.4f}</b>. {len(w.writers)} writers in all.")
+
+    # --------------------------------------------------------------------------- clicks
+    def _cell_clicked(self, i: int, j: int) -> None:
+        names, _ = self.shown
+        if self.why is None or i >= len(names) or j >= len(names):
+            return
+        v = self.table.values[i, j]
+        self.readout.setText(f"{names[i]} (into the query's stream) · {names[j]} (into the key's stream): {v:+.4f} of "
+                             f"the logit {self.why.logit:.3f}.")
+
+    def open_writer(self, i: int) -> None:
+        """Open writer i's head (a head's row or column heading); other writers say what they are."""
+        names, heads = self.shown
+        if i >= len(names):
+            return
+        if heads[i] is not None:
+            self.open_head(*heads[i])
+        else:
+            self.readout.setText(f"{names[i]}: not a head (no attention map to open).")
