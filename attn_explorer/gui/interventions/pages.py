@@ -13,6 +13,27 @@ def _relevance(state):
     return RelevancePage(state)
 
 
+def _lens(state):
+    from attn_explorer.gui.interventions.lens import LensPage
+
+    return LensPage(state)
+
+
+def _flow(state):
+    from attn_explorer.gui.interventions.flow import FlowPage
+
+    return FlowPage(state)
+
+
+def _why(state):
+    from attn_explorer.gui.interventions.why import WhyPage
+
+    return WhyPage(state)
+
+
 INTERVENTION_PAGES: list = [
     ("relevance", "Relevance", _relevance),
+    ("lens", "Logit lens", _lens),
+    ("flow", "Contributions", _flow),
+    ("why", "Why this head", _why),
 ]
