@@ -17,10 +17,11 @@ from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.session.jobs import DEFAULT_TEXT_MODEL
+from attn_explorer.session.long_view import COLOUR_SCALES
 
 SAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
 DK_MIN, DK_MAX = 0.05, 20.0
-VIEW_OPTIONS = ("colormap", "log_scale", "hide_special", "alpha", "stack")
+VIEW_OPTIONS = ("colormap", "log_scale", "hide_special", "alpha", "stack", "colour_scale")
 # which attention of an encoder-decoder (BART) the explorer pages draw; other models have only "encoder"
 STACKS = ("encoder", "decoder", "cross")
 STACK_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
@@ -65,6 +66,54 @@ def stack_maps(r: RunResult, stack: str = "encoder") -> StackMaps:
     return StackMaps("cross", r.cross_attentions, list(r.decoder_tokens), list(r.tokens), dec, special)
 
 
+# a text file longer than this many bytes per position the model reads is cut to that before it reaches the
+# text box (a token is rarely more than a few bytes; the model then cuts the rest to its positions itself)
+FILE_BYTES_PER_POSITION = 32
+
+
+def read_text_for(path, info: ModelInfo | None, max_bytes: int | None = None) -> tuple[str, str]:
+    """A text file of any size, as the text box takes it: (text, note). A file short enough for a model to
+    read whole is read whole (the one reader, `files.read_text_file`, and its one-line refusals), note "".
+    A longer one is cut to its first bytes, FILE_BYTES_PER_POSITION for each position the open model reads
+    (at most max_bytes, validate.MAX_TEXT_BYTES when not given, at a character boundary), and the note says
+    so; the model then keeps its first tokens of that, and the run's own note says how many."""
+    import os
+
+    from attn_explorer.errors import UserError
+    from attn_explorer.files import read_text_file
+    from attn_explorer.validate import MAX_TEXT_BYTES
+
+    p = Path(path)
+    most = MAX_TEXT_BYTES if max_bytes is None else int(max_bytes)
+    positions = info.max_positions if info is not None and info.modality == "text" else None
+    keep = min(most, positions * FILE_BYTES_PER_POSITION) if positions else most
+    try:
+        size = os.stat(p).st_size
+    except OSError:
+        size = 0  # the reader says what is wrong
+    if size <= keep or not p.is_file():
+        return read_text_file(p, most), ""
+    try:
+        with open(p, "rb") as f:
+            data = f.read(keep + 4)
+    except OSError as e:
+        raise UserError(f"cannot read {p}: {e.strerror or e}") from e
+    data = data[:keep]
+    for cut in range(4):  # a character split at the cut: drop its first bytes
+        try:
+            text = data[:len(data) - cut].decode("utf-8-sig")
+            break
+        except UnicodeDecodeError as e:
+            if e.start < len(data) - 4:
+                raise UserError(f"{p.name} is not UTF-8 text (byte {e.start} is {data[e.start]:#04x})") from None
+    else:  # pragma: no cover - four trailing bytes never all start characters
+        raise UserError(f"{p.name} is not UTF-8 text")
+    who = f"{info.name} reads at most {positions:,} tokens" if positions else "a model reads only its first tokens"
+    note = (f"{p.name} has {size / 1e6:.3g} MB of text; only its first {len(text.encode('utf-8')) / 1e6:.3g} MB "
+            f"went into the text box ({who})")
+    return text, note
+
+
 class InputState(QObject):
     """Input, knobs, selection and view options. Views connect to its past-tense signals."""
 
@@ -85,6 +134,7 @@ class InputState(QObject):
         self.target: str = ""  # encoder-decoders: the decoder's text ("": the decoder reads the source)
         self.image: Any = None  # a file path (str) or a PIL image
         self.input_kind: str = "text"  # "text" or "image"
+        self.text_note: str = ""  # how the text was cut on its way in (a long file), "" when it was not
         self.last_text_model: str = DEFAULT_TEXT_MODEL
         # knobs that change the run
         self.dk_scale: float = 1.0
@@ -101,6 +151,7 @@ class InputState(QObject):
         self.hide_special: bool = False
         self.alpha: float = 0.55
         self.stack: str = "encoder"  # encoder-decoders: which maps the explorer pages draw (STACKS)
+        self.colour_scale: str = "weight"  # the one-head view and its strip: weight, per row or clip (COLOUR_SCALES)
 
     def _input_changed(self, what: str) -> None:
         """What changed: "text", "image", "knob" (d_k, cut), "layer" (matters to a one-layer d_k) or
@@ -113,10 +164,13 @@ class InputState(QObject):
         x, _ = self.run_input()
         return x is not None and not (self.input_kind == "text" and not str(x).strip())
 
-    def set_text(self, text: str) -> None:
-        """Make `text` the input (the text box, a lesson's button, a file, a restored session)."""
+    def set_text(self, text: str, note: str = "") -> None:
+        """Make `text` the input (the text box, a lesson's button, a file, a restored session). `note` says how
+        it was cut on its way in (a long file: `read_text_for`); it stays until the text changes again."""
         text = str(text)
         changed = text != self.text
+        if changed or note:
+            self.text_note = note
         self.text = text
         self.input_kind = "text"
         if changed:
@@ -247,13 +301,15 @@ class InputState(QObject):
             self.query_changed.emit(index)
 
     def set_options(self, **kw) -> None:
-        """colormap=, log_scale=, hide_special=, alpha=, stack=; emits options_changed once."""
+        """colormap=, log_scale=, hide_special=, alpha=, stack=, colour_scale=; emits options_changed once."""
         changed, was = False, (self.hide_special, self.stack)
         for k, v in kw.items():
             if k not in VIEW_OPTIONS:
                 raise AttributeError(k)
             if k == "stack" and v not in STACKS:
                 raise ValueError(f"stack must be one of {', '.join(STACKS)}, not {v!r}")
+            if k == "colour_scale" and v not in COLOUR_SCALES:
+                raise ValueError(f"colour_scale must be one of {', '.join(COLOUR_SCALES)}, not {v!r}")
             if getattr(self, k) != v:
                 setattr(self, k, v)
                 changed = True

@@ -101,6 +101,10 @@ def pool_job(r: RunResult, hide_special: bool = False, stack: str = "encoder") -
     from attn_explorer.session.inputs import stack_maps
 
     configure_torch()
+    if getattr(r, "is_lazy", False):
+        # a long input's maps were not kept: the grid fills its mosaic in from q and k in its own lane, head by
+        # head with progress (session.long_view.overview_job), so the run itself is not held up by L·H pools
+        return dataclasses.replace(r, display=None)
     m = stack_maps(r, stack)
     if not hide_special:
         grid = grid_image(m.attentions)
@@ -129,6 +133,8 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack:
         if fit < min(asked, info.max_positions):
             limit = max(fit, info.min_tokens)
             kwargs = {**kwargs, "max_tokens": limit}
+    if info.modality == "text" and _reuses_prefix(model):
+        kwargs = {**kwargs, "reuse_prefix": True}  # an edit reruns only the tokens from the first changed one
     r = model.run(x, **kwargs)
     t1 = time.perf_counter()
     cut = ""
@@ -144,6 +150,13 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack:
             cut = f"{info.name} reads at most {info.max_positions:,} tokens"
     r = pool_job(r, hide_special, stack)
     return Ran(result=r, started=t0, forward_done=t1, ended=time.perf_counter(), fit_tokens=fit, cut=cut)
+
+
+def _reuses_prefix(model: Any) -> bool:
+    """Whether model.run takes reuse_prefix (the public API's models do; a test's stand-in may not)."""
+    from attn_explorer.api.model import Model
+
+    return isinstance(model, Model)
 
 
 def sweep_job(model: Any, x: Any, kw: dict, want: int, reps: int) -> tuple[int, float, bool]:

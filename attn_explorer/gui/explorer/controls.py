@@ -215,7 +215,8 @@ class InputPanel(QGroupBox):
             if r.decoder_attentions is not None:
                 dec = (f" Decoder: {len(r.decoder_tokens)} target tokens (the start token first)."
                        if self.state.target.strip() else " Decoder: no target, it reads the source.")
-            self.current.setText(f"Showing text: {token_counts(r, self.state.hide_special)}{cut}.{dec}")
+            note = f" {self.state.text_note}." if self.state.text_note else ""  # a long file cut on its way in
+            self.current.setText(f"Showing text: {token_counts(r, self.state.hide_special)}{cut}.{dec}{note}")
         index = next((i for i in range(1, self.samples.count())
                       if shown is not None and str(Path(self.samples.itemData(i)).resolve()) == shown), 0)
         self.samples.setCurrentIndex(index)
@@ -295,6 +296,13 @@ class DkPanel(QGroupBox):
         L, H, _, N = maps.attentions.shape
         if st.layer >= L or st.head >= H:
             return  # the selection is moving to the stack shown; its selection_changed comes next
+        if getattr(r, "is_lazy", False):  # n² work per head: the Analyses' overview computes it in tiles
+            self.plot.hide()
+            self.entropy = self.peak = None
+            self.readout.setText(f"{N:,} tokens: the maps are computed from q and k when a view asks, so this "
+                                 "panel's per-head entropy is not drawn (the Analyses compute head statistics "
+                                 "in tiles). The slider still rescales every map.")
+            return
         self.plot.show()
         self.entropy, self.peak = head_entropy_and_peak(maps.attentions[st.layer])
         e, m = float(self.entropy[st.head]), float(self.peak[st.head])

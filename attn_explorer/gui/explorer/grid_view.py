@@ -18,12 +18,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, QTimer, Signal
 from PySide6.QtGui import QPen, QColor
-from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QWidget
+from PySide6.QtWidgets import QGraphicsRectItem, QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
                                        style_colorbar, waiting_for_input)
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.session.inputs import STACK_NAMES, short_kind, stack_maps
+from attn_explorer.session.long_view import GRID_LANE, overview_job, result_tag
 from attn_explorer.session.state import SessionState
 
 
@@ -69,8 +70,23 @@ class HeadGridView(LazyPage, QWidget):
         self.highlight.hide()
 
         self.stack_switch = StackSwitch(state)
+        # long inputs: the mosaic fills in head by head from q and k, in its lane, with progress
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.fill_button = QPushButton("Stop")
+        self.fill_button.setToolTip("Stop filling in the overview (the heads done stay), or fill it in again")
+        self.filling = QWidget()
+        row = QHBoxLayout(self.filling)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.progress, 1)
+        row.addWidget(self.fill_button)
+        self.filling.hide()
+        self._overview: tuple | None = None  # (run tag, GridImage so far, heads done, heads in all)
+        self._filling_tag: int | None = None  # the run whose overview is being filled in
         lay = titled_page(self, self.title, self.stack_switch)
+        lay.addWidget(self.filling)
         lay.addWidget(self.stack, 1)
+        self.fill_button.clicked.connect(self._fill_clicked)
 
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         self._fit_timer = QTimer(self)
@@ -98,6 +114,10 @@ class HeadGridView(LazyPage, QWidget):
         if not self.needs_draw():
             return
         grid = grid if grid is not None else self.state.grid_image
+        if r is not None and getattr(r, "is_lazy", False):
+            grid = grid if grid is not None else self._lazy_grid(r)
+        else:
+            self._stop_filling(hide=True)
         if r is None or grid is None:
             return
         L, H = grid.layers, grid.heads
@@ -112,6 +132,93 @@ class HeadGridView(LazyPage, QWidget):
             self._layout_axes(L, H)
         self._move_highlight(self.state.layer, self.state.head)
         self._set_title(r)
+
+    # --------------------------------------------------------------------------------- long inputs
+    def _lazy_grid(self, r):
+        """A long input's mosaic: what has been filled in so far (None before the first heads), asking the grid
+        lane to fill it in when it is not already doing so for this run."""
+        tag = result_tag(r)
+        ov = self._overview
+        if ov is not None and ov[0] == tag:
+            return ov[1]
+        if self._filling_tag != tag:
+            self._start_filling(r)
+        return None
+
+    def _start_filling(self, r) -> None:
+        tag = result_tag(r)
+        self._filling_tag = tag
+        self._overview = None
+        self.last_image = None
+        L, H = r.attentions.shape[:2]
+        self.progress.setRange(0, L * H)
+        self.progress.setValue(0)
+        self.progress.setFormat(f"filling in every head from q and k: 0 of {L * H}")
+        self.fill_button.setText("Stop")
+        self.filling.show()
+        self.state.submit(overview_job, r, key=GRID_LANE, uses_model=False,
+                          on_yield=lambda part: self._filled(tag, part), on_result=lambda _: self._fill_ended(tag),
+                          on_error=lambda msg: self._fill_failed(tag, msg))
+
+    def _filled(self, tag: int, part) -> None:
+        """A part of the overview arrived: draw it if it is still the run on screen."""
+        r = self.state.result
+        if r is None or result_tag(r) != tag:
+            return
+        done, total, grid = part
+        self._overview = (tag, grid, done, total)
+        self.progress.setValue(done)
+        self.progress.setFormat(f"filling in every head from q and k: {done} of {total}")
+        if done >= total:
+            self.filling.hide()
+            self._filling_tag = None
+        self.show_result(r, grid)
+
+    def _fill_ended(self, tag: int) -> None:
+        if self._filling_tag == tag:
+            self._filling_tag = None
+        ov = self._overview
+        if ov is not None and ov[0] == tag and ov[2] >= ov[3]:
+            self.filling.hide()
+
+    def _fill_failed(self, tag: int, message: str) -> None:
+        if self._filling_tag == tag:
+            self._filling_tag = None
+            self.progress.setFormat("the overview could not be filled in")
+            self.fill_button.setText("Fill in again")
+        self.state.error_raised.emit(message)
+
+    def _stop_filling(self, hide: bool = False) -> None:
+        if self._filling_tag is not None:
+            self.state.cancel(GRID_LANE)
+            self._filling_tag = None
+        if hide:
+            self.filling.hide()
+
+    def _fill_clicked(self) -> None:
+        r = self.state.result
+        if self._filling_tag is not None:  # stop: the heads done stay, the rest stay blank
+            self._stop_filling()
+            ov = self._overview
+            done, total = (ov[2], ov[3]) if ov is not None else (0, self.progress.maximum())
+            self.progress.setFormat(f"stopped: {done} of {total} heads filled in, the rest are blank")
+            self.fill_button.setText("Fill in again")
+            self._set_title()
+        elif r is not None and getattr(r, "is_lazy", False):
+            self._start_filling(r)
+
+    def overview_state(self) -> str:
+        """"", or how far a long input's overview is: "12 of 72 heads" (the title says it too)."""
+        r = self.state.result
+        ov = self._overview
+        if r is None or not getattr(r, "is_lazy", False):
+            return ""
+        if ov is None or ov[0] != result_tag(r):
+            return "no head filled in yet"
+        done, total = ov[2], ov[3]
+        if done >= total:
+            return ""
+        return f"{done} of {total} heads filled in" + ("" if self._filling_tag is not None else " (stopped)")
 
     def _layout_axes(self, L: int, H: int) -> None:
         """Ticks, separators and range for L × H cells of one unit each."""
@@ -186,6 +293,8 @@ class HeadGridView(LazyPage, QWidget):
 
     def _cleared(self) -> None:
         """The input was emptied: the mosaic goes with it (the placeholder says what to do)."""
+        self._stop_filling(hide=True)
+        self._overview = None
         self.last_image = None
         self._set_title()
 
@@ -216,6 +325,8 @@ class HeadGridView(LazyPage, QWidget):
         tag = " — <b>UNTRAINED (random weights)</b>" if same and not info.trained else ""
         note = f"<br><i>{html.escape(info.note)}</i>" if same and info.note else ""
         grid = st.grid_image
+        if grid is None and self._overview is not None and self._overview[0] == result_tag(r):
+            grid = self._overview[1]
         stack = getattr(grid, "stack", "encoder")  # the maps drawn, even while another stack is pooled
         m = stack_maps(r, stack)
         L, H = m.attentions.shape[:2]
@@ -239,8 +350,14 @@ class HeadGridView(LazyPage, QWidget):
             how = "Row t of each map = where target token t looks (only at itself and earlier ones)."
         else:
             how = "Row i of each map = where token i looks."
+        long = ""
+        if getattr(r, "is_lazy", False):
+            filled = self.overview_state()
+            long = (" Each head is pooled to its cell from q and k (the maps of a long input are not kept)"
+                    + (f": <i>{filled}</i>" if filled else "") + "."
+                    + (" Special tokens are shown (hiding them applies to shorter inputs)." if st.hide_special else ""))
         self.title.setText(f"<b>{html.escape(r.model)}</b>{tag}:{what} {L} layers × {H} heads, {count}{coming}. "
-                           f"{how} Click a head to open it." + note)
+                           f"{how} Click a head to open it.{long}" + note)
 
     # --------------------------------------------------------------------------------- input
     def cell_at(self, scene_pos) -> tuple[int, int] | None:

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QStackedL
 from attn_explorer.gui.widgets.heatmap import (LazyPage, PaintedGraphicsWidget, colormap, follow_loading,
                                        set_bar_label)
 from attn_explorer.gui.widgets.overlay import THUMB, blend, heat_label, heat_levels, patch_heat, thumbnail
+from attn_explorer.session.long_view import FOCUS_LANE, query_rows_job, result_tag
 from attn_explorer.session.state import SessionState
 
 OPEN_HINT = ("Open an image (File → Open image…, drag one in, or pick a sample) to see which patches each "
@@ -69,6 +70,7 @@ class PatchOverlayView(LazyPage, QWidget):
         self._labels: list[pg.TextItem] = []
         self.big_rgb: np.ndarray | None = None
         self._cols = 1
+        self._rows = None  # long inputs: session.long_view.QueryRows of the query and layer shown
 
         body = QWidget()
         self.stack = QStackedLayout(body)
@@ -114,12 +116,21 @@ class PatchOverlayView(LazyPage, QWidget):
         L, H, N, _ = r.attentions.shape
         q = min(st.query, N - 1)
         rows, cols = r.grid
-        layer = r.attentions[st.layer]  # (H, N, N)
+        if getattr(r, "is_lazy", False):  # a long input (a large picture): only the query's rows, from its lane
+            got = self._rows
+            if got is None or (got.tag, got.query, got.layers) != (result_tag(r), q, (st.layer,)):
+                self._ask_rows(r, q, st.layer)
+                return
+            layer = got.values[:, None, :]  # (H, 1, N): row 0 of each head is the query's
+            q_row = 0
+        else:
+            layer = r.attentions[st.layer]  # (H, N, N)
+            q_row = q
         # the large overlay: the selected head
         off = r.patch_offset
         smooth = self.smooth.isChecked()
         hidden = r.special if st.hide_special else None
-        heat = patch_heat(layer[st.head, q], r.grid, off, hidden)
+        heat = patch_heat(layer[st.head, q_row], r.grid, off, hidden)
         log = st.log_scale
         self.big_rgb = blend(r.image, heat, st.alpha, st.colormap, smooth, log)
         self.colorbar.setColorMap(colormap(st.colormap))
@@ -146,7 +157,7 @@ class PatchOverlayView(LazyPage, QWidget):
         mosaic = np.full((rows_m * side - gap, cols_m * side - gap, 3), 255, np.uint8)
         for h in range(H):
             y, x = divmod(h, cols_m)
-            tile = blend(thumb, patch_heat(layer[h, q], r.grid, off, hidden), st.alpha, st.colormap, smooth, log)
+            tile = blend(thumb, patch_heat(layer[h, q_row], r.grid, off, hidden), st.alpha, st.colormap, smooth, log)
             mosaic[y * side: y * side + THUMB, x * side: x * side + THUMB] = tile
         self.small_img.setImage(mosaic, levels=(0, 255), autoLevels=False)
         self.small.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.02)
@@ -166,6 +177,27 @@ class PatchOverlayView(LazyPage, QWidget):
                              + " each map's 98th percentile (the top 2% saturate; the bar is the large map's scale)."
                              + (" Special tokens hidden: weights renormalised over the patches." if hidden is not None
                                 else "") + tag)
+
+    def _ask_rows(self, r, q: int, layer: int) -> None:
+        """Ask the focus lane for query q's row in every head of `layer` (a long input); until it comes, the
+        caption says so and the old query's heat is not left on screen."""
+        self._rows = None
+        self.big_img.clear()
+        self.small_img.clear()
+        self.query_box.setData([], [])
+        self.caption.setText(f"Computing the query's attention in layer {layer}'s heads from q and k "
+                             f"({r.num_tokens:,} tokens)…")
+        want = (result_tag(r), q, (layer,))
+
+        def arrived(got) -> None:
+            now = self.state.result
+            if now is not None and (result_tag(now), min(self.state.query, now.num_tokens - 1),
+                                    (self.state.layer,)) == want:
+                self._rows = got
+                self.refresh()
+
+        self.state.submit(query_rows_job, r, q, (layer,), key=FOCUS_LANE + ":overlay", uses_model=False,
+                          on_result=arrived)
 
     def _place_labels(self, H: int, cols_m: int, side: int) -> None:
         while len(self._labels) < H:

@@ -24,11 +24,13 @@ from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGra
 from attn_explorer.gui.explorer.controls import StackSwitch
 from attn_explorer.maths import kept_tokens, rows_without_specials
 from attn_explorer.session.inputs import STACK_NAMES, short_kind
+from attn_explorer.session.long_view import FOCUS_LANE, query_rows_job, result_tag
 from attn_explorer.session.state import SessionState
 
 
 FOCUS_WINDOW = 64  # most key columns shown at once; more and the labels could not be read
 SENTENCE_SPAN = 16  # tokens either side of the query in the shaded sentence
+STRIP_TOKENS = 600  # most tokens the clickable strip holds (a stretch around the query: a list of 32,768 is slow)
 
 
 def key_window(K: int, centre: int, width: int = FOCUS_WINDOW) -> tuple[int, int]:
@@ -62,12 +64,13 @@ class TokenStrip(QListWidget):
         self.setMaximumHeight(86)
         self.setSelectionMode(QListWidget.SingleSelection)
 
-    def set_tokens(self, tokens: list[str], special: np.ndarray) -> None:
+    def set_tokens(self, tokens: list[str], special: np.ndarray, offset: int = 0) -> None:
+        """Show tokens (those from index `offset` on: a long input's stretch around the query)."""
         with signals_blocked(self):
             self.clear()
             for i, t in enumerate(tokens):
                 it = QListWidgetItem(t)
-                it.setData(Qt.UserRole, i)
+                it.setData(Qt.UserRole, offset + i)
                 if special[i]:
                     it.setForeground(Qt.gray)
                 self.addItem(it)
@@ -114,6 +117,8 @@ class TokenFocusView(LazyPage, QWidget):
         self._heads = 0  # heads per layer of the rows drawn
         self._key_labels: list[str] = []  # the key axis' labels as last set
         self._centred: tuple | None = None  # (tokens, query, keys shown) the key window was centred for
+        self._strip_span = (0, 0)  # [lo, hi) of the tokens the strip holds
+        self._focus = None  # long inputs: session.long_view.QueryRows of the query shown
 
         top = QHBoxLayout()
         top.addWidget(QLabel("Click a token (double-click: look inside the head):"))
@@ -140,8 +145,9 @@ class TokenFocusView(LazyPage, QWidget):
         follow_loading(state, self.stack.show_message)
 
     def _strip_clicked(self, row: int) -> None:
-        if row >= 0:
-            self.state.set_query(row)
+        item = self.strip.item(row) if row >= 0 else None
+        if item is not None:
+            self.state.set_query(int(item.data(Qt.UserRole)))
 
     def _strip_double_clicked(self, item) -> None:
         i = int(item.data(Qt.UserRole))
@@ -175,12 +181,23 @@ class TokenFocusView(LazyPage, QWidget):
         if self.plot.getAxis("bottom").labelText != key_title:
             self.plot.setLabel("bottom", key_title)
         q = min(self.state.query, R - 1)
-        if m.rows != self._tokens:
+        lo, hi = self._strip_span
+        if m.rows != self._tokens or not lo <= q < hi:  # a long input's strip holds a stretch around the query
             self._tokens = list(m.rows)
-            self.strip.set_tokens(self._tokens, m.row_special)
+            lo, hi = self._strip_span = key_window(R, q, STRIP_TOKENS)
+            self.strip.set_tokens(self._tokens[lo:hi], m.row_special[lo:hi], lo)
         with signals_blocked(self.strip):
-            self.strip.setCurrentRow(q)
-        rows, keys = focus_rows(m.attentions, q, m.col_special, self.state.hide_special)
+            self.strip.setCurrentRow(q - lo)
+        if getattr(r, "is_lazy", False):  # a long input: the query's row of every head comes from its lane
+            got = self._focus
+            if got is None or (got.tag, got.query) != (result_tag(r), q):
+                self._ask_focus(r, q)
+                return
+            rows, keys = got.values, np.arange(N)
+            if self.state.hide_special:
+                rows, keys = rows_without_specials(rows, m.col_special), kept_tokens(m.col_special, N)
+        else:
+            rows, keys = focus_rows(m.attentions, q, m.col_special, self.state.hide_special)
         self.rows, self.keys = rows, keys
         values, levels = display_values(rows, self.state.log_scale)
         self.image.setImage(values, levels=levels, autoLevels=False)
@@ -219,6 +236,23 @@ class TokenFocusView(LazyPage, QWidget):
                              + (f" {FOCUS_WINDOW} of {K} keys at a time: drag sideways for the rest."
                                 if K > FOCUS_WINDOW else ""))
         self._shade_sentence(m, rows[sel], keys, at)
+
+    def _ask_focus(self, r, q: int) -> None:
+        """Ask the focus lane for query q's row in every head of a long input; until it comes, the page says so
+        (the old query's rows are not left on screen)."""
+        self.rows = None
+        self.image.clear()
+        self.sentence.setText("")
+        self.caption.setText(f"Computing token {q:,}'s row in every head from q and k…")
+        want = (result_tag(r), q)
+
+        def arrived(got) -> None:
+            now = self.state.result
+            if now is not None and (result_tag(now), min(self.state.query, now.num_tokens - 1)) == want:
+                self._focus = got
+                self.refresh()
+
+        self.state.submit(query_rows_job, r, q, key=FOCUS_LANE, uses_model=False, on_result=arrived)
 
     def _shade_sentence(self, m, row: np.ndarray, keys: np.ndarray, at: int) -> None:
         """The key tokens around column `at`, shaded by the selected head's weights."""

@@ -103,6 +103,10 @@ class TokenAxis(pg.AxisItem):
         super().__init__(orientation, **kw)
         self._rotate = rotate and orientation in ("top", "bottom")
         self._labels: list[str] = []
+        self._widest = 0  # pixels of the widest label
+        # long inputs: while a token cannot have a line of its own, label positions (0, 500, 1000...) instead
+        # of every k-th token; once there is room for one a line, every token is named
+        self.numbers_when_crowded = False
         self._tick_space = 20
         self.setTicks([[], []])
 
@@ -113,6 +117,7 @@ class TokenAxis(pg.AxisItem):
         self._labels = [short(t) for t in labels]
         fm = QFontMetrics(self._font())
         widest = max((fm.horizontalAdvance(t) for t in self._labels), default=20)
+        self._widest = widest if self._labels else 0
         title = self.label.boundingRect().height() if self.label.isVisible() else 0
         if self.orientation in ("top", "bottom"):
             self._tick_space = min(self.TICK_SPACE, widest + 14) if self._rotate else fm.height() + 8
@@ -136,26 +141,49 @@ class TokenAxis(pg.AxisItem):
             return (v - lo) / (hi - lo) * length
         return length - (v - lo) / (hi - lo) * length
 
-    def drawn_labels(self) -> list[tuple[float, str]]:
-        """(pixels along the axis, text) of every label drawn for the current range and size."""
+    def _room(self) -> float:
+        """Pixels one label needs along the axis."""
+        fm = QFontMetrics(self._font())
+        if self.orientation in ("top", "bottom") and not self._rotate:  # side by side: a label's width apart
+            return self._widest + 6
+        return fm.height() + 1  # stacked (left axes, turned labels): a line's height apart
+
+    def token_step(self) -> int:
+        """Every how many tokens a label fits for the current range and size (1: every token has one)."""
         n, length = len(self._labels), self._along()
         lo, hi = sorted(self.range)
         if n == 0 or hi <= lo or length <= 0:
+            return 0
+        return max(1, math.ceil(self._room() / (length / (hi - lo))))
+
+    def tokens_that_fit(self) -> int:
+        """How many tokens the axis can name at once, one label each (its length over a label's room)."""
+        return max(1, int(self._along() // max(1.0, self._room())))
+
+    def labels_every_token(self) -> bool:
+        """Every visible token has its own label now (there is room for one a line)."""
+        return self.token_step() == 1
+
+    def drawn_labels(self) -> list[tuple[float, str]]:
+        """(pixels along the axis, text) of every label drawn for the current range and size."""
+        step = self.token_step()
+        if not step:
             return []
-        per_token = length / (hi - lo)
-        fm = QFontMetrics(self._font())
-        if self.orientation in ("top", "bottom") and not self._rotate:  # side by side: a label's width apart
-            room = max((fm.horizontalAdvance(t) for t in self._labels), default=0) + 6
-        else:  # stacked (left axes, turned labels): a line's height apart
-            room = fm.height() + 1
-        step = max(1, math.ceil(room / per_token))
+        n, length = len(self._labels), self._along()
+        lo, hi = sorted(self.range)
+        numbers = self.numbers_when_crowded and step > 1
+        if numbers:  # positions at round steps, wide enough for the longest number
+            room = self._room()
+            if self.orientation in ("top", "bottom") and not self._rotate:
+                room = QFontMetrics(self._font()).horizontalAdvance(str(n)) + 10
+            step = nice_step(room / (length / (hi - lo)))
         first = max(0, int(math.floor(lo)) // step * step)
         last = min(n - 1, int(math.ceil(hi)))
         out = []
         for i in range(first, last + 1, step):
             px = self._to_px(i + 0.5, length)
             if -1 <= px <= length + 1:
-                out.append((px, self._labels[i]))
+                out.append((px, str(i) if numbers else self._labels[i]))
         return out
 
     def tick_text_extent(self) -> float:
@@ -194,6 +222,16 @@ class TokenAxis(pg.AxisItem):
                 p.drawText(QRectF(right - 6 - box, px - fh / 2, box, fh), int(Qt.AlignRight | Qt.AlignVCenter),
                            text)
             p.restore()
+
+
+def nice_step(at_least: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50... that is at least `at_least` (round label steps)."""
+    step = 1
+    while True:
+        for m in (1, 2, 5):
+            if step * m >= at_least:
+                return step * m
+        step *= 10
 
 
 NO_MODEL = "No model is loaded: the message above says why. Pick one in the Model box."

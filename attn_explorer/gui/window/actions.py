@@ -15,12 +15,13 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFrame, QHBoxL
 from superqt.utils import signals_blocked
 
 from attn_explorer.errors import UserError
-from attn_explorer.files import read_text_file, save_npz
+from attn_explorer.files import save_npz
 from attn_explorer.gui.window.export import FORMATS, export_view
 from attn_explorer.gui.window.export import HTML_FILTER, export_html as start_html_export
 from attn_explorer.gui.widgets.heatmap import COLORMAPS
 from attn_explorer.gui.window.pages import PAGES
 from attn_explorer.gui.window.sessions import SessionActions, saved_view
+from attn_explorer.session.inputs import read_text_for
 from attn_explorer.session.jobs import dtype_error_job
 
 DTYPES = ("float32", "bfloat16", "float16")  # the weights' number formats load_model reads
@@ -333,13 +334,13 @@ class WindowActions(SessionActions):
         """Put a UTF-8 text file into the text box (which runs it). Bad files go to the banner, in the words
         of the command line's --text-file (the same reader: a pipe is refused, never waited on)."""
         p = Path(path)
-        try:
-            text = read_text_file(p, MAX_TEXT_BYTES)
+        try:  # a file longer than the model reads is cut on the way in, with a note (session.inputs.read_text_for)
+            text, note = read_text_for(p, self.state.info, MAX_TEXT_BYTES)
         except UserError as e:
             self.show_error(str(e))
             return False
         self.settings.setValue("paths/last_folder", str(p.parent))
-        self.state.set_text(text)  # the text box follows the session's text_changed
+        self.state.set_text(text, note)  # the text box follows the session's text_changed
         return True
 
     def open_text_dialog(self) -> None:

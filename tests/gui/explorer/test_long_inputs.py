@@ -1,0 +1,204 @@
+"""The window at a long input: the one-head map pooled to the screen and asked again at full resolution on
+zoom and pan, the selected query's row as a strip over every key, the colour scales and their label, "Go to
+token", the grid's overview filled in from its lane, nothing stale after a pan or a new run, and no torch on
+the GUI thread in any of it.
+
+A tiny seeded model (the textbook one, 2 layers × 4 heads) on a 500-token text; `long_view.WINDOWED_FROM` is
+lowered so this dense result is drawn the way a long input is (through the lanes, never from the whole map).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attn_explorer.session import long_view
+
+WORDS = "the cat sat on the mat because it was warm and the dog ran far away from home".split()
+N = 500
+TEXT = " ".join(WORDS[i % len(WORDS)] for i in range(N - 1)) + " zebra"  # one word that occurs once, last
+
+
+@pytest.fixture
+def long_window(make_window, qtbot, monkeypatch):
+    """The head page at 1024×700 on the 500-token text, drawn windowed, its whole-map base on screen."""
+    monkeypatch.setattr(long_view, "WINDOWED_FROM", 64)
+    w = make_window(model="textbook", text=TEXT, view="head")
+    w.resize(1024, 700)
+    hv = w.head_view
+    qtbot.waitUntil(lambda: hv.long and hv.base is not None and not w.state.busy and _lanes_idle(w.state)
+                    and hv.base.ask.cells == hv.visible_ask().cells, timeout=30000)
+    return w
+
+
+def _lanes_idle(state) -> bool:
+    return not any(state.job_busy(k) for k in (long_view.WINDOW_LANE, long_view.STRIP_LANE, "long-window:whole"))
+
+
+def test_the_whole_map_is_pooled_to_the_screen_and_zoom_asks_again_at_full_resolution(long_window, qtbot):
+    w = long_window
+    st, hv = w.state, w.head_view
+    r = st.result
+    assert r.num_tokens == N and hv.matrix is None  # never the whole map in the GUI
+    base = hv.base
+    assert base.ask.rows == (0, N) and base.ask.cols == (0, N)
+    assert base.ask.cells[0] < N and base.pooled  # fewer pixels than rows: pooled
+    np.testing.assert_array_equal(base.values, r.attention(st.layer, st.head, pool=base.ask.cells))
+    assert not hv.left_axis.labels_every_token()
+    assert all(t.isdigit() for _, t in hv.left_axis.drawn_labels())  # positions while crowded, not tokens
+
+    hv.plot.setRange(xRange=(120, 150), yRange=(200, 212), padding=0)  # as a wheel zoom leaves it
+    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
+    win = hv.window
+    a, b = win.ask.rows
+    c, d = win.ask.cols
+    assert not win.pooled and (a, b, c, d) == (200, 212, 120, 150)
+    want = r.attention(st.layer, st.head, rows=(a, b), cols=(c, d))
+    np.testing.assert_array_equal(hv.image.image, want)  # the image drawn is the exact window
+    assert hv.left_axis.labels_every_token()  # room for one a line: every token named
+    assert [t for _, t in hv.left_axis.drawn_labels()][:3] == [r.tokens[200], r.tokens[201], r.tokens[202]]
+    i, j = 207, 130
+    assert hv.describe_long(i, j) == (f'query "{r.tokens[i]}" ({i}) → key "{r.tokens[j]}" ({j}): '
+                                      f"{want[i - a, j - c]:.3f}")
+
+    hv.plot.setRange(xRange=(300, 330), yRange=(300, 312), padding=0)  # a drag pan
+    assert hv.readout.text().startswith("Hover over the map")  # it described a cell of the old window
+    qtbot.waitUntil(lambda: hv.window.ask.rows == (300, 312) and hv.window.ask.cols == (300, 330), timeout=10000)
+    np.testing.assert_array_equal(hv.image.image, r.attention(st.layer, st.head, rows=(300, 312), cols=(300, 330)))
+
+
+def test_an_answer_for_another_window_head_or_run_is_dropped(long_window, qtbot):
+    w = long_window
+    st, hv = w.state, w.head_view
+    hv.plot.setRange(xRange=(10, 40), yRange=(10, 34), padding=0)
+    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
+    old_run = st.result
+    stale_ask = long_view.WindowAsk(long_view.result_tag(old_run), st.layer, st.head, (50, 74), (50, 80), (24, 30))
+    stale = long_view.window_job(old_run, stale_ask)  # a pan the view has since left
+    shown = hv.window
+    hv._window_arrived(stale)
+    assert hv.window is shown  # not the window on screen: dropped
+
+    with qtbot.waitSignal(st.selection_changed):
+        st.select(head=(st.head + 1) % 4)
+    other_head = long_view.window_job(old_run, long_view.WindowAsk(stale_ask.tag, st.layer, (st.head + 3) % 4,
+                                                                   shown.ask.rows, shown.ask.cols, shown.ask.cells))
+    hv._window_arrived(other_head)
+    assert hv.window is None or hv.window.ask.head == st.head  # the old head's answer never shows
+    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
+    assert hv.window.ask.head == st.head
+
+    with qtbot.waitSignal(st.attention_ready, timeout=30000):  # a new run (another text)
+        st.set_text(TEXT.replace("zebra", "giraffe"))
+    qtbot.waitUntil(lambda: hv.base is not None and hv.base.ask.tag == long_view.result_tag(st.result), timeout=10000)
+    before = hv.window
+    hv._window_arrived(long_view.window_job(old_run, long_view.WindowAsk(
+        long_view.result_tag(old_run), st.layer, st.head, (0, 24), (0, 30), (24, 30))))
+    assert hv.window is before  # the old run's answer is dropped
+    assert hv.strip.strip is None or hv.strip.strip.tag == long_view.result_tag(st.result)
+
+
+def test_the_strip_follows_the_query_over_every_key(long_window, qtbot):
+    w = long_window
+    st, hv = w.state, w.head_view
+    r = st.result
+    for q in (7, 321, N - 1):
+        st.set_query(q)
+        qtbot.waitUntil(lambda: hv.strip.strip is not None and hv.strip.strip.query == q, timeout=10000)
+        s = hv.strip.strip
+        row = r.attention(st.layer, st.head, rows=q)
+        assert s.total == N and s.values.shape[0] <= N
+        from attn_explorer.maths import pool_edges
+
+        edges = pool_edges(N, s.values.shape[0])
+        np.testing.assert_array_equal(s.values, np.maximum.reduceat(row, edges[:-1]))
+        assert s.top[0] == (int(np.argmax(row)), pytest.approx(float(row.max())))
+        assert f'query {q} "{r.tokens[q]}"' in hv.strip.readout.text()
+    st.select(layer=1, head=2)  # another head: its own strip, never the old one
+    assert hv.strip.strip is None
+    qtbot.waitUntil(lambda: hv.strip.strip is not None, timeout=10000)
+    assert (hv.strip.strip.layer, hv.strip.strip.head, hv.strip.strip.query) == (1, 2, N - 1)
+    # clicking a row of the map picks that query; the strip follows
+    from attn_explorer.gui.widgets.heatmap import cell_centre
+
+    hv.plot.setRange(xRange=(0, 40), yRange=(100, 130), padding=0)
+    qtbot.waitUntil(lambda: _lanes_idle(st), timeout=10000)
+    pos = hv.canvas.mapFromScene(cell_centre(hv.plot, 105, 3))
+    from PySide6.QtCore import Qt
+
+    qtbot.mouseClick(hv.canvas.viewport(), Qt.LeftButton, pos=pos)
+    qtbot.waitUntil(lambda: st.query == 105, timeout=5000)
+    qtbot.waitUntil(lambda: hv.strip.strip is not None and hv.strip.strip.query == 105, timeout=10000)
+
+
+def test_go_to_token_by_number_or_word(long_window, qtbot):
+    w = long_window
+    st, hv = w.state, w.head_view
+    hv.goto.setText("250")
+    hv.goto.returnPressed.emit()
+    assert st.query == 250
+    (x0, x1), (y0, y1) = hv.plot.vb.viewRange()
+    assert y0 <= 250 < y1 and x0 <= 250 < x1 and y1 - y0 <= 49
+    assert 'token 250 "' in hv.goto_note.text()
+    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask() and not hv.window.pooled,
+                    timeout=10000)
+    assert hv.left_axis.labels_every_token()
+    assert hv.go_to("zebra") == N - 1 and st.query == N - 1  # the one occurrence, at the end
+    assert hv.go_to("dog") == 12 and hv.go_to("dog") == 12 + len(WORDS)  # the next after the query each time
+    assert hv.go_to("99999") is None and st.query == 12 + len(WORDS)
+    assert "there is no token 99,999" in hv.goto_note.text()
+    assert hv.go_to("unicorn") is None and 'no token "unicorn"' in hv.goto_note.text()
+
+
+def test_find_token_rules():
+    tokens = ["<s>", "ĠThe", "Ġcat", "▁sat", "cats", "Ġcat"]
+    assert long_view.find_token(tokens, "cat") == 2
+    assert long_view.find_token(tokens, "cat", after=2) == 5
+    assert long_view.find_token(tokens, "cat", after=5) == 2  # wraps round
+    assert long_view.find_token(tokens, "ats") == 4  # contained, when no token is the word
+    assert long_view.find_token(tokens, "#3") == 3
+    from attn_explorer.errors import UserError
+
+    with pytest.raises(UserError, match="no token 6"):
+        long_view.find_token(tokens, "6")
+
+
+def test_colour_scales_with_a_sink_and_the_label_that_says_which_is_on(long_window, qtbot):
+    a = np.full((4, 6), 0.02, np.float32)
+    a[:, 0] = 0.9  # a sink column
+    a[2, 3] = 0.05
+    s = long_view.colour_scale(a, "weight", False)
+    assert s.levels == (0.0, 1.0) and s.label == "weight" and np.array_equal(s.values, a)
+    s = long_view.colour_scale(a, "row", False)
+    np.testing.assert_allclose(s.values.max(axis=1), 1.0)
+    assert "row" in s.label
+    s = long_view.colour_scale(a, "clip", False)
+    assert list(s.sinks) == [0] and np.isnan(s.values[:, 0]).all()  # the sink is left apart
+    assert s.levels[1] == pytest.approx(np.percentile(a[:, 1:], 99)) and s.sink_share == pytest.approx(0.9)
+    assert "sinks apart" in s.label
+
+    w = long_window
+    st, hv = w.state, w.head_view
+    hv.plot.setRange(xRange=(0, 30), yRange=(0, 24), padding=0)
+    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
+    st.set_options(colour_scale="row")
+    assert "row's max" in hv.scale_label.text() and "row's max" in hv.colorbar.axis.labelText
+    np.testing.assert_allclose(np.nanmax(hv.image.image, axis=1), 1.0, rtol=1e-6)
+    assert hv.scale_combo.currentData() == "row"
+    st.set_options(colour_scale="clip")
+    assert "99th pct" in hv.scale_label.text()
+    top = np.percentile(hv.window.values[:, np.setdiff1d(np.arange(30), long_view.sink_columns(hv.window.values))], 99)
+    assert hv.colorbar.levels()[1] == pytest.approx(top, rel=1e-5)
+    st.set_options(colour_scale="weight")
+    assert "Colour: <b>weight</b>" in hv.scale_label.text()
+
+
+def test_short_inputs_keep_the_dense_map_and_get_the_strip_and_scales(make_window, qtbot):
+    w = make_window(model="textbook", text="the cat sat on the mat because it was warm", view="head")
+    st, hv = w.state, w.head_view
+    qtbot.waitUntil(lambda: hv.matrix is not None)
+    assert not hv.long
+    st.set_query(3)
+    assert hv.strip.strip.query == 3
+    np.testing.assert_array_equal(hv.strip.strip.values, st.result.attentions[st.layer, st.head, 3])
+    st.set_options(colour_scale="row")
+    np.testing.assert_allclose(hv.image.image.max(axis=1), 1.0, rtol=1e-6)
