@@ -14,7 +14,7 @@ const AX_VIRIDIS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [
   [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37]];
 const AX_VIEWS = [["grid", "All heads"], ["head", "One head"], ["tokens", "Token focus"],
   ["lines", "Lines"], ["overlay", "Overlay"]];
-const AX_LINE_FLOOR = 0.01; // the lines view leaves out weights under this (as faint as the background)
+const AX_LINE_FLOOR = 0.05; // the lines view leaves out weights under this share of the head's largest
 const AX_IDLE = "Hover a map or a token to read its weight.";
 
 /* 256 RGBA entries of viridis (the window's default colormap). */
@@ -107,7 +107,7 @@ class AxViewer {
   }
   tok(i) {
     const t = this.d.labels[i];
-    return this.d.edges ? t : `'${t}' (${this.d.token_index[i]})`;
+    return this.d.edges ? t : `“${t}” (${this.d.token_index[i]})`;
   }
   rowMax(l, h, i) {
     let m = 0;
@@ -255,6 +255,7 @@ class AxViewer {
     const cell = Math.max(16, Math.min(160, Math.floor((this.width() - left) / H) - gap));
     const W = left + H * (cell + gap), Ht = top + L * (cell + gap);
     const [c, ctx] = axCanvas(W, Ht);
+    c.classList.add("ax-map"); // the view's own drawing (not its colour bar)
     const paint = () => { // in place: a click re-selects without replacing the canvas (so a double-click lands)
       ctx.clearRect(0, 0, W, Ht);
       ctx.imageSmoothingEnabled = n > cell; // shrinking: average; enlarging: one block a cell
@@ -310,9 +311,11 @@ class AxViewer {
     let lw = 0;
     if (labels) for (let i = 0; i < n; i++) lw = Math.max(lw, probe.measureText(this.d.labels[i]).width);
     const left = labels ? Math.min(140, lw) + 10 : 40, top = labels ? Math.min(110, lw * 0.75) + 14 : 20;
-    const side = Math.max(200, Math.min(680, this.width() - left - 10));
+    const room = window.innerHeight - this.stage.getBoundingClientRect().top - top - 50; // the colour bar above
+    const side = Math.max(240, Math.min(680, this.width() - left - 10, room > 0 ? room : 680));
     const cell = side / n;
     const [c, ctx] = axCanvas(left + side + 4, top + side + 4);
+    c.classList.add("ax-map"); // the view's own drawing (not its colour bar)
     ctx.imageSmoothingEnabled = n > side;
     ctx.drawImage(this.tile(l, h), left, top, side, side);
     ctx.font = "11px sans-serif";
@@ -353,8 +356,8 @@ class AxViewer {
     });
     c.addEventListener("mouseleave", () => this.say(AX_IDLE));
     c.addEventListener("click", (ev) => { const p = at(ev); if (p) this.setQuery(p[0]); });
-    this.stage.appendChild(c);
     this.stage.appendChild(this.colourBar(top1));
+    this.stage.appendChild(c);
   }
 
   colourBar(top1) {
@@ -370,6 +373,7 @@ class AxViewer {
     ctx.fillText(this.log ? axFmt(top1 / this.levels) : "0", 30, 26);
     ctx.fillText(axFmt(top1), 230, 26);
     c.classList.add("ax-colourbar");
+    c.title = "colour scale of this head";
     return c;
   }
 
@@ -410,17 +414,18 @@ class AxViewer {
     const colW = Math.min(180, lw + 12), gap = Math.max(160, Math.min(320, this.width() - 2 * colW - 20));
     const W = 2 * colW + gap, Ht = n * rh + 10, x0 = colW, x1 = colW + gap;
     const [c, ctx] = axCanvas(W, Ht);
+    c.classList.add("ax-map"); // the view's own drawing (not its colour bar)
     const y = (i) => 5 + (i + 0.5) * rh;
     const paint = (hover) => { // hover: null, ["q", i] or ["k", j]
       ctx.clearRect(0, 0, W, Ht);
       ctx.lineWidth = 1.5;
       for (let i = 0; i < n; i++) {
         for (let j = 0; j < n; j++) {
-          const wt = this.w(l, h, i, j);
-          if (wt < AX_LINE_FLOOR) continue;
+          const rel = this.lv(l, h, i, j) / this.levels;
+          if (rel < AX_LINE_FLOOR) continue;
           const on = !hover || (hover[0] === "q" ? hover[1] === i : hover[1] === j);
           if (!on) continue;
-          ctx.strokeStyle = `rgba(31,119,180,${Math.min(1, wt).toFixed(3)})`;
+          ctx.strokeStyle = `rgba(31,119,180,${rel.toFixed(3)})`;
           ctx.beginPath();
           ctx.moveTo(x0 + 2, y(i));
           ctx.lineTo(x1 - 2, y(j));
@@ -467,7 +472,8 @@ class AxViewer {
     });
     this.stage.appendChild(c);
     this.legend.textContent = `Layer ${l}, head ${h}: a line from each query token (left) to each key (right), ` +
-      `its opacity the weight itself (weights under ${AX_LINE_FLOOR} not drawn). Hover a token to see only its lines.`;
+      `its opacity the weight over this head's largest (${axFmt(this.scale[l * this.H + h])}); under ` +
+      `${AX_LINE_FLOOR * 100} % of it not drawn. Hover a token to see only its lines.`;
   }
 
   // ---- the patch overlay (image runs) --------------------------------------------------------------
@@ -476,6 +482,7 @@ class AxViewer {
     const iw = this.imgW || gc * 16, ih = this.imgH || gr * 16;
     const k = Math.min(520, this.width() - 10) / Math.max(iw, ih), W = Math.round(iw * k), Ht = Math.round(ih * k);
     const [c, ctx] = axCanvas(W, Ht);
+    c.classList.add("ax-map"); // the view's own drawing (not its colour bar)
     if (this.rgb) {
       const pic = document.createElement("canvas");
       pic.width = iw;

@@ -66,7 +66,7 @@ def _not_blank(png: bytes) -> None:
     assert colours > 20 and inked > 0.05, (colours, inked)
 
 
-READOUT = re.compile(r"^L(\d+) H(\d+) · query '([^']*)' \((\d+)\) → (?:key|patch) '([^']*)' \((\d+)\): (\d\.\d{3})")
+READOUT = re.compile(r"^L(\d+) H(\d+) · query “([^”]*)” \((\d+)\) → (?:key|patch) “([^”]*)” \((\d+)\): (\d\.\d{3})")
 
 
 def _hover_reads(page, selector, fx, fy):
@@ -83,18 +83,17 @@ def _parse(text):
     return int(m[1]), int(m[2]), int(m[4]), int(m[6]), float(m[7])
 
 
-@pytest.mark.parametrize("view,target", [("grid", ".ax-stage canvas"), ("head", ".ax-stage canvas"),
-                                         ("lines", ".ax-stage canvas"), ("overlay", ".ax-stage canvas")])
-def test_each_view_draws_and_hover_reads_the_weight(page, tmp_path, view, target):
+@pytest.mark.parametrize("view", ["grid", "head", "lines", "overlay"])
+def test_each_view_draws_and_hover_reads_the_weight(page, tmp_path, view):
     r = fake_run(image=True, seed=11) if view == "overlay" else fake_run(L=2, H=3, N=12, seed=11)
     _open(page, tmp_path, r, view=view, layer=1, head=2)
     assert page.get_attribute(".ax-root", "data-ax-view") == view
     _not_blank(page.locator(".ax-stage").screenshot())
     idle = page.inner_text(".ax-readout")
     fx, fy = {"lines": (0.05, 0.4)}.get(view, (0.6, 0.45))
-    first = _hover_reads(page, target, fx, fy)
+    first = _hover_reads(page, ".ax-map", fx, fy)
     assert page.inner_text(".ax-readout") != idle
-    second = _hover_reads(page, target, fx, min(0.95, fy + 0.4))
+    second = _hover_reads(page, ".ax-map", fx, min(0.95, fy + 0.4))
     assert second != first  # another place, another pair
     for li, hi, q, k, w in (first, second):
         assert abs(w - float(r.attentions[li, hi, q, k])) <= r.attentions[li, hi].max() / 510 + 5e-4
@@ -124,7 +123,7 @@ def test_tabs_switch_views_and_grid_double_click_opens_the_head(page, tmp_path):
     for v in ("head", "tokens", "lines", "grid"):
         page.click(f".ax-tab[data-view={v}]")
         assert page.get_attribute(".ax-root", "data-ax-view") == v
-    box = page.locator(".ax-stage canvas").bounding_box()
+    box = page.locator(".ax-map").bounding_box()
     left, top, gap = 34, 18, 4
     step = (box["width"] - left) / 3
     page.mouse.dblclick(box["x"] + left + 2 * step + 5, box["y"] + top + step + 5)  # L1 H2
