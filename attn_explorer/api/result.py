@@ -69,7 +69,7 @@ class RunResult:
     # Its methods run torch: call them (through `attention`) in worker threads only, never in the GUI thread.
     lazy: Any = None
     # Model.run(reuse_prefix=True): what was reused of the last run, in words for the status bar ("reused 8,190
-    # of 8,192 tokens"; for an encoder, why nothing can be); "" when not asked
+    # of 8,192 tokens"; for an encoder, why nothing can be), any reason in brackets at the end; "" when not asked
     reuse: str = ""
 
     @property
