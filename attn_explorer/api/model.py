@@ -133,12 +133,12 @@ class Model:
         prep = self.prepare(x, max_tokens=max_tokens, image_size=image_size)
         dec = prepare_target(self, prep, target, max_tokens)
         keep = self._keep_lazily(prep, lazy, hidden, dec is not None)
-        if keep:
-            captures = lazy_captures(self.info.num_layers, captures)
-        if reuse_prefix and self.info.modality == "text" and dec is None and not keep:
+        if reuse_prefix and self.info.modality == "text" and dec is None:
             from attn_explorer.api import prefix
 
-            return prefix.run(self, prep, dk_scale, dk_layers, hidden, captures)
+            return prefix.run(self, prep, dk_scale, dk_layers, hidden, captures, lazy=keep)
+        if keep:
+            captures = lazy_captures(self.info.num_layers, captures)
         out, ms = self._forward(prep.inputs, dk_scale, dk_layers, captures=captures, output_attentions=not keep)
         if keep:
             from attn_explorer.api.lazy import LazyAttention

@@ -63,7 +63,7 @@ def reusable(model) -> bool:
 
 def encoder_line(n: int) -> str:
     """What the status bar says for an encoder, whose every edit recomputes everything."""
-    return f"encoder: every token sees every other, so each edit recomputes all {n:,} tokens"
+    return f"encoder: each edit recomputes all {n:,} tokens (every token sees every other)"
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -149,7 +149,7 @@ class MainWindow(WindowActions, QMainWindow):
         self.progress.setRange(0, 1000)
         self.progress.setMaximumWidth(220)
         self.progress.hide()
-        self.status_labels = {k: QLabel("") for k in ("model", "device", "tokens", "forward", "render")}
+        self.status_labels = {k: QLabel("") for k in ("model", "device", "tokens", "reuse", "forward", "render")}
         sb.addPermanentWidget(self.progress)
         for lab in self.status_labels.values():
             lab.setStyleSheet("padding: 0 6px;")
@@ -193,6 +193,10 @@ class MainWindow(WindowActions, QMainWindow):
         s = self.status_labels
         s["tokens"].setText(f"n = {r.num_tokens}")
         s["forward"].setText(f"forward {r.forward_ms:.1f} ms" + (" (first run: includes warm-up)" if r.warm_up else ""))
+        # what an edit reused of the last run (prefix reuse), or why nothing could be: the reason in brackets
+        # goes to the tooltip, so the bar still fits at 1024 px
+        s["reuse"].setText(r.reuse.split(" (")[0])
+        s["reuse"].setToolTip(r.reuse)
         sb = self.statusBar()
         if self._note and sb.currentMessage() == self._note:
             sb.clearMessage()  # it described the result before this one
@@ -203,8 +207,9 @@ class MainWindow(WindowActions, QMainWindow):
     def _input_cleared(self) -> None:
         """No input: the read-outs of the result that went go with it."""
         self._result_at = None
-        for key in ("tokens", "forward", "render"):
+        for key in ("tokens", "reuse", "forward", "render"):
             self.status_labels[key].setText("")
+        self.status_labels["reuse"].setToolTip("")
         if self._note and self.statusBar().currentMessage() == self._note:
             self.statusBar().clearMessage()
         self._note = ""
@@ -236,8 +241,9 @@ class MainWindow(WindowActions, QMainWindow):
         self.progress.hide()
         self.banner.hide()
         untrained = "" if info.trained else " (untrained)"
-        for key in ("tokens", "forward", "render"):  # they described the old model's run, until this one's
+        for key in ("tokens", "reuse", "forward", "render"):  # they described the old model's run, until this one's
             self.status_labels[key].setText("")
+        self.status_labels["reuse"].setToolTip("")
         self.status_labels["model"].setText(f"{info.name}{untrained}")
         self.status_labels["model"].setToolTip(info.note or info.name)
         self.status_labels["device"].setText(f"{info.device} · {info.dtype}")
