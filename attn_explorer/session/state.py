@@ -182,6 +182,9 @@ class SessionState(InputState):
         """A change of input or knobs (see `InputState`): switch model, clear, re-pool or run."""
         loading = self.runner.loading
         if self.result_only and what != "pooling" and not loading:
+            shown = self.result if self.result is not None else self._opened
+            if what in ("knob", "layer") and shown is not None:  # the knobs keep saying what the maps are
+                self.dk_scale, self.max_tokens, self.image_size = float(shown.dk_scale), None, None
             self.error_raised.emit(f"{self.result_only} was opened without its model: choose a model to run "
                                    "the input again (d_k, the cut and a new input need it)")
             return
@@ -309,6 +312,10 @@ class SessionState(InputState):
         self.timings, self.fit_tokens, self.cut_reason = [], None, ""
         self.max_tokens, self.image_size, self.dk_scale = None, None, float(run.result.dk_scale)
         self.input_kind = "image" if run.result.grid is not None else "text"
+        if run.result.image is not None:  # the pixels the model saw: choosing a model runs it on them
+            from PIL import Image
+
+            self.image = Image.fromarray(run.result.image)
         from attn_explorer.session.reopen import tokens_text
 
         text = str(run.view.get("text") or tokens_text(run.result.tokens, run.result.special))

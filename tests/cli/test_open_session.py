@@ -92,3 +92,13 @@ def test_each_problem_is_one_line_and_no_picture(tmp_path, cli, problem):
     code, _, err = cli(*args, "--screenshot", out)
     assert_one_error_line(code, err, *words)
     assert not out.exists()
+
+
+def test_import_attn_explorer_does_not_import_qt_and_ax_open_does():
+    import subprocess
+    import sys
+
+    code = ("import sys, attn_explorer as ax; qt = 'PySide6' in sys.modules; f = ax.open; "
+            "print(qt, 'PySide6' in sys.modules, f.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "open_window"]

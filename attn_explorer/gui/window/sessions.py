@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QLabel
 from superqt.utils import signals_blocked
 
@@ -78,6 +79,8 @@ class SessionActions:
             self.show_error(str(e))
             return False
         self.settings.setValue("paths/last_folder", str(Path(path).parent))
+        self.statusBar().showMessage(f"opened session {Path(path).name}" + (": loading its model…" if loads else ""),
+                                     5000)
         if s.page in self.pages:
             self.show_page(s.page, pin=loads)  # pinned: the model's load keeps it
         elif s.page:
@@ -135,9 +138,9 @@ class SessionActions:
         """A saved run is on screen: say whose maps they are and that the model is not loaded."""
         r, info = self.state.result, self.state.info
         self.saved_run_line.setText(
-            f"Opened from {label}: the saved maps of {info.name} ({r.num_tokens} tokens, d_k scale "
-            f"{r.dk_scale:g}). The model is not loaded: d_k, n, a new input and the pages that run the model "
-            "need one; choose it under Model to run again.")
+            f"Opened from {label}: the saved maps of {info.name} ({r.num_tokens} tokens, d_k × {r.dk_scale:g}). "
+            "The model is not loaded: choose one under Model to change d_k, n or the input, or to use the "
+            "pages that run it.")
         self.status_labels["model"].setText(f"{info.name} (saved run, not loaded)")
         self.status_labels["model"].setToolTip(info.note)
         self.status_labels["device"].setText("")
@@ -145,7 +148,9 @@ class SessionActions:
         self.setWindowTitle(f"attn-explorer — {label} (saved run of {info.name})")
         i = self.model_combo.findData(info.name)
         if i >= 0:  # whether it is trained is not in the file: the picker says only what is known
-            self.model_combo.setItemText(i, f"{info.name} — saved run, not loaded (choose to load)")
+            self.model_combo.setItemText(i, f"{info.name} — not loaded")
+            self.model_combo.setItemData(i, f"the saved run's model; choose it to load {info.name} and run "
+                                            "the input again", Qt.ToolTipRole)
         self._saved_run_mode(True)
 
     def _saved_run_mode(self, on: bool) -> None:
