@@ -61,14 +61,12 @@ def quantise(a: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _shape(r) -> tuple[int, int, int]:
-    """(L, H, N) of a run, dense or lazy (a lazy store that names its num_layers and num_heads)."""
-    att = r.attentions
-    if att is not None and np.ndim(att) == 4 and np.size(att) > 0:
-        return int(att.shape[0]), int(att.shape[1]), int(att.shape[2])
-    lazy = getattr(r, "lazy", None)
-    if lazy is not None and hasattr(lazy, "num_layers") and hasattr(lazy, "num_heads"):
-        return int(lazy.num_layers), int(lazy.num_heads), len(r.tokens)
-    raise UserError("this run has no attention maps to put on a page")
+    """(L, H, N) of a run, dense or lazy: only the maps' `.shape` is read (a lazy run's `attentions`
+    has one and refuses to give values)."""
+    shape = tuple(getattr(r.attentions, "shape", ()) or ())
+    if len(shape) != 4 or 0 in shape:
+        raise UserError("this run has no attention maps to put on a page")
+    return int(shape[0]), int(shape[1]), int(shape[2])
 
 
 def _label(tok: str) -> str:
@@ -76,8 +74,9 @@ def _label(tok: str) -> str:
     return tok if tok.strip() else repr(tok)
 
 
-def page_maps(r, max_side: int = MAX_SIDE, hide_special: bool = False) -> PageMaps:
-    """Read every head's map through r.attention (pooled when N > max_side) and quantise it."""
+def page_maps(r, max_side: int = MAX_SIDE, hide_special: bool = False, progress=None) -> PageMaps:
+    """Read every head's map through r.attention (pooled when N > max_side) and quantise it.
+    progress(fraction, message), when given, is called after each head (it may raise to stop)."""
     L, H, N = _shape(r)
     image = r.grid is not None
     side = IMAGE_MAX_TOKENS if image else int(max_side)
@@ -95,6 +94,8 @@ def page_maps(r, max_side: int = MAX_SIDE, hide_special: bool = False) -> PageMa
             if hide:
                 a = without_specials(a, r.special)
             levels[li, hi], scale[li, hi] = quantise(a)
+            if progress is not None:
+                progress((li * H + hi + 1) / (L * H), f"page: head {li * H + hi + 1} of {L * H}")
     tokens, special = list(r.tokens), np.asarray(r.special, dtype=bool)
     if pooled:
         edges = pool_edges(N, side)
@@ -137,12 +138,12 @@ def page_notes(r, m: PageMaps, N: int) -> list[str]:
 
 def page_data(r, view: str = "grid", layer: int = 0, head: int = 0, query: int | None = None,
               max_side: int = MAX_SIDE, hide_special: bool = False, log_scale: bool = False,
-              title: str | None = None) -> dict:
+              title: str | None = None, progress=None) -> dict:
     """The JSON the page's script draws: maps, labels, image, and the view and selection to open on."""
     view = check_view(view, r)
     L, H, N = _shape(r)
     layer, head = _in_range(layer, L, "layer"), _in_range(head, H, "head")
-    m = page_maps(r, max_side, hide_special)
+    m = page_maps(r, max_side, hide_special, progress)
     n = len(m.labels)
     q = _cell_of(m, default_query(r) if query is None else int(query), n)
     d = {
@@ -224,9 +225,10 @@ def script_json(d: dict) -> str:
 
 def page_html(r, view: str = "grid", layer: int = 0, head: int = 0, query: int | None = None,
               max_side: int = MAX_SIDE, hide_special: bool = False, log_scale: bool = False,
-              title: str | None = None) -> str:
-    """The whole page of run r as one string: style, data and script inlined."""
-    d = page_data(r, view, layer, head, query, max_side, hide_special, log_scale, title)
+              title: str | None = None, progress=None) -> str:
+    """The whole page of run r as one string: style, data and script inlined. progress(fraction,
+    message): see `page_maps`."""
+    d = page_data(r, view, layer, head, query, max_side, hide_special, log_scale, title, progress)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -37,12 +37,13 @@ def page_options(state, page: str | None) -> dict:
                 query=int(state.query), hide_special=bool(state.hide_special), log_scale=bool(state.log_scale))
 
 
-def html_page_job(result, path: str, options: dict) -> Path:
-    """Build the page of result with options and write it to path atomically (run in a worker)."""
+def html_page_job(result, path: str, options: dict, progress=None) -> Path:
+    """Build the page of result with options and write it to path atomically (run in a worker).
+    progress(fraction, message) after each head (the worker's: it stops the job once cancelled)."""
     out = check_output(Path(path))
     if out.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"a page is saved as .html; got {out.name!r}")
-    page = page_html(result, **options)
+    page = page_html(result, **options, progress=progress)
 
     def write(tmp):
         with open(tmp, "w", encoding="utf-8") as f:

@@ -134,3 +134,32 @@ def test_six_by_twelve_by_128_fits_in_two_megabytes():
     text = page_html(r)
     assert len(text.encode("utf-8")) <= 2_000_000
     assert page_data(r)["n"] == 128 <= MAX_SIDE  # 128 tokens are stored one cell a token
+
+
+class ShapeOnly:
+    """A lazy run's `attentions`: it has the maps' shape and refuses to give any value."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+    def __array__(self, *a, **k):
+        raise AssertionError("the page read the whole stack of a lazy run")
+
+    __getitem__ = __array__
+
+
+def test_lazy_run_is_read_head_by_head_with_progress():
+    """A lazy run (maps not kept): the page reads only `attentions.shape` and r.attention per head,
+    pooled to max_side, and reports progress after each head."""
+    dense = fake_run(L=2, H=3, N=90, seed=6)
+
+    class Lazy(RunResult):
+        def attention(self, layer, head, rows=None, cols=None, pool=None, reduce="max"):
+            return pool2d(dense.attentions[layer, head], pool, pool, reduce) if pool else dense.attentions[layer, head]
+
+    r = Lazy(ShapeOnly(dense.attentions.shape), dense.tokens, dense.special, "lazy", 1.0, 1.0, lazy=object())
+    steps = []
+    d = read_page_data(page_html(r, max_side=30, progress=lambda f, m: steps.append((round(f, 3), m))))
+    assert d["n"] == 30 and d["tokens_total"] == 90
+    _assert_within_step(page_weights(d), pool2d(dense.attentions, 30, 30, "max"), d["maps"]["scale"])
+    assert [f for f, _ in steps] == [round(k / 6, 3) for k in range(1, 7)] and steps[-1][1] == "page: head 6 of 6"

@@ -80,6 +80,7 @@ def export_html(window, path) -> bool:
     window.statusBar().showMessage(f"writing {Path(path).name}…")
     return st.submit(html_page_job, st.result, path, options, key=LANE, uses_model=False,
                      on_result=lambda out: _html_written(window, out),
+                     on_progress=lambda _fraction, message: window.statusBar().showMessage(f"writing {message}"),
                      on_error=lambda message: window.show_error(f"export page: {message}"))
 
 
