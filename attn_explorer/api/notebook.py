@@ -12,6 +12,7 @@ anywidget, asking for the widget is one line saying what to install.
 from __future__ import annotations
 
 import html
+import uuid
 from pathlib import Path
 
 from attn_explorer.api.html import MAX_SIDE, page_data, page_html, script_json, viewer_script, viewer_style
@@ -77,9 +78,15 @@ class PageView:
         return atomic_write(Path(path), write)
 
     def _repr_html_(self) -> str:
+        """The page in a sandboxed iframe (scripts only); where the notebook runs the output's script, the
+        iframe takes the page's height as the page reports it, else it keeps `height` and scrolls."""
         page = html.escape(self.html(), quote=True)
-        return (f'<iframe class="ax-page" srcdoc="{page}" style="width:100%;height:{self.height}px;border:0" '
-                'sandbox="allow-scripts" title="attention"></iframe>')
+        fid = f"ax-page-{uuid.uuid4().hex}"
+        return (f'<iframe id="{fid}" class="ax-page" srcdoc="{page}" '
+                f'style="width:100%;height:{self.height}px;border:0" sandbox="allow-scripts" title="attention">'
+                f'</iframe><script>(function () {{ const f = document.getElementById("{fid}"); '
+                'window.addEventListener("message", (e) => { if (f && e.source === f.contentWindow && e.data '
+                '&& e.data.axPageHeight) f.style.height = (e.data.axPageHeight + 4) + "px"; }); })();</script>')
 
     def widget(self):
         """The two-way widget (needs anywidget): clicking a head sets widget.layer and widget.head."""
@@ -93,7 +100,7 @@ class PageView:
 def _height(d: dict) -> int:
     """A first guess at the iframe's height in pixels for the view it opens on (it scrolls beyond)."""
     if d["view"] == "grid":
-        return int(min(1400, 220 + d["layers"] * (max(16, min(160, 900 // d["heads"] - 4)) + 4)))
+        return int(min(1400, 260 + d["layers"] * (max(16, min(160, 900 // d["heads"] - 4)) + 4)))
     return 860
 
 

@@ -245,6 +245,14 @@ class AxViewer {
     draw.call(this);
     this.root.dataset.axView = this.view;
     this.root.dataset.axReady = "1";
+    this.tellHeight();
+  }
+
+  /* A whole page inside a notebook's iframe: tell the notebook how tall it is now (api/notebook.py). */
+  tellHeight() {
+    if (this.root.dataset.axPage && window.parent !== window) {
+      window.parent.postMessage({axPageHeight: document.documentElement.scrollHeight}, "*");
+    }
   }
 
   width() { return Math.max(320, (this.stage.clientWidth || this.root.clientWidth || 960) - 4); }

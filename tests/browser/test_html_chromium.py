@@ -133,14 +133,18 @@ def test_tabs_switch_views_and_grid_double_click_opens_the_head(page, tmp_path):
 
 
 def test_notebook_iframe_draws(page):
-    """What Jupyter shows for ax.show: the page in a sandboxed iframe (scripts only, no same origin)."""
+    """What Jupyter shows for ax.show: the page in a sandboxed iframe (scripts only, no same origin), as
+    tall as the page says it is."""
     import attn_explorer as ax
 
-    page.set_content("<html><body>" + ax.show(fake_run(seed=14), view="head")._repr_html_() + "</body></html>")
+    page.set_content("<html><body>" + ax.show(fake_run(seed=14), view="head", height=120)._repr_html_() +
+                     "</body></html>")
     frame = page.frame_locator("iframe.ax-page")
     frame.locator(".ax-root[data-ax-ready='1']").wait_for(timeout=10000)
     assert frame.locator(".ax-root").get_attribute("data-ax-view") == "head"
     _not_blank(frame.locator(".ax-stage").screenshot())
+    # the page reported its height and the iframe took it: no 120 px window onto a taller page
+    page.wait_for_function("document.querySelector('iframe.ax-page').getBoundingClientRect().height > 400")
 
 
 def test_widget_module_click_sets_the_models_selection(page):
