@@ -133,6 +133,8 @@ def page_notes(r, m: PageMaps, N: int) -> list[str]:
                      "weight of the tokens it covers.")
     if m.hidden_special:
         notes.append("Special tokens hidden; each row renormalised over the tokens shown.")
+    if getattr(r, "decoder_attentions", None) is not None:
+        notes.append("Encoder self-attention only: the decoder's and cross-attention maps are not on this page.")
     return notes + [str(n) for n in getattr(r, "notes", [])]
 
 

@@ -105,6 +105,13 @@ def test_image_run_carries_its_picture_and_grid():
     _assert_within_step(page_weights(d), r.attentions, d["maps"]["scale"])
 
 
+def test_an_encoder_decoder_page_says_it_shows_the_encoder():
+    r = fake_run(seed=10)
+    r.decoder_attentions = r.attentions.copy()
+    assert any(n.startswith("Encoder self-attention only") for n in read_page_data(page_html(r))["notes"])
+    assert not any(n.startswith("Encoder") for n in read_page_data(page_html(fake_run(seed=10)))["notes"])
+
+
 def test_tokens_cannot_break_out_of_the_data_block():
     evil = "</script><script>window.owned=1</script>"
     r = fake_run(N=4, tokens=["[CLS]", evil, "ok", "[SEP]"])

@@ -130,6 +130,10 @@ def test_tabs_switch_views_and_grid_double_click_opens_the_head(page, tmp_path):
     assert page.get_attribute(".ax-root", "data-ax-view") == "head"
     assert page.input_value(".ax-controls select >> nth=0") == "1"
     assert page.input_value(".ax-controls select >> nth=1") == "2"
+    linear = page.locator(".ax-map").screenshot()
+    page.check(".ax-controls input[type=checkbox]")  # log colour: the same head, coloured otherwise
+    assert page.locator(".ax-map").screenshot() != linear
+    assert "(log)" in page.inner_text(".ax-legend")
 
 
 def test_notebook_iframe_draws(page):
