@@ -7,6 +7,12 @@ from __future__ import annotations
 
 
 
+def _ablation(state):
+    from attn_explorer.gui.interventions.ablation import AblationPage
+
+    return AblationPage(state)
+
+
 def _relevance(state):
     from attn_explorer.gui.interventions.relevance import RelevancePage
 
@@ -32,6 +38,7 @@ def _why(state):
 
 
 INTERVENTION_PAGES: list = [
+    ("ablation", "Switch off", _ablation),
     ("relevance", "Relevance", _relevance),
     ("lens", "Logit lens", _lens),
     ("flow", "Contributions", _flow),
