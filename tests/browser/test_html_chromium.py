@@ -153,7 +153,8 @@ def test_notebook_iframe_draws(page):
 
 def test_widget_module_click_sets_the_models_selection(page):
     """The anywidget module (the viewer plus its render()) against a stand-in for anywidget's model: a
-    click on head L1 H2 of the grid sets layer, head and query and saves them (what reaches Python)."""
+    click on head L1 H2 of the grid sets layer, head and query and saves them (what reaches Python); a
+    change from Python redraws the selection without echoing it back."""
     pytest.importorskip("anywidget")
     import attn_explorer as ax
 
@@ -162,6 +163,7 @@ def test_widget_module_click_sets_the_models_selection(page):
     page.evaluate("""async ([esm, data]) => {
         const state = {data, layer: 0, head: 0, query: 1}, handlers = {};
         window.saved = [];
+        window.fromPython = (k, v) => { state[k] = v; handlers[`change:${k}`](); };
         const model = {get: (k) => state[k], set: (k, v) => { state[k] = v; },
                        save_changes: () => window.saved.push([state.layer, state.head, state.query]),
                        on: (e, f) => { handlers[e] = f; }, off: () => {}};
@@ -173,4 +175,7 @@ def test_widget_module_click_sets_the_models_selection(page):
     box = page.locator("#el canvas").bounding_box()
     step = (box["width"] - 34) / 3
     page.mouse.click(box["x"] + 34 + 2 * step + 5, box["y"] + 18 + step + 5)
+    assert page.evaluate("window.saved") == [[1, 2, 1]]
+    page.evaluate("window.fromPython('head', 0)")  # Python sets widget.head: the view follows, tells nobody
+    assert page.input_value("#el .ax-controls select >> nth=1") == "0"
     assert page.evaluate("window.saved") == [[1, 2, 1]]
