@@ -191,11 +191,14 @@ def test_ax_open_takes_a_result_in_memory(qtbot, settings):
     r = RunResult(attentions=a, tokens=["a", "b", "c", "d"], special=np.zeros(4, bool), model="mine",
                   dk_scale=1.0, forward_ms=2.5)
     get_qapp()
+    settings.setValue("model/last_text", "minilm")
     w = open_window(r, view="tokens", settings=settings, loader=cached_loader)
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.state.result is not None, timeout=30000)
     np.testing.assert_array_equal(w.state.result.attentions, a)
     assert w.current_page_name == "tokens" and "a result in memory" in w.saved_run_line.text()
+    # the next start opens the last model really loaded, not the saved run's
+    assert settings.value("model/last_text") == "minilm" and settings.value("model/last") is None
     w.state.shutdown()
 
 

@@ -121,7 +121,11 @@ class SessionActions:
             self.settings.setValue("paths/last_folder", str(Path(source).parent))
         if run.view.get("colormap") not in COLORMAPS:
             run.view.pop("colormap", None)
+        # the saved run's model was never loaded: it must not become the model the next start opens
+        kept = {k: self.settings.value(k) for k in ("model/last", "model/last_text")}
         self.state.open_result(run)
+        for key, value in kept.items():
+            self.settings.remove(key) if value is None else self.settings.setValue(key, value)
         page = run.view.get("page")
         if isinstance(page, str) and page in self.pages:
             self.show_page(page)
