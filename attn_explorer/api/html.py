@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attn_explorer.errors import UserError
-from attn_explorer.maths import kept_tokens, pool_edges, without_specials
+from attn_explorer.maths import hidden_tokens, kept_tokens, pool_edges, without_specials
 from attn_explorer.resources import resource_path
 
 VIEWS = ("grid", "head", "tokens", "lines", "overlay")
@@ -146,6 +146,9 @@ def page_data(r, view: str = "grid", layer: int = 0, head: int = 0, query: int |
     L, H, N = _shape(r)
     layer, head = _in_range(layer, L, "layer"), _in_range(head, H, "head")
     m = page_maps(r, max_side, hide_special, progress)
+    notes = page_notes(r, m, N)
+    if hide_special and not m.hidden_special and hidden_tokens(r.special) is not None:
+        notes.insert(1, "Special tokens shown: hiding them applies to text runs shown one cell a token.")
     n = len(m.labels)
     q = _cell_of(m, default_query(r) if query is None else int(query), n)
     d = {
@@ -159,7 +162,7 @@ def page_data(r, view: str = "grid", layer: int = 0, head: int = 0, query: int |
                  "scale": np.round(m.scale.astype(np.float64), 9).tolist(), "data": pack(m.levels)},
         "image": None, "grid": None, "patch_offset": int(getattr(r, "patch_offset", 0) or 0),
         "view": view, "layer": layer, "head": head, "query": q, "log_scale": bool(log_scale),
-        "notes": page_notes(r, m, N),
+        "notes": notes,
     }
     if r.grid is not None:
         d["grid"] = [int(r.grid[0]), int(r.grid[1])]

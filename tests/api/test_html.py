@@ -95,6 +95,8 @@ def test_hide_special_drops_and_renormalises():
     assert d["labels"] == r.tokens[1:-1] and not any(d["special"])
     _assert_within_step(page_weights(d), without_specials(r.attentions, r.special), d["maps"]["scale"])
     assert any("Special tokens hidden" in n for n in d["notes"])
+    pooled = read_page_data(page_html(fake_run(L=1, H=1, N=40, seed=3), hide_special=True, max_side=10))
+    assert pooled["labels"][0].startswith("[CLS]") and any("Special tokens shown" in n for n in pooled["notes"])
 
 
 def test_image_run_carries_its_picture_and_grid():
