@@ -43,7 +43,8 @@ class Ran:
     started: float  # perf_counter when the job began
     forward_done: float  # perf_counter when Model.run returned (forward pass, tokenising, copy-out)
     ended: float  # perf_counter when the mosaic was ready
-    fit_tokens: int | None = None  # text: the most tokens whose maps fit in memory now (None: no limit known)
+    fit_tokens: int | None = None  # text: the most tokens that fit in memory now, as the run keeps them: maps, or
+    # for a model that runs long inputs lazily their q and k (None: no limit known)
     cut: str = ""  # why the text was cut, in words, when it was ("" when nothing was cut)
 
 
@@ -61,6 +62,31 @@ def fit_tokens(info: ModelInfo, budget: int, elem: int = 4) -> int:
     while n > 0 and attention_maps_bytes(n, info.num_layers, info.num_heads, elem=elem) > budget:
         n -= 1
     return n
+
+
+def runs_lazily(model: Any) -> bool:
+    """Whether the model can keep q and k instead of its maps for a long input (Model.run's `lazy`): then what
+    must fit in memory is what it keeps, not L·H·n² maps. Encoder-decoders keep their maps."""
+    import inspect
+
+    run = getattr(model, "run", None)
+    try:
+        takes = "lazy" in inspect.signature(run).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return takes and not model.info.encoder_decoder
+
+
+def kept_fit_tokens(model: Any, budget: int) -> int:
+    """The most tokens whose lazy run's q, k and row statistics (api.lazy.kept_bytes) fit in `budget`."""
+    from attn_explorer.api.lazy import kept_bytes
+
+    info: ModelInfo = model.info
+    shape = getattr(model, "_head_shape", None)
+    H, H_kv, d = shape() if callable(shape) else (info.num_heads, info.num_heads, info.hidden_size // info.num_heads)
+    elem = int(getattr(getattr(model, "dtype", None), "itemsize", 4) or 4)
+    per = max(1, kept_bytes(1, 1, info.num_layers, H, H_kv, d, elem))  # linear in n
+    return int(max(0, budget) // per)
 
 
 def configure_torch(threads: int = TORCH_THREADS) -> None:
@@ -118,8 +144,10 @@ def pool_job(r: RunResult, hide_special: bool = False, stack: str = "encoder") -
 def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack: str = "encoder") -> Ran:
     """Run the model and pool its attention for the grid, in the same worker job.
 
-    Text longer than the memory allows (all L·H·n² maps are kept) is cut to the first tokens that fit,
-    with a note, instead of being refused: a model switch carries a long text over this way."""
+    Text longer than the memory allows is cut to the first tokens that fit, with a note, instead of being
+    refused: a model switch carries a long text over this way. What must fit is what the run keeps: all
+    L·H·n² maps, or, for a model that runs long inputs lazily, each layer's q, k and row statistics (then the
+    cut is usually the model's own positions)."""
     configure_torch()
     t0 = time.perf_counter()
     info: ModelInfo = model.info
@@ -128,7 +156,8 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack:
         dtype = getattr(model, "dtype", None)
         elem = int(getattr(dtype, "itemsize", 4) or 4)
         budget = memory_budget(info.device)
-        fit = fit_tokens(info, budget, elem)
+        # a lazy run keeps q and k, not the maps: the n slider and the cut reach what those fit
+        fit = kept_fit_tokens(model, budget) if runs_lazily(model) else fit_tokens(info, budget, elem)
         asked = kwargs.get("max_tokens") or info.max_positions
         if fit < min(asked, info.max_positions):
             limit = max(fit, info.min_tokens)
@@ -140,7 +169,8 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack:
     cut = ""
     if r.grid is None and r.total_tokens > r.num_tokens:
         if limit is not None and r.num_tokens == limit:
-            cut = (f"the attention maps of more than {limit:,} tokens would not fit in the "
+            kept = "queries and keys" if runs_lazily(model) else "attention maps"
+            cut = (f"the {kept} of more than {limit:,} tokens would not fit in the "
                    f"{human_bytes(budget)} of memory that can be spared now")
             r.notes = [n for n in r.notes if not n.startswith("input truncated")] + [
                 f"input cut to its first {limit:,} of {r.total_tokens:,} tokens: {cut}"]

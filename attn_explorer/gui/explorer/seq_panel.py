@@ -184,9 +184,15 @@ class SeqLenPanel(QGroupBox):
         flops = 4 * n * n * d
         elem = 2 if info.dtype in ("bfloat16", "float16") else 4  # the maps are kept in the model's dtype
         nbytes = L * H * n * n * elem
+        store = getattr(r, "lazy", None)
+        if store is not None:  # a long input: the maps were not kept, only what computes them again
+            memory = (f" · kept: q, k and row statistics, <b>{human_bytes(store.bytes_kept)}</b> "
+                      f"(the L·H·n²·{elem} B maps would be {human_bytes(nbytes)})")
+        else:
+            memory = f" · L·H·n²·{elem} B = <b>{human_bytes(nbytes)}</b> of attention maps"
         self.readout.setText(
-            f"<b>{n}×{n}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
-            f" · L·H·n²·{elem} B = <b>{human_bytes(nbytes)}</b> of attention maps"
+            f"<b>{n:,}×{n:,}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
+            + memory +
             f" · forward <b>{r.forward_ms:.1f} ms</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else ""))
         self.redraw_plot()
 

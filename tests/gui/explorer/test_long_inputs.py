@@ -202,3 +202,141 @@ def test_short_inputs_keep_the_dense_map_and_get_the_strip_and_scales(make_windo
     np.testing.assert_array_equal(hv.strip.strip.values, st.result.attentions[st.layer, st.head, 3])
     st.set_options(colour_scale="row")
     np.testing.assert_allclose(hv.image.image.max(axis=1), 1.0, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ a lazy run
+class AlwaysLazy:
+    """The textbook model, every run keeping q and k instead of its maps (Model.run(lazy=True)): a long
+    input's run, at a size the test can also compute densely."""
+
+    def __init__(self, model):
+        self._model = model
+        self.info = model.info
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def run(self, x, lazy=None, **kw):
+        return self._model.run(x, lazy=True, **kw)
+
+
+def _lazy_supported() -> bool:
+    import inspect
+
+    from attn_explorer.api.model import Model
+
+    return "lazy" in inspect.signature(Model.run).parameters
+
+
+def _window(qtbot, settings, text, lazy=True, view="head"):
+    """A window on `text` with the textbook model, every run lazy (r.attentions refuses) or as it is."""
+    import argparse
+
+    from attn_explorer.gui.window.app import build_window, get_qapp
+    from attn_explorer.session.state import Loaded
+    from tests.gui.conftest import cached_loader
+
+    def loader(src, device="cpu", progress=None, want_image=False, **kw):
+        base = cached_loader(src, device, progress, want_image)
+        model = AlwaysLazy(base.model) if lazy else base.model
+        return Loaded(model=model, info=base.info, builtins=base.builtins)
+
+    get_qapp()
+    args = argparse.Namespace(model="textbook", text=text, image=None, device="cpu", view=view, screenshot=None)
+    w, st = build_window(args, settings=settings, loader=loader)
+    qtbot.addWidget(w)
+    w.resize(1024, 700)
+    w.show()
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=60000)
+    return w
+
+
+@pytest.fixture
+def lazy_window(qtbot, settings):
+    """The window on the 500-token text with every run lazy (r.attentions refuses to be read)."""
+    if not _lazy_supported():
+        pytest.skip("Model.run(lazy=...) is not in this tree yet")
+    w = _window(qtbot, settings, TEXT)
+    yield w
+    w.state.shutdown()
+
+
+def test_a_lazy_run_on_the_explorer_pages_with_no_torch_on_the_gui_thread(lazy_window, qtbot):
+    from tests.gui.lessons.test_gui_thread import TorchCalls
+
+    w = lazy_window
+    st, hv = w.state, w.head_view
+    r = st.result
+    assert r.is_lazy and r.display is None  # no mosaic pooled with the run: the grid fills it in
+    dense = r.lazy  # the store: every check below compares with what it computes
+    with TorchCalls() as calls:
+        qtbot.waitUntil(lambda: hv.long and hv.base is not None, timeout=20000)
+        hv.plot.setRange(xRange=(40, 70), yRange=(400, 412), padding=0)
+        qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=20000)
+        assert hv.go_to("zebra") == N - 1
+        qtbot.waitUntil(lambda: hv.strip.strip is not None and hv.strip.strip.query == N - 1, timeout=20000)
+        qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=20000)
+        st.set_options(colour_scale="clip")
+        w.show_page("grid")
+        g = w.grid
+        qtbot.waitUntil(lambda: g.last_image is not None and g.overview_state() == "", timeout=30000)
+        assert not g.filling.isVisible()
+        w.show_page("tokens")
+        tv = w.token_view
+        qtbot.waitUntil(lambda: tv.rows is not None, timeout=20000)
+        assert "not drawn" in w.dk_panel.readout.text()
+    assert not calls.calls, calls.report()
+
+    win = hv.window
+    np.testing.assert_allclose(win.values, dense.attention(st.layer, st.head, rows=win.ask.rows, cols=win.ask.cols),
+                               atol=1e-7)
+    np.testing.assert_allclose(hv.strip.strip.values.max(), dense.attention(st.layer, st.head, rows=N - 1).max())
+    c = g._overview[1].cell
+    for layer, head in ((0, 0), (1, 3)):
+        np.testing.assert_allclose(g.last_image[layer * c:(layer + 1) * c, head * c:(head + 1) * c],
+                                   dense.attention(layer, head, pool=c), atol=1e-7)
+    q = st.query
+    np.testing.assert_allclose(tv.rows[st.layer * 4 + st.head], dense.attention(st.layer, st.head, rows=q), atol=1e-7)
+    assert "kept: q, k and row statistics" in w.seq_panel.readout.text()
+
+
+def test_the_n_slider_reaches_the_positions_when_q_and_k_fit_where_the_maps_do_not(qtbot, settings, monkeypatch):
+    """1 MB to spare: the textbook model's maps would fit only 176 tokens (2 × 4 × n² × 4 B; the slider stopped
+    there before), its q, k and row statistics far more than its 512 positions: the run reads all 512, and
+    the slider reaches them. (A model that keeps its maps is cut to what they fit: tests/session/test_state.py.)"""
+    if not _lazy_supported():
+        pytest.skip("Model.run(lazy=...) is not in this tree yet")
+    from attn_explorer.session import jobs
+
+    monkeypatch.setattr(jobs, "memory_budget", lambda device: 1_000_000)
+    text = " ".join(WORDS[i % len(WORDS)] for i in range(700))
+    w = _window(qtbot, settings, text)
+    try:
+        st, sp = w.state, w.seq_panel
+        qtbot.waitUntil(lambda: sp.slider.maximum() == 512, timeout=10000)
+        assert st.result.num_tokens == 512 and st.fit_tokens > 512 and "reads at most 512" in st.cut_reason
+        assert "cut to the first 512 of 700" in w.input_panel.current.text()
+    finally:
+        w.state.shutdown()
+
+
+def test_a_text_file_of_any_size_is_cut_on_its_way_in_with_a_note(make_window, qtbot, tmp_path):
+    w = make_window(model="textbook", text="the cat sat", view="head")
+    st = w.state
+    body = ("é " + " ".join(WORDS)) * 4000  # about 300 kB; a two-byte character at every cut
+    big = tmp_path / "novel.txt"
+    big.write_text(body, encoding="utf-8")
+    with qtbot.waitSignal(st.attention_ready, timeout=30000):
+        assert w.open_text_file(str(big))
+    keep = st.info.max_positions * 32  # session.inputs.FILE_BYTES_PER_POSITION for each position
+    assert body.startswith(st.text) and keep - 1 <= len(st.text.encode("utf-8")) <= keep
+    assert "novel.txt has 0.3" in st.text_note and "went into the text box (textbook reads at most 512 tokens)" \
+        in st.text_note
+    qtbot.waitUntil(lambda: st.text_note in w.input_panel.current.text(), timeout=5000)
+    assert "cut to the first 512 of" in w.input_panel.current.text()
+    small = tmp_path / "short.txt"
+    small.write_text("the dog ran far away", encoding="utf-8")
+    with qtbot.waitSignal(st.attention_ready, timeout=30000):
+        assert w.open_text_file(str(small))
+    assert st.text == "the dog ran far away" and st.text_note == ""  # whole, and the old note is gone
+    qtbot.waitUntil(lambda: "novel.txt" not in w.input_panel.current.text(), timeout=5000)
