@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSlider, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QScrollArea, QSlider, QSplitter, QVBoxLayout, QWidget
 
-from attn_explorer.gui.interventions.lens import ToolPage
-from attn_explorer.gui.widgets.heatmap import PaintedGraphicsWidget, TokenAxis, short
+from attn_explorer.gui.interventions.lens import ToolPage, visible
+from attn_explorer.gui.widgets.heatmap import PaintedGraphicsWidget, TokenAxis
 from attn_explorer.session.lens import flow_job, head_tokens_job, trace
 from attn_explorer.session.state import SessionState
 
@@ -62,11 +62,16 @@ class FlowPage(ToolPage):
         sl.setContentsMargins(4, 0, 0, 0)
         sl.addWidget(self.panel)
         sl.addWidget(self.open_button)
-        sl.addWidget(self.tokens_label, 1)
-        side.setMinimumWidth(230)
+        sl.addWidget(self.tokens_label)
+        sl.addStretch(1)
+        side_scroll = QScrollArea()  # the panel's lists never make the page taller than the window
+        side_scroll.setWidgetResizable(True)
+        side_scroll.setFrameShape(QScrollArea.NoFrame)
+        side_scroll.setWidget(side)
+        side_scroll.setMinimumWidth(240)
         self.splitter = QSplitter(Qt.Horizontal)
         self.splitter.addWidget(self.canvas)
-        self.splitter.addWidget(side)
+        self.splitter.addWidget(side_scroll)
         self.splitter.setStretchFactor(0, 4)
         self.splitter.setStretchFactor(1, 1)
         super().__init__(state, self.splitter, parent)
@@ -76,7 +81,7 @@ class FlowPage(ToolPage):
         self.slider = QSlider(Qt.Horizontal)
         self.slider.setRange(1, 50)
         self.slider.setValue(4)
-        self.slider.setMaximumWidth(220)
+        self.slider.setMaximumWidth(180)
         self.slider.setToolTip("Keep an edge when its share of the node it enters is at least this")
         self.threshold_label = QLabel("")
         self.threshold_label.setMinimumWidth(40)
@@ -128,7 +133,7 @@ class FlowPage(ToolPage):
         n = len(graph.tokens)
         self.output_box.blockSignals(True)
         self.output_box.clear()
-        self.output_box.addItems([f"{j}: {short(t, 16)}" for j, t in enumerate(graph.tokens)])
+        self.output_box.addItems([f"{j}: {visible(t, 16)}" for j, t in enumerate(graph.tokens)])
         self.output_box.setCurrentIndex(n - 1)
         self.output_box.blockSignals(False)
         self.token_axis.set_labels(graph.tokens)
@@ -155,11 +160,13 @@ class FlowPage(ToolPage):
                            brush=[pg.mkBrush(255, int(255 - 140 * m), int(255 - 230 * m)) for m in mlp])
         n_attn = sum(e.kind == "attn" for e in self.edges)
         self.caption.setText(
-            f"<b>Contribution graph</b> (information flow routes, Ferrando &amp; Voita 2024) for the token after "
-            f"position {pos} ({g.tokens[pos]!r}): {n_attn} attention edges (blue, token → token through a layer's "
-            f"heads) and {len(self.edges) - n_attn} residual edges (grey) whose ALTI share of the node they enter is "
-            f"at least {self.threshold:.2f}. Node colour: the MLP's share there. Gemma's post-attention norm is "
-            f"frozen at the branch's output. Click an edge for its heads.")
+            f"<b>Contribution graph</b> (Ferrando &amp; Voita 2024) of the token after {visible(g.tokens[pos], 16)!r}: "
+            f"{n_attn} attention edges (blue: token → token through a layer's heads) and {len(self.edges) - n_attn} "
+            f"residual ones (grey) with an ALTI share of at least {self.threshold:.2f} of the node they enter; "
+            f"orange nodes: the MLP's share. Click an edge for its heads.")
+        self.caption.setToolTip("A share is ALTI's proximity max(0, ‖y‖₁ − ‖y − z‖₁), normalised over the parts of "
+                                "the sum y a node receives. A norm after the attention branch (Gemma's sandwich) is "
+                                "frozen at the branch's whole output, so each part goes through it linearly.")
 
     def _draw_edges(self) -> None:
         for c in self.curves:
@@ -222,7 +229,7 @@ class FlowPage(ToolPage):
             return
         g = self.graph
         self.chosen_curve.setData([e.src + 0.5, e.dst + 0.5], [e.layer + 0.5, e.layer + 1.5])
-        src, dst = g.tokens[e.src], g.tokens[e.dst]
+        src, dst = visible(g.tokens[e.src], 16), visible(g.tokens[e.dst], 16)
         if e.kind == "resid":
             self.panel.setText(f"<b>Residual stream</b> of {dst!r} through layer {e.layer}: {e.weight:.0%} of its sum "
                                f"after the attention step. (The MLP then wrote {g.mlp[e.layer, e.dst]:.0%} of the "
@@ -238,7 +245,7 @@ class FlowPage(ToolPage):
         self.tokens_label.setText(f"What L{e.layer} H{e.head} writes at {dst!r}…")
         x, kw = self.state.run_input()
         r = self.done_for
-        self.state.submit(head_tokens_job, x, kw, e.layer, e.head, e.dst, key="lens-head-tokens",
+        self.state.submit(head_tokens_job, x, kw, e.layer, e.head, e.dst, 6, key="lens-head-tokens",
                           on_result=lambda tk: self._tokens_ready(r, e, tk), on_error=self._tokens_failed)
 
     def _tokens_failed(self, message: str) -> None:
@@ -249,10 +256,10 @@ class FlowPage(ToolPage):
         if e is not self.chosen or r is not self.state.result:
             return
         up, down = tokens
-        fmt = lambda items: "<br>".join(f"{short(t, 18)!r} {v:+.2f}" for t, v in items)  # noqa: E731
+        fmt = lambda items: "<br>".join(f"{visible(t, 18)!r} {v:+.2f}" for t, v in items)  # noqa: E731
         self.tokens_label.setText(
-            f"<b>L{e.layer} H{e.head}</b>'s output at {self.graph.tokens[e.dst]!r} through the (frozen) final norm "
-            f"and W_U:<br><b>promotes</b><br>{fmt(up)}<br><b>suppresses</b><br>{fmt(down)}")
+            f"<b>L{e.layer} H{e.head}</b>'s output at {visible(self.graph.tokens[e.dst], 16)!r} through the (frozen) "
+            f"final norm and W_U:<br><b>promotes</b><br>{fmt(up)}<br><b>suppresses</b><br>{fmt(down)}")
 
     def _open_chosen(self) -> None:
         e = self.chosen

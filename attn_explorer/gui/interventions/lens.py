@@ -12,7 +12,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-                               QProgressBar, QPushButton, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout,
+                               QProgressBar, QPushButton, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout,
                                QWidget)
 
 from attn_explorer.gui.widgets.heatmap import CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, short
@@ -24,6 +24,13 @@ NOT_A_DECODER = ("{what} needs a decoder with next-token logits (SmolLM2, Gemma 
                  "Pick a decoder in the Model box.")
 TOP_K = 5
 BARS = 14  # pieces drawn in the attribution chart
+
+
+def visible(token: str, width: int = 10) -> str:
+    """A token as a cell can show it: white space drawn (␣ space, ⏎ newline, ⇥ tab, ∅ nothing), cut to width."""
+    if token.strip() == "":
+        token = token.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
+    return short(token, width)
 
 
 def is_decoder(info) -> bool:
@@ -45,12 +52,15 @@ class ToolPage(LazyPage, QWidget):
         self.bar = QHBoxLayout()
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
-        self.progress.setMaximumWidth(220)
+        self.progress.setMaximumWidth(140)
         self.progress.hide()
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
         self.cancel_button.clicked.connect(self.cancel)
         self.stack = CanvasStack(content, "Load a decoder to use this page.")
+        # the content takes the height the window has, never asks for more (a page that scrolls hides its axis)
+        self.stack.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Ignored)
+        self.stack.setMinimumHeight(260)
         self.readout = QLabel("")
         self.readout.setWordWrap(True)
         self.readout.setTextFormat(Qt.RichText)
@@ -148,7 +158,7 @@ class LensTable(QTableWidget):
         self.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.setSelectionMode(QAbstractItemView.SingleSelection)
         self.verticalHeader().setDefaultSectionSize(20)
-        self.horizontalHeader().setDefaultSectionSize(74)
+        self.horizontalHeader().setDefaultSectionSize(66)
         self.horizontalHeader().setSectionResizeMode(QHeaderView.Fixed)
         self.verticalHeader().setSectionResizeMode(QHeaderView.Fixed)
         self.lens = None
@@ -164,15 +174,15 @@ class LensTable(QTableWidget):
         self.setRowCount(L1)
         self.setColumnCount(N)
         self.setVerticalHeaderLabels(rows)
-        self.setHorizontalHeaderLabels([f"{j}: {short(t, 9)}" for j, t in enumerate(lens.tokens)])
+        self.setHorizontalHeaderLabels([f"{j}: {visible(t, 9)}" for j, t in enumerate(lens.tokens)])
         for r in range(L1):
             level = self.level_of_row(r)
             for j in range(N):
                 p = float(lens.top_probs[level, j, 0])
-                item = QTableWidgetItem(short(lens.top_tokens[level][j][0], 10))
+                item = QTableWidgetItem(visible(lens.top_tokens[level][j][0]))
                 item.setBackground(shade(p, 1.0, False))
                 item.setForeground(QColor("black"))
-                tips = "\n".join(f"{short(t, 20)!r}  {float(q):.3f}"
+                tips = "\n".join(f"{visible(t, 20)}  {float(q):.3f}"
                                  for t, q in zip(lens.top_tokens[level][j], lens.top_probs[level, j]))
                 item.setToolTip(f"{rows[r]}, position {j} ({lens.tokens[j]!r}): next token\n{tips}")
                 self.setItem(r, j, item)
@@ -210,6 +220,7 @@ class LensPage(ToolPage):
         self.splitter.addWidget(right)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
+        self.splitter.setSizes([620, 380])  # the table gets the larger share until the user moves the handle
         super().__init__(state, self.splitter, parent)
         self.norm_box = QComboBox()
         self.norm_box.addItem("frozen scale (adds up)", "frozen")
@@ -274,9 +285,9 @@ class LensPage(ToolPage):
         self.stack.show_canvas()
         self.table.show_lens(lens)
         conv = CONVENTION if lens.norm == "frozen" else OWN
-        self.caption.setText(f"<b>Logit lens</b> — each layer's residual stream read as the last one is: through the "
-                             f"final norm and the unembedding W_U. Top next token per cell, shaded by its probability "
-                             f"(hover for the top {TOP_K}). <i>{conv}</i> Click a cell to attribute that position.")
+        self.caption.setText(f"<b>Logit lens</b>: each layer's residual stream through the final norm and W_U; the top "
+                             f"next token per cell, shaded by its probability (hover: top {TOP_K}). <i>{conv}</i> "
+                             f"Click a cell to attribute that position.")
         self.measure_attribution()
 
     def _attribution_failed(self, message: str) -> None:
@@ -300,8 +311,9 @@ class LensPage(ToolPage):
                                 yRange=(0, max(n, 1)), padding=0)
         tok = a.tokens[a.position]
         self.dla_title.setText(
-            f"<b>Direct logit attribution</b> of {a.target!r} after position {a.position} ({tok!r}), frozen final "
-            f"norm. The {n} largest of {a.heads.size + a.mlps.size + 2} pieces; click a head to open its map.")
+            f"<b>Direct logit attribution</b> of {visible(a.target, 16)!r} after position {a.position} "
+            f"({visible(tok, 16)!r}), frozen final norm: the {n} largest of {a.heads.size + a.mlps.size + 2} pieces. "
+            f"Click a head to open its map.")
         self.readout.setText(
             f"All pieces sum to <b>{a.total:.4f}</b>; the model's logit of {a.target!r} is <b>{a.logit:.4f}</b> "
             f"(p = {a.prob:.3f}). Heads: {a.heads.sum():+.3f}, MLPs: {a.mlps.sum():+.3f}, embeddings: "

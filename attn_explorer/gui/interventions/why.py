@@ -9,11 +9,9 @@ worker job (`session.lens.why_job`); the layer, head and query follow the window
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QScrollArea, QSpinBox, QWidget
+from PySide6.QtWidgets import QComboBox, QLabel, QScrollArea, QSpinBox, QWidget
 
-from attn_explorer.gui.interventions.lens import ToolPage
-from attn_explorer.gui.widgets.heatmap import short
+from attn_explorer.gui.interventions.lens import ToolPage, visible
 from attn_explorer.gui.widgets.tables import NumberTable
 from attn_explorer.session.lens import WHY_CONVENTION, why_job
 from attn_explorer.session.state import SessionState
@@ -34,21 +32,24 @@ class WhyPage(ToolPage):
         self.layer_spin, self.head_spin = QSpinBox(), QSpinBox()
         self.query_box, self.key_box = QComboBox(), QComboBox()
         for box in (self.query_box, self.key_box):
-            box.setMinimumContentsLength(12)
+            box.setMinimumContentsLength(8)
+            box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.shown_spin = QSpinBox()
         self.shown_spin.setRange(3, 40)
         self.shown_spin.setValue(SHOWN)
         self.shown_spin.setToolTip("How many writers to list; the rest are summed into 'all others'")
-        self.run_button = QPushButton("Run")
         for w in (QLabel("Layer"), self.layer_spin, QLabel("Head"), self.head_spin, QLabel("Query"), self.query_box,
-                  QLabel("Key"), self.key_box, QLabel("Writers"), self.shown_spin, self.run_button):
+                  QLabel("Key"), self.key_box, QLabel("Show"), self.shown_spin):
             self.bar.addWidget(w)
         self.finish_bar()
         self.why = None  # the WhyMatrix on screen
         self.shown: tuple[list, list] = ([], [])  # (writer names, their (layer, head) or None), as listed
-        self.run_button.clicked.connect(self.measure)
         self.shown_spin.valueChanged.connect(lambda *_: self._draw())
+        # every change of the cell asks again at once (newest wins in the lane)
         self.query_box.currentIndexChanged.connect(self._query_picked)
+        self.key_box.currentIndexChanged.connect(lambda *_: self._cell_changed())
+        self.layer_spin.valueChanged.connect(lambda *_: self._query_picked())
+        self.head_spin.valueChanged.connect(lambda *_: self._query_picked())
         self.table.cellClicked.connect(self._cell_clicked)
         self.table.verticalHeader().sectionClicked.connect(lambda i: self.open_writer(i))
         self.table.horizontalHeader().sectionClicked.connect(lambda j: self.open_writer(j))
@@ -65,11 +66,13 @@ class WhyPage(ToolPage):
             spin.setRange(0, n - 1)
             spin.setValue(min(v, n - 1))
             spin.blockSignals(False)
-        labels = [f"{j}: {short(t, 14)}" for j, t in enumerate(r.tokens)]
+        labels = [f"{j}: {visible(t, 14)}" for j, t in enumerate(r.tokens)]
         self.query_box.blockSignals(True)
         self.query_box.clear()
         self.query_box.addItems(labels)
-        self.query_box.setCurrentIndex(min(self.state.query, len(labels) - 1))
+        # the window's query; the first token has only itself to look at, so then the last one
+        q = self.state.query if 0 < self.state.query < len(labels) else len(labels) - 1
+        self.query_box.setCurrentIndex(q)
         self.query_box.blockSignals(False)
         self._fill_keys(r)
 
@@ -79,13 +82,19 @@ class WhyPage(ToolPage):
         row = r.attentions[self.layer_spin.value(), self.head_spin.value(), q, : q + 1]
         self.key_box.blockSignals(True)
         self.key_box.clear()
-        self.key_box.addItems([f"{j}: {short(t, 14)}  (α {row[j]:.2f})" for j, t in enumerate(r.tokens[: q + 1])])
+        self.key_box.addItems([f"{j}: {visible(t, 12)} (α {row[j]:.2f})" for j, t in enumerate(r.tokens[: q + 1])])
         self.key_box.setCurrentIndex(int(np.argmax(row)))
         self.key_box.blockSignals(False)
 
     def _query_picked(self, *_) -> None:
+        """A new query, layer or head: the keys (and the key picked) follow, then the cell is measured."""
         if self.done_for is not None:
             self._fill_keys(self.done_for)
+            self.measure()
+
+    def _cell_changed(self) -> None:
+        if self.done_for is not None:
+            self.measure()
 
     def _follow_selection(self) -> None:
         """The window's layer, head or query changed: ask again about the new cell (when shown)."""
@@ -138,13 +147,12 @@ class WhyPage(ToolPage):
         self.table.set_matrix(np.vstack([m, m.sum(0, keepdims=True)]), rows, names)
         self.scroll.widget().adjustSize()
         alpha = float(self.done_for.attentions[w.layer, w.head, w.query, w.key]) if self.done_for is not None else 0.0
-        q, k = w.tokens[w.query], w.tokens[w.key]
+        q, k = visible(w.tokens[w.query], 16), visible(w.tokens[w.key], 16)
         notes = (" " + " ".join(w.notes)) if w.notes else ""
         self.caption.setText(
             f"<b>Why does L{w.layer} H{w.head} look from {q!r} (query {w.query}) to {k!r} (key {w.key})?</b> Its logit "
-            f"<b>{w.logit:.3f}</b> (weight α = {alpha:.3f}) split by who wrote the query's stream (rows, with each "
-            f"row's sum) and the key's stream (columns). <i>{WHY_CONVENTION}</i>{notes} Click a writer's heading to "
-            f"open that head.")
+            f"<b>{w.logit:.3f}</b> (α = {alpha:.3f}) split by who wrote the query's stream (rows, each with its sum) "
+            f"and the key's (columns). <i>{WHY_CONVENTION}</i>{notes} Click a writer's heading to open that head.")
         self.readout.setText(f"The matrix sums to <b>{w.total:.4f}</b>; the head's own q·k·scale is "
                              f"<b>{w.logit:.4f}</b>. {len(w.writers)} writers in all.")
 

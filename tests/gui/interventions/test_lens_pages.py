@@ -8,6 +8,7 @@ import pytest
 import torch
 from PySide6.QtCore import QPoint, Qt
 
+from attn_explorer.gui.interventions.lens import visible
 from tests.gui.lessons.test_gui_thread import TorchCalls
 from tests.tiny_llama import make_llama_folder
 
@@ -48,8 +49,7 @@ def test_lens_page_table_attribution_and_a_head(make_window, qtbot, tiny):
     t = page.table
     assert (t.rowCount(), t.columnCount()) == (L + 1, N)
     assert t.verticalHeaderItem(0).text() == f"after L{L - 1}" and t.verticalHeaderItem(L).text() == "embeddings"
-    from attn_explorer.gui.widgets.heatmap import short
-    assert t.texts()[0] == [short(x, 10) for x in _next_tokens(w)]  # the top row is the model's own prediction
+    assert t.texts()[0] == [visible(x) for x in _next_tokens(w)]  # the top row is the model's own prediction
     assert "frozen" in page.caption.text() and 100 in seen and page.progress.isHidden()
     a = page.attribution
     assert a.position == N - 1 and abs(a.total - a.logit) < 1e-4
@@ -127,6 +127,11 @@ def test_why_page_sums_and_opens_a_writer(make_window, qtbot, tiny):
     assert abs(why.total - why.logit) < 1e-4 and f"{why.logit:.4f}" in page.readout.text()
     names, heads = page.shown
     assert page.table.rowCount() == len(names) + 1 and abs(page.table.values[:-1].sum() - why.logit) < 1e-4
+    # picking another key asks again at once
+    page.key_box.setCurrentIndex(0 if why.key else 1)
+    qtbot.waitUntil(lambda: page.why is not None and page.why.key == (0 if why.key else 1), timeout=30000)
+    assert abs(page.why.total - page.why.logit) < 1e-4 and f"key {page.why.key}" in page.caption.text()
+    names, heads = page.shown
     k = next(i for i, h in enumerate(heads) if h is not None)
     page.table.verticalHeader().sectionClicked.emit(k)
     qtbot.waitUntil(lambda: w.current_page_name == "head")
@@ -140,3 +145,19 @@ def test_an_encoder_gets_one_line_instead(make_window, qtbot):
         page = w.pages[name]
         qtbot.waitUntil(lambda: "needs a decoder" in page.stack.placeholder.text(), timeout=10000)
         assert page.stack.currentWidget() is page.stack.placeholder and not page.progress.isVisible()
+
+
+def test_pages_fit_1024_by_700(make_window, qtbot, tiny):
+    """Nothing to scroll to at the smallest supported size: the graph's token axis and the bar of controls show."""
+    w = make_window(model=tiny, text=TEXT)
+    w.resize(1024, 700)
+    ready = {"lens": lambda p: p.attribution is not None, "flow": lambda p: p.graph is not None,
+             "why": lambda p: p.why is not None}
+    for name, done in ready.items():
+        w.show_page(name)
+        page = w.pages[name]
+        qtbot.waitUntil(lambda: done(page), timeout=60000)
+        holder = w._tab_of[name]
+        qtbot.waitUntil(lambda: not holder.verticalScrollBar().isVisible()
+                        and not holder.horizontalScrollBar().isVisible(), timeout=5000)
+        assert page.height() <= holder.viewport().height() and page.width() <= holder.viewport().width()
