@@ -176,8 +176,8 @@ def test_a_damaged_run_file_changes_nothing(qtbot, make_window, tmp_path):
     before = _good_view(w, st)
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"PK\x03\x04 not really a zip")
-    assert not w.open_saved_run(str(bad))
-    assert "bad.npz is damaged" in w.banner.text
+    assert w.open_saved_run(str(bad))  # read in a worker: its answer is the banner
+    qtbot.waitUntil(lambda: "bad.npz is damaged" in w.banner.text, timeout=10000)
     assert _good_view(w, st) == before and st.has_model and not w.saved_run_line.isVisible()
 
 
@@ -218,3 +218,20 @@ def test_ctrl_s_saves_the_session_and_ctrl_o_opens_one(qtbot, make_window, monke
     with qtbot.waitSignal(w.state.attention_ready, timeout=60000):
         qtbot.keyClick(w.grid.canvas, Qt.Key_O, Qt.ControlModifier)
     assert (w.state.layer, w.state.head) == (0, 0)  # the saved selection came back
+
+
+def test_open_saved_run_from_the_menu_reads_in_a_worker(qtbot, make_window, monkeypatch, tmp_path):
+    from attn_explorer.gui.window import sessions
+
+    w = make_window(model="textbook", text="the cat sat on the mat")
+    st = w.state
+    st.select(layer=1, head=1)
+    w.show_page("tokens")
+    path = w.export(str(tmp_path / "menu.npz"))
+    st.select(layer=0, head=0)
+    w.show_page("grid")
+    monkeypatch.setattr(sessions.QFileDialog, "getOpenFileName", lambda *a: (str(path), ""))
+    with qtbot.waitSignal(st.saved_run_shown, timeout=30000):
+        w.act_open_run.trigger()
+    assert st.result_only == "menu.npz" and not st.has_model
+    assert (st.layer, st.head) == (1, 1) and w.current_page_name == "tokens"

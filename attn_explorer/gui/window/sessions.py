@@ -110,15 +110,22 @@ class SessionActions:
 
     # ------------------------------------------------------------------------------- saved runs
     def open_saved_run(self, source) -> bool:
-        """Show a saved run (a .npz path, or a SavedRun) without its model, on the page it was saved from
-        when the file says. A damaged or foreign file is one line in the banner, and nothing changes."""
-        try:
-            run = source if isinstance(source, SavedRun) else read_run(source)
-        except UserError as e:
-            self.show_error(str(e))
-            return False
-        if not isinstance(source, SavedRun):
-            self.settings.setValue("paths/last_folder", str(Path(source).parent))
+        """Show a saved run (a .npz path, or a SavedRun already read) without its model, on the page it was
+        saved from when the file says. A file is read in a worker (a long run's maps are large); a damaged
+        or foreign one is one line in the banner, and nothing changes. False when nothing was started."""
+        if isinstance(source, SavedRun):
+            self._show_saved_run(source)
+            return True
+        path = str(source)
+        started = self.state.submit(read_run, path, key="open-run", uses_model=False,
+                                    on_result=lambda run: self._show_saved_run(run, path), on_error=self.show_error)
+        if started:
+            self.statusBar().showMessage(f"reading {Path(path).name}…", 3000)
+        return started
+
+    def _show_saved_run(self, run: SavedRun, path: str | None = None) -> None:
+        if path is not None:
+            self.settings.setValue("paths/last_folder", str(Path(path).parent))
         if run.view.get("colormap") not in COLORMAPS:
             run.view.pop("colormap", None)
         # the saved run's model was never loaded: it must not become the model the next start opens
@@ -131,7 +138,6 @@ class SessionActions:
             self.show_page(page)
         elif run.result.grid is not None and self.current_page_name in ("grid", "head", "tokens", "cost"):
             self.show_page("overlay")
-        return True
 
     def open_run_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open saved run", self._last_folder(), RUN_FILTER)
