@@ -103,7 +103,8 @@ def test_each_problem_gets_its_line(qtbot, make_window, tmp_path):
     assert "no-such-model is missing" in w.banner.text
     assert _good_view(w, st) == before
     unknown = tmp_path / "unknown.axsession"  # a name only loading can find out about
-    unknown.write_text(json.dumps({**d, "model": {**d["model"], "source": "no-such-builtin-xyz"}}), encoding="utf-8")
+    unknown.write_text(json.dumps({**d, "page": "head", "model": {**d["model"], "source": "no-such-builtin-xyz"}}),
+                       encoding="utf-8")
     with qtbot.waitSignal(st.error_raised, timeout=60000) as sig:
         assert w.open_session(str(unknown))
     assert sig.args[0].startswith("cannot open the session: its model did not load")

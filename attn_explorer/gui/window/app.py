@@ -135,8 +135,10 @@ def _reopen(window, reopened, view: str | None) -> None:
         reopened.page = view
     window.cli_problem = reopened.problem  # the screenshot's exit status reports it
     loads = window.state.open_session(window._known_colormap(reopened))
-    if reopened.page in window.pages:
-        window.show_page(reopened.page, pin=loads)
+    if reopened.page in window.pages and loads:
+        window._session_page = reopened.page  # shown when the session's model has loaded
+    elif reopened.page in window.pages:
+        window.show_page(reopened.page)
 
 
 def open_window(source, view: str | None = None, settings: QSettings | None = None, loader=None):

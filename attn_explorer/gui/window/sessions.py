@@ -52,6 +52,8 @@ class SessionActions:
         st = self.state
         st.saved_run_shown.connect(self._saved_run_shown)
         st.model_loaded.connect(lambda _info: self._saved_run_mode(bool(st.result_only)))
+        self._session_page = ""  # the page of a session whose model is loading
+        st.model_loaded.connect(lambda _info: self._session_model_loaded())
         st.attention_ready.connect(lambda _r: self._follow_sliders())
 
     # ------------------------------------------------------------------------------- sessions
@@ -81,12 +83,21 @@ class SessionActions:
         self.settings.setValue("paths/last_folder", str(Path(path).parent))
         self.statusBar().showMessage(f"opened session {Path(path).name}" + (": loading its model…" if loads else ""),
                                      5000)
-        if s.page in self.pages:
-            self.show_page(s.page, pin=loads)  # pinned: the model's load keeps it
+        if s.page in self.pages and loads:
+            self._session_page = s.page  # shown when its model has loaded: a failed load changes nothing
+        elif s.page in self.pages:
+            self.show_page(s.page)
         elif s.page:
             self.show_error(f"the session's page {s.page!r} does not exist in this version: showing "
                             f"{self.current_page_name!r}")
         return True
+
+    def _session_model_loaded(self) -> None:
+        """A model loaded: if it is the session's (its restore comes next), show the session's page, pinned so
+        that the window's own page choice for the model keeps it."""
+        page, self._session_page = self._session_page, ""
+        if page and self.state._session is not None:
+            self.show_page(page, pin=True)
 
     @staticmethod
     def _known_colormap(s):
