@@ -23,11 +23,13 @@ from typing import Any
 
 from attn_explorer.errors import UserError
 from attn_explorer.files import atomic_write
+from attn_explorer.validate import MAX_TEXT_BYTES
 
 FORMAT = "attn-explorer session"  # the file's "format" field: tells a session from any other JSON
 VERSION = 1  # the newest format this code reads and writes
 SUFFIX = ".axsession"
-MAX_BYTES = 4_000_000  # a session is a few kB, plus its text (at most validate.MAX_TEXT_BYTES)
+# a session is a few kB plus its text (at most validate.MAX_TEXT_BYTES, which JSON may escape to twice that)
+MAX_BYTES = 2 * MAX_TEXT_BYTES + 1_000_000
 DTYPES = ("float32", "bfloat16", "float16")
 
 
