@@ -71,6 +71,21 @@ def test_lens_page_table_attribution_and_a_head(make_window, qtbot, tiny):
     assert (w.state.layer, w.state.head) == (layer, head)
 
 
+def test_a_bad_target_is_one_banner_line(make_window, qtbot, tiny):
+    w = make_window(model=tiny, text=TEXT)
+    page = w.pages["lens"]
+    w.show_page("lens")
+    qtbot.waitUntil(lambda: page.attribution is not None, timeout=60000)
+    page.target_edit.setText("Paris")  # three tokens in the tiny vocabulary
+    with qtbot.waitSignal(w.state.error_raised, timeout=30000) as blocker:
+        page.target_edit.returnPressed.emit()
+    assert "3 tokens here" in blocker.args[0] and "\n" not in blocker.args[0]
+    assert page.dla_title.text() == "" and page.table.lens is not None  # the lens table stays
+    page.target_edit.setText(" capital")
+    page.target_edit.returnPressed.emit()
+    qtbot.waitUntil(lambda: page.attribution is not None and page.attribution.target == " capital", timeout=30000)
+
+
 def test_lens_job_can_be_cancelled(make_window, qtbot, tiny):
     w = make_window(model=tiny, text=TEXT)
     page = w.pages["lens"]
