@@ -114,7 +114,7 @@ class RelevancePage(LazyPage, QWidget):
     def _model_changed(self, info) -> None:
         self.target.setPlaceholderText(target_hint(info))
         self.target.clear()  # a class or token of the previous model means nothing to this one
-        self._clear("")
+        self._clear("Waiting for the model's first run…" if info is not None else "Load a model to explain its output.")
 
     def _clear(self, message: str) -> None:
         self.data, self._for = None, None
@@ -130,7 +130,7 @@ class RelevancePage(LazyPage, QWidget):
         if r is None:
             return
         key = (r,) + self.settings()
-        if self._for == key:
+        if self._is_current(key):
             if self.data is not None:
                 self._draw()
             return
@@ -143,6 +143,11 @@ class RelevancePage(LazyPage, QWidget):
                         "how similar this text's sentence embedding is to that sentence's.")
             return
         self._start(key)
+
+    def _is_current(self, key) -> bool:
+        """key is what the page shows or waits for: the same result object (by identity: a RunResult holds
+        arrays), method and target."""
+        return self._for is not None and self._for[0] is key[0] and self._for[1:] == key[1:]
 
     def _start(self, key) -> None:
         r, method, target = key
@@ -172,13 +177,13 @@ class RelevancePage(LazyPage, QWidget):
         self.stack.show_message("Cancelled.")
 
     def _progressed(self, key, fraction: float, message: str) -> None:
-        if key != self._for:
+        if not self._is_current(key):
             return
         self.progress.setValue(int(round(100 * fraction)))
         self.status.setText(message)
 
     def _arrived(self, key, data) -> None:
-        if key != self._for or key[0] is not self.state.result:
+        if not self._is_current(key) or key[0] is not self.state.result:
             return
         self.data = data
         self.cancel_button.setEnabled(False)
@@ -188,7 +193,7 @@ class RelevancePage(LazyPage, QWidget):
         self._draw()
 
     def _failed(self, key, message: str) -> None:
-        if key != self._for:
+        if not self._is_current(key):
             return
         self.cancel_button.setEnabled(False)
         self._clear("This page could not be drawn: the message at the top of the window says why.")
@@ -259,6 +264,11 @@ class RelevancePage(LazyPage, QWidget):
             s = np.asarray(d.scores[d.patch_offset:], dtype=np.float64)
             total = float(np.abs(s).sum()) or 1.0
             neg = f" Negative relevance (against the class) is not drawn: {float(-s[s < 0].sum()) / total:.0%} of Σ|R|."
+        unused = [what for what, on in (("Scale: log", self.state.log_scale), ("Hide specials", self.state.hide_special))
+                  if on]
+        if unused:  # no control may be silently ignored
+            neg += (f" <i>{' and '.join(unused)}: not used here — relevance is drawn as measured, over every "
+                    "token.</i>")
         untrained = "" if self.state.info is None or self.state.info.trained else \
             " <b>Untrained model (random weights): the pattern means nothing.</b>"
         return (f"<b>Relevance</b> of each input {'patch' if image else 'token'} for <b>{d.target}</b> "

@@ -71,3 +71,15 @@ def test_text_encoder_needs_a_reference_then_draws_one_bar_per_token(make_window
     assert len(d.scores) == w.state.result.num_tokens == len(page.bars.opts["height"])
     assert page.bars_plot.isVisible() and "cosine similarity" in page.caption.text()
     assert page.token_axis._labels == list(d.tokens)
+
+
+def test_unused_drawing_options_are_named_and_the_note_goes_with_them(make_window, qtbot, digit):
+    """Relevance is drawn as measured: "Hide specials" and "Scale: log" are said to be unused while on."""
+    w = make_window(model="tiny-vit-digits", image=digit[0], view="relevance")
+    page = w.pages["relevance"]
+    qtbot.waitUntil(lambda: page.data is not None, timeout=30000)
+    assert "not used here" not in page.caption.text()
+    w.state.set_options(hide_special=True)
+    qtbot.waitUntil(lambda: "Hide specials: not used here" in page.caption.text(), timeout=30000)
+    w.state.set_options(hide_special=False)
+    qtbot.waitUntil(lambda: page.data is not None and "not used here" not in page.caption.text(), timeout=30000)
