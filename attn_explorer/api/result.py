@@ -39,7 +39,7 @@ class ModelInfo:
 
 @dataclass
 class RunResult:
-    attentions: np.ndarray  # float32 (L, H, N, N); row i = where query token i looks
+    attentions: np.ndarray  # float32 (L, H, N, N); row i = where query token i looks (a lazy run: NotKept)
     tokens: list[str]  # length N; for images "[CLS]" then "r{row}c{col}" patch labels
     special: np.ndarray  # bool (N,): True for [CLS], [SEP], <s>, </s>, BOS and the like
     model: str  # ModelInfo.name
@@ -81,13 +81,19 @@ class RunResult:
     def num_tokens(self) -> int:
         return len(self.tokens)
 
-    def attention(self, layer: int, head: int, rows=None, cols=None, pool=None, reduce: str = "max") -> np.ndarray:
+    def attention(self, layer: int, head: int, rows=None, cols=None, pool=None, reduce: str = "max",
+                  **lazy_kw) -> np.ndarray:
         """One head's map, or the part of it a view draws, as float32 NumPy.
 
         rows / cols: None (all), an int (one query's row / one key's column: the result loses that axis),
         a slice, or (start, stop). pool: None (full resolution), an int or (rows, cols): the window is
         reduced to at most that many cells, each the max (reduce="max") or the mean ("mean") of the exact
-        probabilities it covers (maths.pool_edges' blocks)."""
+        probabilities it covers (maths.pool_edges' blocks).
+
+        A lazy result (is_lazy) computes the answer from its store (api.lazy.LazyAttention.attention; runs
+        torch: worker threads only), where lazy_kw may pass progress(done, total) and stop()."""
+        if self.is_lazy:
+            return self.lazy.attention(layer, head, rows, cols, pool, reduce, **lazy_kw)
         from attn_explorer.maths import pool2d
 
         L, H = self.attentions.shape[:2]
@@ -115,6 +121,43 @@ class RunResult:
 
         att = torch.from_numpy(np.array(self.attentions, dtype=np.float32))  # (L, H, N, N), a copy
         return tuple(att[i].unsqueeze(0) for i in range(att.shape[0])), list(self.tokens)
+
+
+class NotKept:
+    """`RunResult.attentions` of a lazy run: the maps were not kept. It has the maps' shape (so code that
+    only reads `.shape` or `.ndim` keeps working) and refuses, in one line, anything that reads values."""
+
+    ndim = 4
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, shape: tuple[int, int, int, int], dense_bytes: int = 0):
+        self.shape = tuple(int(s) for s in shape)
+        self.dense_bytes = int(dense_bytes)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _refuse(self, *_args, **_kw):
+        from attn_explorer.budget import human_bytes
+        from attn_explorer.errors import UserError
+
+        L, H, N, _ = self.shape
+        need = f" (they would need {human_bytes(self.dense_bytes)})" if self.dense_bytes else ""
+        raise UserError(f"this {N:,}-token run kept no attention maps{need}: read a head with "
+                        f"r.attention(layer, head, rows=..., cols=..., pool=...)")
+
+    __array__ = __getitem__ = __iter__ = __contains__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __float__ = __bool__ = _refuse
+    __hash__ = None
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # copy, pickle and numpy probe for these: not found, not refused
+            raise AttributeError(name)
+        self._refuse()
+
+    def __repr__(self) -> str:
+        return f"NotKept(shape={self.shape})"
 
 
 def _index(x):

@@ -25,7 +25,7 @@ def test_image_size_whose_maps_exceed_the_budget_is_refused(vit, monkeypatch):
     assert 19e9 < need < 20e9
     monkeypatch.setattr(model_mod, "default_budget", lambda device: 4 * 10**9)
     with pytest.raises(UserError) as e:
-        vit.run(photo, image_size=2048)
+        vit.run(photo, image_size=2048, lazy=False)  # the maps themselves (automatic: q and k instead)
     msg = str(e.value)
     assert "16,385 tokens would need 19.3 GB" in msg and "\n" not in msg
 
@@ -42,7 +42,7 @@ def test_text_guard_counts_tokens(monkeypatch):
     m = ax.load_model("textbook", device="cpu")
     monkeypatch.setattr(model_mod, "default_budget", lambda device: 100)  # bytes: 3 tokens need 2 × 4 × 3² × 4 = 288
     with pytest.raises(UserError, match="tokens would need"):
-        m.run("a few words")
+        m.run("a few words", lazy=False)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -60,7 +60,7 @@ def test_a_two_byte_model_counts_its_maps_and_their_float32_copy(tmp_path, monke
     real = budget.attention_maps_bytes(n, L, H, elem=2 + 4)
     monkeypatch.setattr(model_mod, "default_budget", lambda device: real - 1)  # 2 bytes an element would fit
     with pytest.raises(UserError, match=f"{n} tokens would need {budget.human_bytes(real)}"):
-        m.run(text)
+        m.run(text, lazy=False)
     monkeypatch.setattr(model_mod, "default_budget", lambda device: real)
     assert m.run(text).attentions.shape == (L, H, n, n)
 
@@ -72,4 +72,4 @@ def test_a_float32_model_counts_4_bytes_an_element(monkeypatch):
     assert m.run("a few words").attentions.shape[-1] == 3
     monkeypatch.setattr(model_mod, "default_budget", lambda device: need - 1)
     with pytest.raises(UserError, match="tokens would need"):
-        m.run("a few words")
+        m.run("a few words", lazy=False)
