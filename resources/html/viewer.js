@@ -426,20 +426,23 @@ class AxViewer {
     const y = (i) => 5 + (i + 0.5) * rh;
     const paint = (hover) => { // hover: null, ["q", i] or ["k", j]
       ctx.clearRect(0, 0, W, Ht);
-      ctx.lineWidth = 1.5;
+      // one stroke a line, its opacity in globalAlpha; 1 px lines draw several times faster than wider ones
+      // (65,536 pairs at 256 tokens), and the few lines of one hovered token get 2 px
+      ctx.lineWidth = hover ? 2 : 1;
+      ctx.strokeStyle = "rgb(31,119,180)";
       for (let i = 0; i < n; i++) {
+        if (hover && hover[0] === "q" && hover[1] !== i) continue;
         for (let j = 0; j < n; j++) {
           const rel = this.lv(l, h, i, j) / this.levels;
-          if (rel < AX_LINE_FLOOR) continue;
-          const on = !hover || (hover[0] === "q" ? hover[1] === i : hover[1] === j);
-          if (!on) continue;
-          ctx.strokeStyle = `rgba(31,119,180,${rel.toFixed(3)})`;
+          if (rel < AX_LINE_FLOOR || (hover && hover[0] === "k" && hover[1] !== j)) continue;
+          ctx.globalAlpha = rel;
           ctx.beginPath();
           ctx.moveTo(x0 + 2, y(i));
           ctx.lineTo(x1 - 2, y(j));
           ctx.stroke();
         }
       }
+      ctx.globalAlpha = 1;
       ctx.font = `${font}px sans-serif`;
       for (let i = 0; i < n; i++) {
         const lit = hover && hover[0] === "q" && hover[1] === i, litK = hover && hover[0] === "k" && hover[1] === i;
