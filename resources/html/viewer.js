@@ -424,7 +424,11 @@ class AxViewer {
     const [c, ctx] = axCanvas(W, Ht);
     c.classList.add("ax-map"); // the view's own drawing (not its colour bar)
     const y = (i) => 5 + (i + 0.5) * rh;
+    let shown; // the hover state drawn: repaint (every line) only when it changes
     const paint = (hover) => { // hover: null, ["q", i] or ["k", j]
+      const key = hover ? hover.join() : "";
+      if (key === shown) return;
+      shown = key;
       ctx.clearRect(0, 0, W, Ht);
       // one stroke a line, its opacity in globalAlpha; 1 px lines draw several times faster than wider ones
       // (65,536 pairs at 256 tokens), and the few lines of one hovered token get 2 px
