@@ -171,16 +171,28 @@ def _backward_tick(report, done: int, L: int):
 
 # ---- scores -----------------------------------------------------------------------------------------------
 
-def class_logit(classes: torch.Tensor) -> Callable:
-    """Score: each sample's logit of its class (classes (B,) long)."""
-    return lambda out: out.logits.gather(1, classes.view(-1, 1).to(out.logits.device)).squeeze(1)
+def class_logit(classes: torch.Tensor | None, chosen: dict | None = None) -> Callable:
+    """Score: each sample's logit of its class (classes (B,) long; None: the predicted class, chosen from this
+    very forward pass and left in chosen["index"], so no pass is spent on choosing it)."""
+    def score(out):
+        c = out.logits.detach().argmax(-1) if classes is None else classes.view(-1).to(out.logits.device)
+        if chosen is not None:
+            chosen["index"] = c
+        return out.logits.gather(1, c.view(-1, 1)).squeeze(1)
+
+    return score
 
 
-def next_token_score(module, token_id: int, log_prob: bool) -> Callable:
-    """Score: the target token's log-probability (or logit) after the last input token."""
+def next_token_score(module, token_id: int | None, log_prob: bool, chosen: dict | None = None) -> Callable:
+    """Score: the target token's log-probability (or logit) after the last input token (token_id None: the
+    most likely next token of this forward pass, left in chosen["index"])."""
     def score(out):
         logits = module.logits(out.hidden[:, -1]).float()
-        return (F.log_softmax(logits, -1) if log_prob else logits)[:, token_id]
+        t = logits.detach().argmax(-1) if token_id is None else torch.full((logits.shape[0],), int(token_id),
+                                                                          device=logits.device)
+        if chosen is not None:
+            chosen["index"] = t
+        return (F.log_softmax(logits, -1) if log_prob else logits).gather(1, t.view(-1, 1)).squeeze(1)
 
     return score
 
@@ -254,15 +266,11 @@ def explain(model, x, method: str = "gradient_rollout", target=None, reference: 
     if kind == "image":
         return _explain_image(model, prep, method, target, dk_scale, progress)
     tokens, special = list(prep.tokens), np.asarray(prep.special, dtype=bool)
+    chosen: dict = {}
     if kind == "decoder":
-        out, _ = model._forward(prep.inputs, dk_scale, None, output_attentions=False)
-        with torch.inference_mode():  # the forward's tensors are inference tensors: no autograd on them
-            logits = model.module.logits(out.hidden[0, -1]).float()
-        tid = int(logits.argmax()) if target in (None, "") else token_id(model, target)
-        shown = model.tokenizer.display([tid])[0]
+        tid = None if target in (None, "") else token_id(model, target)
         log_prob = method != "attnlrp"
-        what = f'log p("{shown}" next)' if log_prob else f'logit of "{shown}" next'
-        score, rows = next_token_score(model.module, tid, log_prob), [len(tokens) - 1]
+        score, rows = next_token_score(model.module, tid, log_prob, chosen), [len(tokens) - 1]
     else:
         if reference is None or not str(reference).strip():
             raise UserError("an encoder's relevance explains the similarity to a reference sentence: give one")
@@ -272,19 +280,23 @@ def explain(model, x, method: str = "gradient_rollout", target=None, reference: 
         what = f'cosine similarity to "{_short(reference)}"'
         score, rows = similarity_score(emb), list(range(len(tokens)))
     rel, y = token_relevance(model.module, prep.inputs, score, method, rows, dk_scale, progress)
+    if kind == "decoder":
+        shown = model.tokenizer.display([int(chosen["index"][0])])[0]
+        what = f'log p("{shown}" next)' if log_prob else f'logit of "{shown}" next'
     return Relevance(method, rel[0], tokens, special, what, float(y[0]), rows, notes=list(prep.notes))
 
 
 def _explain_image(model, prep, method, target, dk_scale, progress) -> Relevance:
-    out, _ = model._forward(prep.inputs, dk_scale, None, output_attentions=False)
-    cls = int(out.logits[0].argmax()) if target in (None, "") else class_index(model, target)
+    cls = None if target in (None, "") else torch.tensor([class_index(model, target)])
     extra = model._extra_tokens()
+    p = model.info.patch_size
+    r, c = (int(s) // p for s in prep.inputs["pixels"].shape[-2:])  # the patch grid
     rows = list(range(min(len(extra), int(getattr(model.module.cfg, "classifier_tokens", 1))))) or \
-        list(range(out.hidden.shape[1]))  # SigLIP (no [CLS]): every token
-    label = model.labels.get(cls, str(cls))
-    rel, y = token_relevance(model.module, prep.inputs, class_logit(torch.tensor([cls])), method, rows, dk_scale,
-                             progress)
-    r, c = out.grid
+        list(range(r * c))  # SigLIP (no [CLS]): every token
+    chosen: dict = {}
+    rel, y = token_relevance(model.module, prep.inputs, class_logit(cls, chosen), method, rows, dk_scale, progress)
+    index = int(chosen["index"][0])
+    label = model.labels.get(index, str(index))
     tokens = extra + [f"r{i}c{j}" for i in range(r) for j in range(c)]
     special = np.asarray([True] * len(extra) + [False] * (r * c))
     return Relevance(method, rel[0], tokens, special, f'logit of class "{label}"', float(y[0]), rows, grid=(r, c),

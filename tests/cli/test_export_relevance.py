@@ -60,6 +60,19 @@ def test_decoder_relevance_explains_the_target_token(tmp_path, cli, tiny_llama):
     assert d["relevance"].shape == (4, d["attentions"].shape[-1])
     assert list(d["relevance_targets"][:2]) == ['log p(" capital" next)', 'logit of " capital" next']
     assert np.isfinite(d["relevance"]).all() and d["relevance_values"][0] < 0  # a log-probability
+    code, _, err = cli("export", "--model", tiny_llama, "--text", "The capital of France is", "--out",
+                       tmp_path / "e.npz", "--analysis", "relevance")  # no target: the most likely next token
+    assert code == 0, err
+    import attn_explorer as ax
+    import torch
+
+    m = ax.load_model(tiny_llama)
+    with torch.inference_mode():
+        logits = m.module.logits(m.module(**m.prepare("The capital of France is").inputs).hidden[0, -1])
+    best = m.tokenizer.display([int(logits.argmax())])[0]
+    e = np.load(tmp_path / "e.npz")
+    assert e["relevance_targets"][0] == f'log p("{best}" next)'
+    np.testing.assert_allclose(e["relevance_values"][0], float(torch.log_softmax(logits, -1).max()), atol=1e-5)
 
 
 @pytest.mark.parametrize("extra, words", [
