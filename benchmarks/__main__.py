@@ -28,6 +28,8 @@ SCRIPTS = {  # name -> (script, title, extra args for a quick run)
     "analysis": ("bench_analysis.py", "Analyses: rollout, value norms, head statistics, search", ["--runs", "2"]),
     "train_vit": ("bench_train_vit.py", "Training the tiny ViT: our modules against torch's", ["--quick"]),
     "smollm2": ("bench_smollm2.py", "SmolLM2-135M: load and generation against transformers", ["--loads", "1", "--tokens", "8"]),
+    "faithfulness": ("bench_faithfulness.py", "Relevance: deletion faithfulness on tiny-vit-digits, cost on SmolLM2",
+                     ["--runs", "2"]),
 }
 TEXT = "The animal didn't cross the street because it was too tired."
 
