@@ -10,11 +10,11 @@ from attn_explorer.analysis.interventions import KINDS, Comparison, Scan, ablati
 
 __all__ = ["KINDS", "Comparison", "Scan", "ablation_job", "compare_job", "patching_job", "SCANS"]
 
-# the scans the page offers: key -> (menu text, what a cell is)
+# the scans the page offers: key -> (menu text, title of its result)
 SCANS = {
-    "ablation": ("Ablation scan: each head off in turn", "head"),
-    "patch-head": ("Patching clean → corrupt, per head", "head"),
-    "patch-position": ("Patching clean → corrupt, per (layer, position)", "position"),
+    "ablation": ("Ablation scan", "Ablation scan: each head off in turn"),
+    "patch-head": ("Patch per head", "Patching clean → corrupt, per head"),
+    "patch-position": ("Patch per position", "Patching clean → corrupt, per (layer, position)"),
 }
 
 

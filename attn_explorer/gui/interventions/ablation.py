@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QProgressBar,
                                QPushButton, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, cell_centre,
-                                               cell_under, colormap, set_bar_label, short)
+                                               cell_under, colormap, short)
 from attn_explorer.session.interventions import SCANS, ablation_job, compare_job, patching_job
 from attn_explorer.session.state import SessionState
 
@@ -23,10 +23,10 @@ COMPARE_LANE, SCAN_LANE = "interventions-compare", "interventions-scan"
 OFF_COLOURS = pg.ColorMap([0.0, 1.0], [(236, 236, 236), (200, 40, 40)])  # on: light grey; off: red
 BEFORE, AFTER = "#8c8c8c", "#dd8452"
 TOP_ROWS = 40  # table rows of a scan (the largest effects)
-CAPTION = ("<b>Switch heads off.</b> Click heads in the left grid to switch them off: their output before W_O is set "
-           "to zero, or to its mean over this input's positions. The bars compare the clean run (grey) with the "
-           "run with those heads off (orange). A <b>scan</b> switches off (or patches) one cell at a time; click "
-           "a result cell or table row to open that head.")
+TOP_TOKENS = 6  # bars: the most likely next tokens of either run (up to twice as many in all)
+CAPTION = ("<b>Switch heads off</b> by clicking them in the left grid: their output before W_O becomes zero, or its "
+           "mean over this input's positions; the bars compare the clean run (grey) with heads off (orange). A "
+           "<b>scan</b> switches off, or patches, one cell at a time; click a result to open its head.")
 
 
 class AblationPage(LazyPage, QWidget):
@@ -67,8 +67,9 @@ class AblationPage(LazyPage, QWidget):
         row1.addWidget(self.off_label, 1)
 
         self.scan_kind = QComboBox()
-        for key, (text, _) in SCANS.items():
+        for key, (text, title) in SCANS.items():
             self.scan_kind.addItem(text, key)
+            self.scan_kind.setItemData(self.scan_kind.count() - 1, title, Qt.ToolTipRole)
         self.scan_kind.currentIndexChanged.connect(self._kind_changed)
         self.target = QLineEdit()
         self.target.setPlaceholderText("target (top token)")
@@ -82,7 +83,7 @@ class AblationPage(LazyPage, QWidget):
         self.corrupt.setToolTip("Patching: the clean text is the input; this is the corrupt one, with the same number "
                                 "of tokens (e.g. the two names swapped)")
         for box in (self.target, self.foil):
-            box.setMaximumWidth(130)
+            box.setMaximumWidth(110)
         self.run_button = QPushButton("Run scan")
         self.run_button.clicked.connect(self.run_scan)
         self.progress = QProgressBar()
@@ -92,65 +93,78 @@ class AblationPage(LazyPage, QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
         self.cancel_button.clicked.connect(self.cancel_scan)
+        self.scan_kind.setMaximumWidth(190)
+        self.corrupt.setMaximumWidth(520)
         row2 = QHBoxLayout()
         for w in (self.scan_kind, self.target, self.foil):
             row2.addWidget(w)
         row2.addWidget(self.corrupt, 1)
         for w in (self.run_button, self.progress, self.cancel_button):
             row2.addWidget(w)
+        row2.addStretch(0)
 
         self.effect_text = QLabel("")
         self.effect_text.setWordWrap(True)
         self.effect_text.setTextFormat(Qt.RichText)
 
-        self.canvas = PaintedGraphicsWidget()
+        self.canvas = PaintedGraphicsWidget()  # the switches: one cell per head
         self.switch_plot = self._grid_plot(self.canvas, 0, 0)
         self.switch_image = pg.ImageItem(axisOrder="row-major")
         self.switch_plot.addItem(self.switch_image)
-        self.switch_plot.setTitle("click to switch off")
-        self.bar_axis = TokenAxis("bottom", rotate=True)
-        self.bars_plot = self.canvas.addPlot(row=0, col=1, axisItems={"bottom": self.bar_axis})
+        self.switch_plot.setTitle("layer × head")
+        self.canvas.scene().sigMouseClicked.connect(self._switch_clicked)
+        self.canvas.setMinimumWidth(170)
+        self.bars_canvas = PaintedGraphicsWidget()  # horizontal bars: the labels read across, unrotated
+        self.bar_axis = TokenAxis("left")
+        self.bars_plot = self.bars_canvas.addPlot(row=0, col=0, axisItems={"left": self.bar_axis})
         self.bars_plot.setMenuEnabled(False)
         self.bars_plot.hideButtons()
         self.bars_plot.setMouseEnabled(x=False, y=False)
-        self.before_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush=BEFORE)
-        self.after_bars = pg.BarGraphItem(x=[], height=[], width=0.4, brush=AFTER)
+        self.bars_plot.invertY(True)
+        self.bars_plot.getAxis("bottom").enableAutoSIPrefix(False)
+        self.before_bars = pg.BarGraphItem(x0=[], y=[], height=0.38, width=[], brush=BEFORE)
+        self.after_bars = pg.BarGraphItem(x0=[], y=[], height=0.38, width=[], brush=AFTER)
         self.bars_plot.addItem(self.before_bars)
         self.bars_plot.addItem(self.after_bars)
-        self.canvas.ci.layout.setColumnStretchFactor(0, 1)
-        self.canvas.ci.layout.setColumnStretchFactor(1, 3)
-        self.canvas.scene().sigMouseClicked.connect(self._switch_clicked)
 
         self.scan_canvas = PaintedGraphicsWidget()
         self.scan_axis = TokenAxis("bottom", rotate=True)
         self.scan_plot = self._grid_plot(self.scan_canvas, 0, 0, self.scan_axis)
         self.scan_image = pg.ImageItem(axisOrder="row-major")
         self.scan_plot.addItem(self.scan_image)
-        self.scan_bar = pg.ColorBarItem(values=(-1, 1), colorMap=colormap("CET-D1"), interactive=False, width=12)
-        self.scan_bar.setImageItem(self.scan_image, insert_in=self.scan_plot)
+        self.scan_image.setLookupTable(colormap("CET-D1").getLookupTable(0, 1, 256))  # blue − white + red
         self.scan_canvas.scene().sigMouseClicked.connect(self._scan_clicked)
-        self.scan_stack = CanvasStack(self.scan_canvas, "Run a scan to see every head's effect here.")
+        self.scan_stack = CanvasStack(self.scan_canvas, "Run a scan to see every cell's effect here.")
         self.table = QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["rank", "layer", "head", "effect"])
+        self.table.setHorizontalHeaderLabels(["#", "L", "H", "effect"])
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        header = self.table.horizontalHeader()
+        for j, width in enumerate((34, 34, 38)):
+            header.setSectionResizeMode(j, QHeaderView.Fixed)
+            header.resizeSection(j, width)
+        header.setStretchLastSection(True)
+        self.table.setToolTip("# = rank by the size of the effect; L = layer; H = head (or the position, for a "
+                              "scan per position). Click a column to sort by it, a row to open that head.")
         self.table.setSortingEnabled(True)
         self.table.setMinimumWidth(190)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.table.cellClicked.connect(self._row_clicked)
-        lower = QSplitter(Qt.Horizontal)
-        lower.addWidget(self.scan_stack)
-        lower.addWidget(self.table)
-        lower.setStretchFactor(0, 3)
-        lower.setStretchFactor(1, 1)
+        results = QSplitter(Qt.Horizontal)
+        results.addWidget(self.scan_stack)
+        results.addWidget(self.table)
+        results.setSizes([420, 190])  # proportions: the splitters share out the room there is
+        right = QSplitter(Qt.Vertical)
+        right.addWidget(self.bars_canvas)
+        right.addWidget(results)
+        right.setSizes([210, 290])
+        split = _Splitter(Qt.Horizontal)
         self.stack = CanvasStack(self.canvas, "Load a model to switch its heads off.")
-        split = QSplitter(Qt.Vertical)
         split.addWidget(self.stack)
-        split.addWidget(lower)
-        split.setStretchFactor(0, 1)
-        split.setStretchFactor(1, 1)
+        split.addWidget(right)
+        split.setSizes([180, 620])
         self.scan_text = QLabel("")
         self.scan_text.setWordWrap(True)
         self.scan_text.setTextFormat(Qt.RichText)
@@ -216,6 +230,13 @@ class AblationPage(LazyPage, QWidget):
         info, r = self.state.info, self.state.result
         if info is None or r is None:
             return
+        if info.encoder_decoder:
+            self.effect_text.setText("")
+            self.stack.show_message(f"Switching heads off is not supported yet for encoder-decoders such as "
+                                    f"{info.name}: pick an encoder, a decoder or an image model.")
+            self.run_button.setEnabled(False)
+            return
+        self.run_button.setEnabled(not self.state.job_busy(SCAN_LANE))
         self.stack.show_canvas()
         self._draw_switches()
         if self._scan_for is not None and self._scan_for[0] != self._input_key():
@@ -246,7 +267,7 @@ class AblationPage(LazyPage, QWidget):
         x, kw = self.state.run_input()
         key = (self._input_key(), frozenset(self.off), self.how.currentData())
         self.effect_text.setText("Measuring…" if self.off else "")
-        ok = self.state.submit(compare_job, x, dict(kw), self._ablate(), key=COMPARE_LANE,
+        ok = self.state.submit(compare_job, x, dict(kw), self._ablate(), TOP_TOKENS, key=COMPARE_LANE,
                                on_result=lambda c: self._compared(key, c), on_error=self._compare_failed)
         if not ok:
             self.effect_text.setText("")
@@ -272,7 +293,6 @@ class AblationPage(LazyPage, QWidget):
         self.switch_image.setRect(0, 0, H, L)
         _label_cells(self.switch_plot, L, H)
         self.switch_plot.setRange(xRange=(0, H), yRange=(0, L), padding=0)
-        self.switch_plot.setLabel("bottom", "head")
         names = ", ".join(f"L{l} H{h}" for l, h in sorted(self.off)[:6]) + (" …" if len(self.off) > 6 else "")
         self.off_label.setText(f"{len(self.off)} off: {names}" if self.off else "none off: click heads in the grid")
 
@@ -293,13 +313,13 @@ class AblationPage(LazyPage, QWidget):
         if not c.heads:
             text = "All heads on: the bars show the clean run. Click heads in the grid to switch them off."
         n = len(labels)
-        x = np.arange(n) + 0.5
-        self.before_bars.setOpts(x=x - 0.2, height=before, width=0.4)
-        self.after_bars.setOpts(x=x + 0.2, height=after, width=0.4)
+        y = np.arange(n) + 0.5
+        self.before_bars.setOpts(x0=np.zeros(n), y=y - 0.2, height=0.38, width=before)
+        self.after_bars.setOpts(x0=np.zeros(n), y=y + 0.2, height=0.38, width=after)
         self.bar_axis.set_labels([short(t) for t in labels])
         top = float(max(before.max(initial=0), after.max(initial=0), 1e-6))
-        self.bars_plot.setRange(xRange=(0, n), yRange=(0, top * 1.05), padding=0)
-        self.bars_plot.setLabel("left", ylabel)
+        self.bars_plot.setRange(xRange=(0, top * 1.05), yRange=(0, n), padding=0)
+        self.bars_plot.setLabel("bottom", ylabel)
         self.bars_plot.setTitle("clean (grey) vs heads off (orange)")
         self.effect_text.setText(text)
 
@@ -337,7 +357,7 @@ class AblationPage(LazyPage, QWidget):
         self.progress.show()
         self.cancel_button.show()
         self.run_button.setEnabled(False)
-        self.scan_text.setText(f"{SCANS[kind][0]}…")
+        self.scan_text.setText(f"{SCANS[kind][1]}…")
         return self.state.submit(*args, key=SCAN_LANE, on_result=lambda s: self._scanned(key, s),
                                  on_error=self._scan_failed, on_progress=self._scan_progressed)
 
@@ -389,25 +409,23 @@ class AblationPage(LazyPage, QWidget):
         v = float(np.abs(e).max()) or 1e-6
         self.scan_image.setImage(e.astype(np.float32), levels=(-v, v), autoLevels=False)
         self.scan_image.setRect(0, 0, cols, rows)
-        self.scan_bar.setLevels(values=(-v, v))
-        set_bar_label(self.scan_bar, s.effect_label)
         per_position = s.kind == "patch-position"
         _label_cells(self.scan_plot, rows, cols, [short(t, 8) for t in s.tokens] if per_position else None)
         self.scan_plot.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
-        self.scan_plot.setLabel("bottom", "position" if per_position else "head")
         self.scan_plot.setTitle(SCANS[s.kind][0])
         self.scan_stack.show_canvas()
         self._fill_table(per_position)
         best = s.ranked(1)[0]
         where = f"L{best[0]} @{best[1]} {s.tokens[best[1]]!r}" if per_position else f"L{best[0]} H{best[1]}"
         base = f"clean {s.clean:.4f}" + ("" if s.corrupt is None else f", corrupt {s.corrupt:.4f}")
-        self.scan_text.setText(f"<b>{s.metric}</b>: {base}. Largest {s.effect_label}: <b>{where}</b> "
-                               f"({best[2]:+.3f}), in {s.passes} forward passes. Colour: {s.effect_label}.")
+        self.scan_text.setText(f"<b>{s.metric}</b>: {base}. Colour and table: {s.effect_label} (red above 0, blue "
+                               f"below, ±{v:.3g} at full colour); the largest: <b>{where}</b> ({best[2]:+.3f}). "
+                               f"{s.passes} forward pass{'es' * (s.passes != 1)}.")
 
     def _fill_table(self, per_position: bool) -> None:
         s = self.scan
         self.table.setSortingEnabled(False)
-        self.table.setHorizontalHeaderLabels(["rank", "layer", "position" if per_position else "head", "effect"])
+        self.table.setHorizontalHeaderLabels(["#", "L", "pos" if per_position else "H", "effect"])
         ranked = s.ranked(TOP_ROWS)
         self.table.setRowCount(len(ranked))
         for i, (row, col, effect) in enumerate(ranked):
@@ -451,6 +469,14 @@ class AblationPage(LazyPage, QWidget):
             head = int(col)
         self.state.select(int(layer), head)
         self.head_opened.emit(int(layer), head)
+
+
+class _Splitter(QSplitter):
+    """The page's plots: they take the room there is. Their canvases ask for 600×480 each, and the window's
+    scroll area sizes a page by what it asks for, so at 1024×700 the scan went below the fold."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
+        return QSize(420, 320)
 
 
 def _label_cells(plot: pg.PlotItem, rows: int, cols: int, col_labels: list[str] | None = None) -> None:
