@@ -26,7 +26,7 @@ INTRO = (
     "query token you pick, the head scores every key with the dot product q·k, multiplies the scores by "
     "scale = 1/√d_k (times the d_k slider on the left), takes exp and divides by the sum: those are the "
     "weights. The head's output is the values averaged with these weights. Every number below comes from "
-    "one forward pass of the model. Double-click a token in <i>One head</i> or <i>Token focus</i> to open it here."
+    "one forward pass of the model. Double-click a token in <i>One head</i> or <i>Tokens</i> to open it here."
 )
 LANE = "lesson-inside-a-head"
 COLUMNS = ["token", "q·k", "× scale", "exp(s − max)", "weight"]

@@ -52,6 +52,8 @@ class MainWindow(WindowActions, QMainWindow):
         register_all()
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
+        # nine top-level tabs: a little less padding than the style's, so all of them show at 1024 px
+        self.tabs.tabBar().setStyleSheet("QTabBar::tab { padding: 5px 8px; }")
         self.pages: dict[str, QWidget] = {}
         self._tab_of: dict[str, QWidget] = {}  # page name -> the tab holding it
         self._groups: dict[str, QTabWidget] = {}  # group title -> its tab of sub-tabs

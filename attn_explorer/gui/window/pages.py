@@ -33,7 +33,7 @@ def register_page(name: str, title: str, factory: Callable[[SessionState], QWidg
 
 register_page("grid", "All heads", HeadGridView)
 register_page("head", "One head", HeadView)
-register_page("tokens", "Token focus", TokenFocusView)
+register_page("tokens", "Tokens", TokenFocusView)  # "Token focus": the page's own title says so
 register_page("overlay", "Overlay", PatchOverlayView)  # short titles: every tab shows at 1024 px
 
 
