@@ -252,8 +252,9 @@ class RelevancePage(LazyPage, QWidget):
                                 "rolled up from the identity (R ← R + Ā·R); shown: the row the score reads, minus the "
                                 "identity start",
             "attnlrp": "gradient × input at the first block's input, with AttnLRP's uniform rule on q·kᵀ, A·V and "
-                       "the gated MLP, the identity rule on norms and activations; signed: blue bars speak against "
-                       "the target. A subset of AttnLRP: Gemma 2's logit soft-cap keeps its plain gradient",
+                       "the gated MLP, the identity rule on norms and activations"
+                       + ("" if image else "; signed: blue bars speak against the target")
+                       + ". A subset of AttnLRP: Gemma 2's logit soft-cap keeps its plain gradient",
             "rollout": "attention rollout, heads averaged, residual as half of every layer; no gradient",
             "attention": "the last layer's attention from the row(s) the score reads, mean over heads; no gradient",
         }[d.method]
