@@ -172,3 +172,17 @@ def test_lazy_run_is_read_head_by_head_with_progress():
     assert d["n"] == 30 and d["tokens_total"] == 90
     _assert_within_step(page_weights(d), pool2d(dense.attentions, 30, 30, "max"), d["maps"]["scale"])
     assert [f for f, _ in steps] == [round(k / 6, 3) for k in range(1, 7)] and steps[-1][1] == "page: head 6 of 6"
+
+
+def test_real_lazy_run_matches_the_dense_page():
+    """A real lazy run (api.lazy: q, k and row statistics kept, no maps) makes the same page as the dense
+    run of the same text, within the 8-bit step."""
+    import attn_explorer as ax
+
+    m = ax.load_model("textbook", device="cpu")
+    text = "the cat sat on the mat because it was warm and the dog did not"
+    lazy, dense = m.run(text, lazy=True), m.run(text, lazy=False)
+    assert lazy.is_lazy and not dense.is_lazy
+    d = read_page_data(page_html(lazy, max_side=8))
+    _assert_within_step(page_weights(d), pool2d(dense.attentions, 8, 8, "max"), d["maps"]["scale"])
+    assert d["labels"] == read_page_data(page_html(dense, max_side=8))["labels"]
