@@ -13,8 +13,6 @@ from attn_explorer.analysis.why import CONVENTION as WHY_CONVENTION, WhyMatrix
 __all__ = ["CONVENTION", "NORMS", "OWN", "WHY_CONVENTION", "Edge", "FlowGraph", "LogitAttribution", "LogitLens",
            "WhyMatrix", "attribution_job", "flow_job", "head_tokens_job", "lens_job", "trace", "why_job"]
 
-LANES = ("lens-table", "lens-attribution", "lens-flow", "lens-head-tokens", "lens-why")
-
 
 def _decoder_kw(run_kw: dict) -> dict:
     """The window's run options that a decoder analysis takes (d_k and the token cut)."""

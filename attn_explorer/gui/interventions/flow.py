@@ -33,6 +33,7 @@ def width_of(weight: float) -> float:
 
 class FlowPage(ToolPage):
     WHAT = "The contribution graph"
+    follow_up_lanes = ("lens-head-tokens",)
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         self.canvas = PaintedGraphicsWidget()
@@ -119,6 +120,7 @@ class FlowPage(ToolPage):
         if r is None:
             return
         self.done_for = r
+        self.state.cancel("lens-head-tokens")
         self.graph = None
         self._choose(None)
         self.readout.setText("")

@@ -42,6 +42,7 @@ class ToolPage(LazyPage, QWidget):
 
     head_opened = Signal(int, int)  # layer, head: the user asked to see that head's map
     WHAT = "This page"  # for the not-a-decoder message
+    follow_up_lanes: tuple = ()  # lanes of jobs that hang off the main one (cancelled with it)
 
     def __init__(self, state: SessionState, content: QWidget, parent: QWidget | None = None):
         super().__init__(parent)
@@ -66,15 +67,23 @@ class ToolPage(LazyPage, QWidget):
         self.readout.setTextFormat(Qt.RichText)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
+        self.unused = QLabel("")  # which of the window's drawing options this page does not use
+        self.unused.setWordWrap(True)
+        self.unused.setStyleSheet("color: #666; font-style: italic;")
+        self.unused.hide()
         lay.addWidget(self.caption)
+        lay.addWidget(self.unused)
         lay.addLayout(self.bar)
         lay.addWidget(self.stack, 1)
         lay.addWidget(self.readout)
         self._lane: str | None = None  # the lane of the job on screen
         self.done_for = None  # the RunResult the page's numbers belong to
         state.attention_ready.connect(lambda *_: self.refresh())
+        state.model_loading.connect(self._loading)
         state.model_loaded.connect(lambda *_: self._forget())
-        state.input_cleared.connect(self._cleared)
+        state.input_cleared.connect(lambda: self._cleared())
+        state.options_changed.connect(self._say_unused)
+        self._say_unused()
 
     def finish_bar(self) -> None:
         self.bar.addStretch(1)
@@ -110,6 +119,8 @@ class ToolPage(LazyPage, QWidget):
         """Stop the job on screen; the page says so (the last numbers are gone with the input they were for)."""
         if self._lane is None:
             return
+        for lane in self.follow_up_lanes:
+            self.state.cancel(lane)
         self.state.cancel(self._lane)
         self._job_ended(self._lane)
         self.done_for = None
@@ -136,13 +147,30 @@ class ToolPage(LazyPage, QWidget):
     def _forget(self) -> None:
         self.done_for = None
 
-    def _cleared(self) -> None:
+    def _loading(self, src: str) -> None:
+        """Another model is coming: this page's numbers belong to the old one, so they go."""
+        self._cleared(f"Loading {src or 'the model'}…")
+
+    def _say_unused(self) -> None:
+        parts = []
+        if self.state.hide_special:
+            parts.append("Hide specials: not used here — every token writes into the residual stream.")
+        if self.state.log_scale:
+            parts.append("Log scale: not used here — the numbers are logits, probabilities and shares.")
+        self.unused.setText(" ".join(parts))
+        self.unused.setVisible(bool(parts))
+
+    def _cleared(self, message: str = "Type or paste some text.") -> None:
+        """The input is gone (or the model is being replaced): stop the job, drop the numbers, say why."""
+        for lane in self.follow_up_lanes:
+            self.state.cancel(lane)
         if self._lane is not None:
             self.state.cancel(self._lane)
             self._job_ended(self._lane)
         self.done_for = None
+        self.caption.setText("")
         self.readout.setText("")
-        self.stack.show_message("Type or paste some text.")
+        self.stack.show_message(message)
 
     def open_head(self, layer: int, head: int) -> None:
         self.state.select(layer, head)
@@ -193,6 +221,7 @@ class LensTable(QTableWidget):
 
 class LensPage(ToolPage):
     WHAT = "The logit lens"
+    follow_up_lanes = ("lens-attribution",)
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         self.table = LensTable()
@@ -258,6 +287,7 @@ class LensPage(ToolPage):
         if r is None:
             return
         self.done_for = r
+        self.state.cancel("lens-attribution")  # an attribution in flight belongs to the lens being replaced
         self.table.lens = None
         self.attribution = None
         self.readout.setText("")

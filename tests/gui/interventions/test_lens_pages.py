@@ -176,3 +176,16 @@ def test_pages_fit_1024_by_700(make_window, qtbot, tiny):
         qtbot.waitUntil(lambda: not holder.verticalScrollBar().isVisible()
                         and not holder.horizontalScrollBar().isVisible(), timeout=5000)
         assert page.height() <= holder.viewport().height() and page.width() <= holder.viewport().width()
+
+
+def test_emptied_input_clears_and_unused_options_are_named(make_window, qtbot, tiny):
+    w = make_window(model=tiny, text=TEXT)
+    page = w.pages["flow"]
+    w.show_page("flow")
+    qtbot.waitUntil(lambda: page.graph is not None, timeout=60000)
+    assert page.unused.isHidden()
+    w.state.set_options(hide_special=True)
+    assert page.unused.isVisible() and "Hide specials: not used here" in page.unused.text()
+    w.state.set_text("")
+    qtbot.waitUntil(lambda: page.stack.currentWidget() is page.stack.placeholder, timeout=10000)
+    assert page.caption.text() == "" and page.readout.text() == ""  # nothing on screen describes the old text
