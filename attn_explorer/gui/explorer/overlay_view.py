@@ -182,6 +182,7 @@ class PatchOverlayView(LazyPage, QWidget):
         """Ask the focus lane for query q's row in every head of `layer` (a long input); until it comes, the
         caption says so and the old query's heat is not left on screen."""
         self._rows = None
+        self.big_rgb = None
         self.big_img.clear()
         self.small_img.clear()
         self.query_box.setData([], [])

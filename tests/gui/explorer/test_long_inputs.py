@@ -228,8 +228,8 @@ def _lazy_supported() -> bool:
     return "lazy" in inspect.signature(Model.run).parameters
 
 
-def _window(qtbot, settings, text, lazy=True, view="head"):
-    """A window on `text` with the textbook model, every run lazy (r.attentions refuses) or as it is."""
+def _window(qtbot, settings, text, lazy=True, view="head", model="textbook", image=None):
+    """A window on `text` (or `image`) with a tiny model, every run lazy (r.attentions refuses) or as it is."""
     import argparse
 
     from attn_explorer.gui.window.app import build_window, get_qapp
@@ -242,7 +242,7 @@ def _window(qtbot, settings, text, lazy=True, view="head"):
         return Loaded(model=model, info=base.info, builtins=base.builtins)
 
     get_qapp()
-    args = argparse.Namespace(model="textbook", text=text, image=None, device="cpu", view=view, screenshot=None)
+    args = argparse.Namespace(model=model, text=text, image=image, device="cpu", view=view, screenshot=None)
     w, st = build_window(args, settings=settings, loader=loader)
     qtbot.addWidget(w)
     w.resize(1024, 700)
@@ -340,3 +340,31 @@ def test_a_text_file_of_any_size_is_cut_on_its_way_in_with_a_note(make_window, q
         assert w.open_text_file(str(small))
     assert st.text == "the dog ran far away" and st.text_note == ""  # whole, and the old note is gone
     qtbot.waitUntil(lambda: "novel.txt" not in w.input_panel.current.text(), timeout=5000)
+
+
+def test_the_overlay_draws_a_lazy_image_run_from_one_query_row_at_a_time(qtbot, settings, sample_path):
+    """A large picture's run keeps no maps (DINOv2-S at 1036 px: 5,477 tokens): the overlay asks for the
+    query's row in each head of the layer, never the maps, and a new query's heat replaces the old one."""
+    if not _lazy_supported():
+        pytest.skip("Model.run(lazy=...) is not in this tree yet")
+    from attn_explorer.gui.widgets.overlay import blend, patch_heat
+    from tests.gui.lessons.test_gui_thread import TorchCalls
+
+    w = _window(qtbot, settings, None, model="textbook-vit", image=sample_path, view="overlay")
+    try:
+        st, ov = w.state, w.overlay
+        r = st.result
+        assert r.is_lazy and r.grid is not None
+        q = r.patch_offset + 5
+        with TorchCalls() as calls:
+            qtbot.waitUntil(lambda: ov.big_rgb is not None, timeout=20000)
+            st.set_query(q)
+            assert ov.big_rgb is None and "Computing" in ov.caption.text()  # the old query's heat is gone
+            qtbot.waitUntil(lambda: ov.big_rgb is not None, timeout=20000)
+        assert not calls.calls, calls.report()
+        heat = patch_heat(r.attention(st.layer, st.head, rows=q), r.grid, r.patch_offset)
+        want = blend(r.image, heat, st.alpha, st.colormap, ov.smooth.isChecked(), st.log_scale)
+        np.testing.assert_array_equal(ov.big_rgb, want)
+        assert "patch row 0, col 5" in ov.caption.text()
+    finally:
+        w.state.shutdown()
