@@ -15,7 +15,6 @@ import numpy as np
 
 from attn_explorer.analysis import ANALYSES
 from attn_explorer.analysis.compare import attention_diff, mismatch, shape_text
-from attn_explorer.analysis.long import layers_of, rollout_row, tiled_head_stats
 from attn_explorer.analysis.norms import LayerNorms, model_norms, special_share
 from attn_explorer.analysis.rollout import FUSIONS, rollout_layers
 from attn_explorer.analysis.search import HeadScore, head_scores, preset_target, rank_heads
@@ -44,6 +43,7 @@ def rollout_job(att, fusion: str, discard_ratio: float) -> np.ndarray:
 def long_head_stats_job(r, grid, patch_offset, patch_size, progress=None) -> HeadStats:
     """The overview's statistics of a long input's result (r.is_lazy: no maps kept), in row tiles from each
     layer's q and k, reporting progress after every tile; a cancel stops it at the next one."""
+    from attn_explorer.analysis.long import layers_of, tiled_head_stats  # torch: in the worker, not at window start
     from attn_explorer.session.jobs import configure_torch
 
     configure_torch()
@@ -54,6 +54,7 @@ def long_rollout_job(r, query: int, fusion: str, discard_ratio: float, upto: int
                      progress=None) -> np.ndarray:
     """(N,): row `query` of the rollout through layers 0..upto (all when None) of a long input's result,
     as vector-matrix products layer by layer, with progress; a cancel stops it at the next tile."""
+    from attn_explorer.analysis.long import layers_of, rollout_row  # torch: in the worker, not at window start
     from attn_explorer.session.jobs import configure_torch
 
     configure_torch()
