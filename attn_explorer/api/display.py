@@ -5,6 +5,9 @@ froze typing. `grid_image(attentions)` does it in the worker, in torch, right af
 returns float32 NumPy arrays that `ImageItem.setImage` takes as they are: the GUI thread only sets the
 image. The log-scale version is made alongside (a pass over the small mosaic, not over n×n), so toggling
 the scale never needs the worker.
+
+A long input's run keeps no maps (RunResult.is_lazy): `lazy_grid_steps(r.lazy)` fills the same mosaic head by
+head from the run's store, yielding it as it fills (progress, stop), and `lazy_grid_image` returns it whole.
 """
 from __future__ import annotations
 
@@ -101,3 +104,38 @@ def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX, 
         weights = mosaic(cells).contiguous().numpy()
         return GridImage(weights=weights, log_weights=log_weights(weights), layers=L, heads=H,
                          cell=int(cells.shape[-2]), hidden_specials=hide, cell_cols=int(cells.shape[-1]))
+
+
+# ---- long inputs: the mosaic of a lazy run, head by head through its store ---------------------------
+
+def lazy_grid_steps(store, cell_max: int = CELL_MAX, stop=None):
+    """Fill the L×H mosaic of a lazy run (api.lazy.LazyAttention, `RunResult.lazy`) one head at a time,
+    each max-pooled to at most cell_max × cell_max cells from the exact probabilities (maths.pool_edges'
+    blocks; a local layer computes only its band). A generator: after each head it yields
+    (done, total, GridImage) with the heads so far filled in and the rest 0, so a worker's on_yield can
+    draw the grid as it fills; stop() returning True (or closing the generator) ends it between heads,
+    and core.lazy.Stopped is raised inside a head's pooling. Runs torch: worker threads only.
+
+    Special tokens are not hidden here (the GridImage says hidden_specials=False)."""
+    L, H, N, M = store.shape
+    cr, cc = min(N, cell_max), min(M, cell_max)
+    weights = np.zeros((L * cr, H * cc), dtype=np.float32)
+    total = L * H
+    for done, (layer, head) in enumerate(((l, h) for l in range(L) for h in range(H)), 1):
+        if stop is not None and stop():
+            return
+        cell = store.attention(layer, head, pool=(cr, cc), reduce="max", stop=stop)
+        weights[layer * cr:(layer + 1) * cr, head * cc:(head + 1) * cc] = cell
+        yield done, total, GridImage(weights=weights.copy(), log_weights=log_weights(weights), layers=L, heads=H,
+                                     cell=cr, cell_cols=cc if cc != cr else 0)
+
+
+def lazy_grid_image(store, cell_max: int = CELL_MAX, progress=None, stop=None) -> GridImage | None:
+    """The whole mosaic of a lazy run (see lazy_grid_steps), with progress(done, total) after each head;
+    None when stop() ended it early."""
+    image = None
+    done = total = 0
+    for done, total, image in lazy_grid_steps(store, cell_max, stop):
+        if progress is not None:
+            progress(done, total)
+    return image if done == total else None

@@ -44,6 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--relevance-target", default=None, help="with --analysis relevance: what is explained, the class "
                    "(images; default: the predicted one), the next token (decoders; default: the most likely) or a "
                    "reference sentence whose similarity is explained (encoders; needed)")
+    p.add_argument("--layers", default=None, help="only these layers, comma-separated (e.g. 0,5; default: all)")
+    p.add_argument("--heads", default=None, help="only these heads of each chosen layer, comma-separated (default: all)")
+    p.add_argument("--pool", default=None, help="max-pool each chosen head to at most N x N cells (long inputs: "
+                   "a run of any length keeps q and k and computes just these)")
 
 
 def save_result(r, out: str | os.PathLike, extra: dict[str, np.ndarray] | None = None) -> Path:
@@ -153,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--target goes with --text or --text-file (the source text), not --image")
     if target is not None and out.suffix.lower() in (".png", ".html"):
         raise UserError("--target needs --out ending in .npz or .json (it saves three stacks of maps)")
+    chosen = head_choice(args, out)  # --layers/--heads/--pool: checked before the model loads
     check_output(out)  # before the model runs: a missing folder, or a folder or device named as --out
     text = read_text_file(args.text_file) if args.text_file is not None else args.text
     from attn_explorer.api.load import default_image_model, load_model
@@ -173,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             if not model.info.encoder_decoder:
                 raise UserError(f"--target needs an encoder-decoder model (BART); {model.info.name} has no decoder")
             kw["target"] = target
+    check_choice(chosen, model.info)
     r = model.run(x, **kw)
     for note in r.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -182,10 +188,108 @@ def run(args: argparse.Namespace) -> int:
                             relevance_target=getattr(args, "relevance_target", None))
     if target is not None:
         extra.update(target_arrays(r))
+    if chosen is not None or r.is_lazy:
+        return save_chosen_heads(r, out, chosen, extra)
     save_result(r, out, extra)
     L, H, N, _ = r.attentions.shape
     added = f"; with {', '.join(analyses)}" if analyses else ""
     print(f"wrote {out}: {L} layers x {H} heads x {N} tokens ({model.info.name}, dk_scale={dk:g}){added}")
+    return 0
+
+
+# ---- --layers / --heads / --pool: chosen heads, at full resolution or pooled (any input length) --------
+
+def _index_list(text: str, flag: str) -> list[int]:
+    """"0,5" -> [0, 5]: non-negative whole numbers, each once, in the order given; anything else is one line."""
+    parts = [t.strip() for t in str(text).split(",")]
+    if not parts or any(not t.isdigit() for t in parts):
+        raise UserError(f"{flag} takes whole numbers from 0, comma-separated (e.g. {flag} 0,5); got {text!r}")
+    return list(dict.fromkeys(int(t) for t in parts))
+
+
+def head_choice(args, out: Path) -> dict | None:
+    """What --layers, --heads and --pool ask for ({"layers", "heads", "pool"}; None when none is given)."""
+    layers, heads, pool = (getattr(args, a, None) for a in ("layers", "heads", "pool"))
+    if layers is None and heads is None and pool is None:
+        return None
+    if out.suffix.lower() not in (".npz", ".json"):
+        raise UserError("--layers, --heads and --pool need --out ending in .npz or .json")
+    if getattr(args, "target", None) is not None:
+        raise UserError("--layers, --heads and --pool are not supported yet with --target (encoder-decoders)")
+    return {"layers": None if layers is None else _index_list(layers, "--layers"),
+            "heads": None if heads is None else _index_list(heads, "--heads"),
+            "pool": None if pool is None else positive_int(pool, "--pool")}
+
+
+def check_choice(chosen: dict | None, info) -> None:
+    """A chosen layer or head the model does not have is one line, before the model runs."""
+    for what, got, top in (("layer", (chosen or {}).get("layers"), info.num_layers),
+                           ("head", (chosen or {}).get("heads"), info.num_heads)):
+        bad = [i for i in (got or []) if i >= top]
+        if bad:
+            raise UserError(f"no {what} {bad[0]}: {info.name} has {what}s 0..{top - 1}")
+
+
+def chosen_arrays(r, chosen: dict | None) -> dict[str, np.ndarray]:
+    """The chosen heads of r as arrays: attentions (layers, heads, rows, cols) float32 (pooled by max to at
+    most pool × pool cells, or at full resolution), the layer and head numbers, pool (0: full resolution),
+    and the run's tokens. Works for lazy runs (each head computed from q and k, one at a time)."""
+    from attn_explorer.budget import default_budget, human_bytes
+
+    chosen = chosen or {"layers": None, "heads": None, "pool": None}
+    L, H, N, M = r.attentions.shape
+    layers = chosen["layers"] if chosen["layers"] is not None else list(range(L))
+    heads = chosen["heads"] if chosen["heads"] is not None else list(range(H))
+    for what, got, top in (("layer", layers, L), ("head", heads, H)):
+        bad = [i for i in got if i >= top]
+        if bad:
+            raise UserError(f"no {what} {bad[0]}: {r.model} has {what}s 0..{top - 1}")
+    pool = chosen["pool"]
+    rows, cols = (N, M) if pool is None else (min(N, pool), min(M, pool))
+    need = len(layers) * len(heads) * rows * cols * 4
+    if pool is None and r.is_lazy and need > min(default_budget("cpu"), 2 * 10**9):
+        raise UserError(f"{len(layers)} x {len(heads)} heads of {N:,} tokens at full resolution would be "
+                        f"{human_bytes(need)}: choose fewer with --layers/--heads, or add --pool 1024")
+    stack = np.empty((len(layers), len(heads), rows, cols), dtype=np.float32)
+    for a, layer in enumerate(layers):
+        for b, head in enumerate(heads):
+            stack[a, b] = r.attention(layer, head, pool=pool)
+    d = {"attentions": finite_attention(stack), "layers": np.asarray(layers, dtype=np.int64),
+         "heads": np.asarray(heads, dtype=np.int64), "pool": np.asarray(pool or 0, dtype=np.int64),
+         "tokens": np.asarray(list(r.tokens), dtype=np.str_), "special": np.asarray(r.special, dtype=bool),
+         "model": np.asarray(str(r.model), dtype=np.str_), "dk_scale": np.asarray(float(r.dk_scale))}
+    if r.grid is not None:
+        d["grid"] = np.asarray(r.grid, dtype=np.int64)
+    return d
+
+
+def save_chosen_heads(r, out: Path, chosen: dict | None, extra: dict | None = None) -> int:
+    """Write the chosen heads (chosen_arrays, with any analyses' arrays) to .npz or .json, atomically. A lazy
+    run without a choice has no maps to write whole: that is one line naming the flags."""
+    if out.suffix.lower() not in (".npz", ".json"):
+        raise UserError(f"this {r.num_tokens:,}-token run kept no maps to draw: write chosen heads to .npz or "
+                        ".json with --layers/--heads and --pool 1024")
+    if chosen is None:
+        raise UserError(f"this {r.num_tokens:,}-token run kept no maps (they would need "
+                        f"{r.attentions.dense_bytes / 1e9:.3g} GB): choose heads with --layers 0,5 --heads 2, "
+                        "or pool them with --pool 1024")
+    arrays = {**chosen_arrays(r, chosen), **(extra or {})}
+    if out.suffix.lower() == ".npz":
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, **arrays)
+    else:
+        d = {k: v.tolist() for k, v in arrays.items()}
+        d["notes"] = list(r.notes)
+
+        def write(tmp):
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(d, f)
+    atomic_write(out, write)
+    a = arrays["attentions"]
+    how = f"pooled to {a.shape[2]} x {a.shape[3]}" if chosen["pool"] else "full resolution"
+    print(f"wrote {out}: {a.shape[0]} layers x {a.shape[1]} heads x {r.num_tokens} tokens, {how} "
+          f"({r.model}, dk_scale={r.dk_scale:g})")
     return 0
 
 
