@@ -368,3 +368,47 @@ def test_the_overlay_draws_a_lazy_image_run_from_one_query_row_at_a_time(qtbot, 
         assert "patch row 0, col 5" in ov.caption.text()
     finally:
         w.state.shutdown()
+
+
+def test_local_and_global_layers_are_marked_on_a_lazy_run(qtbot, settings, tmp_path, monkeypatch):
+    """A tiny random Gemma 3 (two local layers with a 5-token window, then a global one), every run lazy and
+    drawn windowed: the grid's rows and the one-head header say which layers are local, and a local layer's
+    window is the band its mask allows (exactly what the store computes)."""
+    if not _lazy_supported():
+        pytest.skip("Model.run(lazy=...) is not in this tree yet")
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from tests.tiny_llama import train_tokenizer
+
+    folder = tmp_path / "gemma3"
+    torch.manual_seed(0)
+    cfg = transformers.Gemma3TextConfig(vocab_size=300, hidden_size=32, intermediate_size=37, num_attention_heads=4,
+                                        num_key_value_heads=1, head_dim=8, max_position_embeddings=128,
+                                        num_hidden_layers=3, sliding_window=5, sliding_window_pattern=3,
+                                        attn_implementation="eager", bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    transformers.Gemma3ForCausalLM(cfg).eval().save_pretrained(folder, safe_serialization=True)
+    train_tokenizer().save(str(folder / "tokenizer.json"))
+    monkeypatch.setattr(long_view, "WINDOWED_FROM", 16)
+    text = " ".join(WORDS[i % len(WORDS)] for i in range(40))
+    w = _window(qtbot, settings, text, model=str(folder), view="grid")
+    try:
+        st, g, hv = w.state, w.grid, w.head_view
+        assert st.result.is_lazy
+        qtbot.waitUntil(lambda: g.last_image is not None and g.overview_state() == "", timeout=30000)
+        labels = [t for _, t in g.plot.getAxis("left")._tickLevels[0]]
+        assert labels == ["L0 · local 5", "L1 · local 5", "L2 · global"]
+        w.show_page("head")
+        st.select(layer=1, head=2)
+        qtbot.waitUntil(lambda: "Layer 1 (local, window 5), head 2" in hv.title.text() and hv.long, timeout=10000)
+        hv.plot.setRange(xRange=(10, 30), yRange=(12, 24), padding=0)
+        qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
+        win = hv.window
+        np.testing.assert_array_equal(win.values, st.result.attention(1, 2, rows=(12, 24), cols=(10, 30)))
+        i, j = np.nonzero(win.values > 0)
+        rows, cols = i + 12, j + 10
+        assert ((cols <= rows) & (cols > rows - 5)).all()  # the local band: itself and the 4 tokens before
+        st.select(layer=2)
+        qtbot.waitUntil(lambda: "Layer 2 (global), head 2" in hv.title.text(), timeout=10000)
+    finally:
+        w.state.shutdown()
