@@ -295,6 +295,27 @@ def _streams(run: ResidualRun) -> list:
     return out
 
 
+LENS_BLOCK = 1 << 24  # logits computed at a time (64 MB of float32): Gemma's 262k-token vocabulary × 64 rows
+
+
+def _read(parts: DecoderParts, h, k: int, best=None):
+    """Top-k probabilities and ids of normalised hidden states h (N, D), and the probability of `best` (N,) ids,
+    in blocks of rows so that no (N, V) array is made at once."""
+    import torch
+
+    V = parts.unembed.shape[0]
+    step = max(1, LENS_BLOCK // V)
+    vals, idx, got = [], [], []
+    for s in range(0, h.shape[0], step):
+        p = torch.softmax(softcapped(parts, unembed(parts, h[s:s + step])), -1)
+        v, j = p.topk(min(k, V), dim=-1)
+        vals.append(v)
+        idx.append(j)
+        if best is not None:
+            got.append(p.gather(-1, best[s:s + step, None])[:, 0])
+    return torch.cat(vals), torch.cat(idx), (torch.cat(got) if best is not None else None)
+
+
 def logit_lens(model, x, run_kw: dict | None = None, k: int = 5, norm: str = "frozen",
                progress: Callable | None = None) -> LogitLens:
     """The top-k next tokens of every layer × position (see the module's docstring for the convention)."""
@@ -310,19 +331,17 @@ def logit_lens(model, x, run_kw: dict | None = None, k: int = 5, norm: str = "fr
         parts = run.parts
         frozen = FrozenNorm(parts.final_norm, run.final)
         streams = _streams(run)
-        real = softcapped(parts, unembed(parts, run.hidden.float()))
-        best = real.argmax(-1)  # (N,) the model's own next token
+        best = _read(parts, run.hidden.float(), 1)[1][:, 0]  # (N,) the model's own next token
         ids, probs, fin = [], [], []
         for i, s in enumerate(streams):
             if norm == "frozen":
                 h = frozen.lin(s) + (frozen.bias if frozen.bias is not None else 0)
             else:
                 h = parts.final_norm(s.to(parts.unembed.dtype)).float()
-            p = torch.softmax(softcapped(parts, unembed(parts, h)), -1)
-            v, j = p.topk(min(k, p.shape[-1]), dim=-1)
+            v, j, b = _read(parts, h, k, best)
             ids.append(j)
             probs.append(v)
-            fin.append(p.gather(-1, best[:, None])[:, 0])
+            fin.append(b)
             if progress is not None:
                 progress((i + 1) / len(streams), f"layer {i} of {len(streams) - 1}")
         top_ids = torch.stack(ids).cpu().numpy()

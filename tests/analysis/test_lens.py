@@ -126,6 +126,17 @@ def test_lens_last_row_is_the_models_next_token_distribution(decoders, family):
         assert not np.allclose(r.top_probs[0], r.top_probs[-1])  # the embeddings' row is another reading
 
 
+def test_lens_in_blocks_of_rows_is_the_same(decoders, monkeypatch):
+    """A long input's lens is read a few rows at a time (no (N, V) array); the blocks change nothing."""
+    m = decoders("gemma3")
+    whole = lens.logit_lens(m, IDS)
+    monkeypatch.setattr(lens, "LENS_BLOCK", 3 * 64)  # three rows of the 64-token vocabulary at a time
+    blocks = lens.logit_lens(m, IDS)
+    np.testing.assert_array_equal(blocks.top_ids, whole.top_ids)
+    np.testing.assert_allclose(blocks.top_probs, whole.top_probs, atol=1e-6)
+    np.testing.assert_allclose(blocks.final_prob, whole.final_prob, atol=1e-6)
+
+
 def test_lens_progress_reaches_the_end(decoders):
     seen = []
     lens.logit_lens(decoders("gpt2"), IDS, progress=lambda f, msg: seen.append(f))
