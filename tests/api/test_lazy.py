@@ -279,3 +279,26 @@ def test_an_image_model_runs_lazily(tmp_path):
     dense, lazy = m.run(img, lazy=False), m.run(img, lazy=True)
     assert lazy.is_lazy and lazy.grid == dense.grid and lazy.tokens == dense.tokens
     np.testing.assert_allclose(lazy.attention(1, 2), dense.attentions[1, 2], atol=ATOL, rtol=RTOL)
+
+
+def test_the_grid_mosaic_of_a_lazy_run_fills_head_by_head(llama):
+    from attn_explorer.api.display import lazy_grid_image, lazy_grid_steps
+    from attn_explorer.maths import pool2d
+
+    text = TEXT_IN * 3
+    dense, lazy = llama.run(text, lazy=False), llama.run(text, lazy=True)
+    L, H, N, _ = dense.attentions.shape
+    steps = list(lazy_grid_steps(lazy.lazy, cell_max=32))
+    assert [s[:2] for s in steps] == [(i, L * H) for i in range(1, L * H + 1)]
+    first = steps[0][2]
+    assert first.weights[:32, :32].max() > 0 and first.weights[:, 32:].max() == 0  # only head 0 of layer 0 so far
+    g = steps[-1][2]
+    want = np.block([[pool2d(dense.attentions[layer, h], 32, 32) for h in range(H)] for layer in range(L)])
+    assert (g.layers, g.heads, g.cell) == (L, H, 32) and g.weights.shape == (L * 32, H * 32)
+    np.testing.assert_allclose(g.weights, want, atol=ATOL, rtol=RTOL)
+    seen = []
+    assert lazy_grid_image(lazy.lazy, 32, progress=lambda done, total: seen.append(done)).weights.shape == g.weights.shape
+    assert seen == list(range(1, L * H + 1))
+    done = []
+    assert lazy_grid_image(lazy.lazy, 32, progress=lambda d, t: done.append(d), stop=lambda: len(done) >= 2) is None
+    assert done == [1, 2]  # stopped after two heads
