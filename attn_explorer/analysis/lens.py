@@ -173,16 +173,18 @@ def run_kwargs(run_kw: dict | None) -> tuple[float, list | None, int | None]:
     return float(run_kw.get("dk_scale", 1.0)), run_kw.get("dk_layers"), run_kw.get("max_tokens")
 
 
-def residual_run(model, x, run_kw: dict | None = None, probs: bool = False, layers=None) -> ResidualRun:
+def residual_run(model, x, run_kw: dict | None = None, probs: bool = False, layers=None,
+                 heads: bool = True) -> ResidualRun:
     """Run `model` (an api Model, a decoder) once on text x, keeping each block's residual pieces.
 
     probs=True also keeps every layer's attention probabilities (capture["probs"]); layers: which layers'
-    captures to keep (all when None)."""
+    captures to keep (all when None); heads=False skips the per-head capture (q, k, values, head_outputs)
+    when only the residual stream is needed (the lens)."""
     parts = decoder_parts(model.module)
     dk_scale, dk_layers, max_tokens = run_kwargs(run_kw)
     inputs, tokens, notes = prepared(model, x, max_tokens)
     want = range(len(parts.blocks)) if layers is None else layers
-    caps = {int(i): {"resid": True, "save_probs": probs} for i in want}
+    caps = {int(i): {"resid": True, "save_probs": probs, "quiet": not heads} for i in want}
     last = len(parts.blocks) - 1
     caps.setdefault(last, {"resid": True, "quiet": True})  # the final residual: resid_in + attn_out + mlp_out
     out, _ = model._forward(inputs, dk_scale, dk_layers, captures=caps, output_attentions=False)
@@ -327,7 +329,7 @@ def logit_lens(model, x, run_kw: dict | None = None, k: int = 5, norm: str = "fr
     if not 1 <= k <= 50:
         raise UserError(f"top-k must be between 1 and 50, got {k}")
     with torch.inference_mode():
-        run = residual_run(model, x, run_kw)
+        run = residual_run(model, x, run_kw, heads=False)
         parts = run.parts
         frozen = FrozenNorm(parts.final_norm, run.final)
         streams = _streams(run)
