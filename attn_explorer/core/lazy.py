@@ -225,30 +225,29 @@ def _probs(s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
 # ---- tiles of one head ------------------------------------------------------------------------------
 
 class _Head:
-    """One head made ready for tiles: q scaled and widened by a column of -lse, k by a column of ones, so
-    one product gives logit - lse (log-probabilities) without a pass of its own; soft-capping keeps them
-    apart (tanh comes between). Dead rows (lse = -inf) are remembered and set to -inf after."""
+    """One head made ready for tiles. Each tile's q rows are scaled and widened by a column of -lse and its
+    k rows by a column of ones, so one product gives logit - lse (log-probabilities) without a pass of its
+    own; soft-capping keeps them apart (tanh comes between). Dead rows (lse = -inf) are set to -inf after."""
 
     def __init__(self, q, k, lse, o: LayerOptions, head: int, batch: int):
         H, H_kv = q.shape[1], k.shape[1]
         self.o, self.head = _batch_options(o, batch), head
         self.n, self.m = q.shape[-2], k.shape[-2]
-        qh = q[batch, head].float()  # (N, d)
-        kh = k[batch, head // (H // H_kv)].float()  # (M, d)
+        self.q = q[batch, head]  # (N, d), the model's dtype
+        self.k = k[batch, head // (H // H_kv)]  # (M, d)
         lse = lse[batch, head].float()
         live = torch.isfinite(lse)
         self.dead = None if bool(live.all()) else ~live
-        lse = torch.where(live, lse, 0.0)
-        if o.softcap is None:
-            self.qa = torch.cat([qh * o.scale, -lse[:, None]], dim=1)  # (N, d + 1)
-            self.ka = torch.cat([kh, torch.ones(self.m, 1, device=kh.device)], dim=1)  # (M, d + 1)
-        else:
-            self.qa, self.ka, self.lse = qh * o.scale, kh, lse
+        self.lse = torch.where(live, lse, 0.0)
 
     def log_probs(self, rows: slice, cols: slice) -> torch.Tensor:
         """log p of rows × cols, (r, c) float32: -inf where the mask, the triangle or the window hides a key."""
-        s = torch.matmul(self.qa[rows], self.ka[cols].T)
         o = self.o
+        q, k = self.q[rows].float() * o.scale, self.k[cols].float()
+        if o.softcap is None:
+            q = torch.cat([q, -self.lse[rows, None]], dim=1)  # (r, d + 1)
+            k = torch.cat([k, torch.ones(k.shape[0], 1, device=k.device)], dim=1)  # (c, d + 1)
+        s = torch.matmul(q, k.T)
         if o.softcap is not None:
             s = s.div_(o.softcap).tanh_().mul_(o.softcap).sub_(self.lse[rows, None])
         if not _whole(rows, cols, self.n, self.m, o):
@@ -263,7 +262,7 @@ class _Head:
     def probs(self, rows: slice, cols: slice) -> torch.Tensor:
         """Exact probabilities of rows × cols, (r, c) float32; 0 where nothing can be seen."""
         if not _visible(rows, cols, self.n, self.m, self.o):
-            return torch.zeros(rows.stop - rows.start, cols.stop - cols.start, device=self.qa.device)
+            return torch.zeros(rows.stop - rows.start, cols.stop - cols.start, device=self.q.device)
         return self.log_probs(rows, cols).exp_()
 
 
