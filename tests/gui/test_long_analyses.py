@@ -2,11 +2,10 @@
 they compute in a worker with a progress bar that reaches 100 %, can be cancelled, and show the same numbers
 the dense pages would.
 
-The long result is the window's own run of a tiny random Llama, kept lazily (analysis.long.collect_layers),
-so the expected numbers are the dense statistics and rollout of that same run."""
+The long result is the window's own input run again on its tiny random Llama with Model.run(lazy=True), so
+the expected numbers are the dense statistics and rollout of the window's run."""
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import numpy as np
@@ -25,14 +24,12 @@ def llama_folder(tmp_path_factory):
 
 
 def _show_long(w, qtbot):
-    """Replace the window's dense result by the same run kept lazily, as a long input's would be."""
+    """Replace the window's dense result by the same input run lazily (q, k and lse kept, no maps), as a long
+    input's would be."""
     st = w.state
     dense = st.result
-    model = st._model
-    ids = model.prepare(TEXT).inputs["input_ids"]
-    layers = long.collect_layers(model.module, {"input_ids": ids})
-    lazy = dataclasses.replace(dense, attentions=np.zeros((0, 0, 0, 0), np.float32), lazy=layers, display=None)
-    assert lazy.is_lazy and ids.shape[1] == dense.num_tokens
+    lazy = st._model.run(TEXT, lazy=True)
+    assert lazy.is_lazy and lazy.num_tokens == dense.num_tokens
     st.result = lazy
     st.attention_ready.emit(lazy)
     return dense, lazy
@@ -73,7 +70,7 @@ def test_overview_of_a_long_input_shows_progress_and_the_dense_numbers(make_wind
     qtbot.waitUntil(lambda: page.stats is not None, timeout=30000)
     dense, lazy = _show_long(w, qtbot)
     assert page.stats is None and page.progress.isVisible() and page.progress.button.text() == "Cancel"
-    assert "Measuring every head" in page.stack.placeholder.text()
+    assert "Measuring every head" in page.progress.label.text() and "No maps were kept" in page.stack.placeholder.text()
     qtbot.waitUntil(lambda: page.stats is not None, timeout=30000)
     assert page.progress.fraction == 1.0 and not page.progress.isVisible()
     want = head_stats(dense.attentions, dense.special)

@@ -87,10 +87,10 @@ class HeadOverviewPage(AnalysisPage):
     def _measure_long(self, r, patch) -> None:
         """A long input keeps no maps: every head's statistics are computed in row tiles from q and k, in a
         worker that reports how far it got and stops when cancelled."""
-        what = f"Measuring every head of {r.num_tokens:,} tokens, in tiles from each layer's q and k…"
         self._measuring = r
-        self.progress.start(what)
-        self.stack.show_message(what)
+        self.progress.start(f"Measuring every head of {r.num_tokens:,} tokens in tiles from q and k…")
+        self.stack.show_message("No maps were kept for this long input: every head's statistics are computed "
+                                "exactly from each layer's q and k, and appear once every head is measured.")
         self.state.submit(long_head_stats_job, r, r.grid, r.patch_offset, patch, key="analysis-overview",
                           on_result=lambda s: self._arrived(r, s), on_error=self._failed_long,
                           on_progress=self.progress.advance, uses_model=False)

@@ -21,6 +21,9 @@ from attn_explorer.session.analysis import FUSIONS, long_rollout_job, rollout_jo
 from attn_explorer.session.state import SessionState
 
 
+STRIP_ROWS = 6  # a long input's one rollout row takes this share (1/STRIP_ROWS) of the plot's height
+
+
 class RolloutPage(AnalysisPage):
     def __init__(self, state: SessionState, parent=None):
         super().__init__(state, parent)
@@ -124,10 +127,10 @@ class RolloutPage(AnalysisPage):
                                     "input does not keep: set discard lowest to 0 to roll this input out.")
             return
         self._rolling = key
-        what = (f"Rolling out the row of token {key[3]} (\u201c{r.tokens[key[3]]}\u201d) through the layers, "
-                f"in tiles from q and k…")
-        self.progress.start(what)
-        self.stack.show_message(what)
+        self.progress.start(f"Rolling out token {key[3]}'s row through the layers, in tiles from q and k…")
+        self.stack.show_message(f"No maps were kept for this long input: the rollout of token {key[3]} "
+                                f"(\u201c{r.tokens[key[3]].strip()}\u201d) is computed as one row, layer by layer "
+                                "from the top down, each from that layer's q and k.")
         self.state.submit(long_rollout_job, r, key[3], key[1], key[2], key[4], key="analysis-rollout",
                           on_result=lambda row: self._row_arrived(key, row), on_error=self._failed_long,
                           on_progress=self.progress.advance, uses_model=False)
@@ -179,6 +182,10 @@ class RolloutPage(AnalysisPage):
         self.panel.show(values, [r.tokens[q]], tokens, levels, st.colormap, title=f"rollout through {through}",
                         label=clipped_label("rollout", log))
         self.panel.matrix = np.asarray(row)[None, :]
+        self.panel.plot.setLabel("left", "query (row)")
+        vb = self.panel.plot.getViewBox()  # one row: a strip across the top, not one cell the plot's height
+        vb.setLimits(yMin=0, yMax=STRIP_ROWS)
+        vb.setRange(yRange=(0, STRIP_ROWS), padding=0)
         self.shown = None
         self.tokens, self.row_tokens = tokens, [r.tokens[q]]
         what = (f"How much of token {q} (\u201c{r.tokens[q]}\u201d)'s representation after {through} traces back "
@@ -215,6 +222,7 @@ class RolloutPage(AnalysisPage):
             shown = without_specials(self.shown, r.special) if hide else self.shown
             tokens = [r.tokens[i] for i in kept]
             values, levels, _top = clipped_values(shown, log)
+            self.panel.plot.setLabel("left", "token at the top (row)")
             self.panel.show(values, tokens, tokens, levels, st.colormap, title=f"rollout through {through}",
                             label=clipped_label("rollout", log))
             self.panel.matrix = np.asarray(shown)  # the read-out gives rollout values, not their logs
