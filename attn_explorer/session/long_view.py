@@ -149,7 +149,8 @@ def overview_cell(n: int, cell_max: int) -> int:
 
 def overview_job(r: Any, cell_max: int = 128, stack: str = "encoder") -> Iterator[tuple[int, int, Any]]:
     """The grid's mosaic of a long (lazy) result, filled in head by head in a worker: yields (heads done,
-    heads in all, api.display.GridImage so far; heads not yet done are 0). Each head is its map max-pooled
+    heads in all, api.display.GridImage so far; heads not yet done are NaN, drawn blank, so a head still to come
+    is not mistaken for one with no weight). Each head is its map max-pooled
     to c×c cells from the exact probabilities (RunResult.attention), so no n×n map is ever held."""
     from attn_explorer.api.display import GridImage
 
@@ -157,7 +158,7 @@ def overview_job(r: Any, cell_max: int = 128, stack: str = "encoder") -> Iterato
     L, H = r.attentions.shape[:2]
     n = r.num_tokens
     c = overview_cell(n, cell_max)
-    mosaic = np.zeros((L * c, H * c), np.float32)
+    mosaic = np.full((L * c, H * c), np.nan, np.float32)
     total, done, shown = L * H, 0, time.perf_counter()
 
     def image() -> GridImage:

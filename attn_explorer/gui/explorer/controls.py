@@ -50,8 +50,8 @@ def token_counts(r, hide_special: bool) -> str:
     """'16 tokens shown (2 special hidden)', or '18 tokens': the count the maps show."""
     special = int(np.count_nonzero(r.special)) if r.special is not None else 0
     if hide_special and special:
-        return f"{r.num_tokens - special} tokens shown ({special} special hidden)"
-    return f"{r.num_tokens} tokens"
+        return f"{r.num_tokens - special:,} tokens shown ({special} special hidden)"
+    return f"{r.num_tokens:,} tokens"
 
 
 TARGET_HINT = "Empty: the decoder reads the source text (as BART does with no target)."

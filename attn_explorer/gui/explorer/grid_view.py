@@ -334,8 +334,8 @@ class HeadGridView(LazyPage, QWidget):
         rs, cs = int(np.count_nonzero(m.row_special)), int(np.count_nonzero(m.col_special))
         R, C = len(m.rows), len(m.cols)
         if m.square:
-            count = (f"{R - rs} tokens shown ({rs} special hidden, rows renormalised)" if hidden and rs
-                     else f"{R} tokens")
+            count = (f"{R - rs:,} tokens shown ({rs} special hidden, rows renormalised)" if hidden and rs
+                     else f"{R:,} tokens")
         else:
             shown_r, shown_c = (R - rs, C - cs) if hidden else (R, C)
             count = (f"{shown_r} target × {shown_c} source tokens"

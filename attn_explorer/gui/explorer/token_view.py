@@ -10,6 +10,7 @@ query (drag or wheel to move along), and the shaded sentence a stretch of tokens
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import pyqtgraph as pg
@@ -118,6 +119,7 @@ class TokenFocusView(LazyPage, QWidget):
         self._key_labels: list[str] = []  # the key axis' labels as last set
         self._centred: tuple | None = None  # (tokens, query, keys shown) the key window was centred for
         self._strip_span = (0, 0)  # [lo, hi) of the tokens the strip holds
+        self._layers: tuple = (0, 0, ())  # (L, H, layer kinds) of the rows drawn, for the left axis' labels
         self._focus = None  # long inputs: session.long_view.QueryRows of the query shown
 
         top = QHBoxLayout()
@@ -138,6 +140,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.strip.itemDoubleClicked.connect(self._strip_double_clicked)
         self.hide_special.toggled.connect(lambda on: state.set_options(hide_special=on))
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        self.plot.vb.sigResized.connect(self._layer_ticks)
         state.attention_ready.connect(self.refresh)
         state.query_changed.connect(lambda *_: self.refresh())
         state.selection_changed.connect(lambda *_: self.refresh())
@@ -208,8 +211,8 @@ class TokenFocusView(LazyPage, QWidget):
             self._key_labels = labels
             self.bottom_axis.set_labels(labels)
         kinds = self.state.layer_kinds() if m.stack == "encoder" else ()
-        self.plot.getAxis("left").setTicks([[((l + 0.5) * H, f"L{l} · {short_kind(kinds[l])}" if l < len(kinds)
-                                              else f"L{l}") for l in range(L)], []])
+        self._layers = (L, H, kinds)
+        self._layer_ticks()
         xs, ys = [], []
         for l in range(1, L):
             xs += [0, K]
@@ -231,11 +234,22 @@ class TokenFocusView(LazyPage, QWidget):
         who = "target token" if m.stack != "encoder" else "token"
         self.caption.setText(f'{html.escape(what)}Attention <b>from "{html.escape(m.rows[q])}"</b> ({who} {q}) in every '
                              f"head; the red box is layer {self.state.layer}, head {self.state.head}. "
-                             + (f"{K} of {N} {side}tokens as keys ({N - K} special hidden, rows renormalised)."
-                                if K < N else f"All {N} {side}tokens as keys.")
-                             + (f" {FOCUS_WINDOW} of {K} keys at a time: drag sideways for the rest."
+                             + (f"{K:,} of {N:,} {side}tokens as keys ({N - K} special hidden, rows renormalised)."
+                                if K < N else f"All {N:,} {side}tokens as keys.")
+                             + (f" {FOCUS_WINDOW} of {K:,} keys at a time: drag sideways for the rest."
                                 if K > FOCUS_WINDOW else ""))
         self._shade_sentence(m, rows[sel], keys, at)
+
+    def _layer_ticks(self, *_) -> None:
+        """A label a layer, or every k-th when the layers are thinner than a line (30 layers at 700 px)."""
+        L, H, kinds = self._layers
+        if not L:
+            return
+        line = self.fontMetrics().height() + 1
+        tall = self.plot.vb.height()
+        step = max(1, math.ceil(L * line / tall)) if tall > 0 else 1
+        self.plot.getAxis("left").setTicks([[((l + 0.5) * H, f"L{l} · {short_kind(kinds[l])}" if l < len(kinds)
+                                              else f"L{l}") for l in range(0, L, step)], []])
 
     def _ask_focus(self, r, q: int) -> None:
         """Ask the focus lane for query q's row in every head of a long input; until it comes, the page says so
