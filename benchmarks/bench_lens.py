@@ -7,7 +7,9 @@ each against one forward pass in the same run (medians). One markdown table.
 at least once); "forward with maps" is what Model.run pays. Each analysis is timed whole: tokenising, its own
 forward pass with captures, and its arithmetic. The contribution graph's target is <= 3x one forward pass per
 output token (one graph serves every output token: tracing it again is NumPy, timed as "trace"). Only the
-ratios carry across machines.
+ratios carry across machines; the rows are timed round-robin, so a busy machine slows them alike. The plain
+forward pass computes no logits at all: the lens computes L + 1 unembeddings (V × D each), which is most of its
+cost on a 49k-token vocabulary.
 """
 from __future__ import annotations
 
@@ -31,14 +33,18 @@ TEXT = ("When Mary and John went to the store, John gave a drink to Mary. Then t
         "talking about the weather and the books they had read that week, and")
 
 
-def timed(fn, runs: int) -> float:
-    fn()  # warm-up: kernels chosen, caches filled
-    times = []
+def timed_together(fns: list, runs: int) -> list[float]:
+    """Median seconds of each function, measured round-robin (one call of each per round, after one warm-up
+    round), so a busy machine slows every row alike and the ratios stay fair."""
+    for fn in fns:
+        fn()  # warm-up: kernels chosen, caches filled
+    times = [[] for _ in fns]
     for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:
@@ -64,7 +70,7 @@ def main() -> None:
         ("trace at threshold 0.04 (NumPy, GUI thread)", lambda: trace(graph, -1, 0.04)),
         (f"why-matrix (L{L - 1} H0, last query)", lambda: why_matrix(m, TEXT, kw, L - 1, 0, n - 1, 0)),
     ]
-    times = [(name, timed(fn, a.runs)) for name, fn in rows]
+    times = list(zip([name for name, _ in rows], timed_together([fn for _, fn in rows], a.runs)))
     base = times[0][1]
     print(f"{a.model}, {n} tokens, {L} layers × {H} heads, {a.threads} threads, median of {a.runs} runs\n")
     print("| what | median ms | × one forward pass |")

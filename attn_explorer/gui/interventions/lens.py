@@ -43,6 +43,7 @@ class ToolPage(LazyPage, QWidget):
     head_opened = Signal(int, int)  # layer, head: the user asked to see that head's map
     WHAT = "This page"  # for the not-a-decoder message
     follow_up_lanes: tuple = ()  # lanes of jobs that hang off the main one (cancelled with it)
+    AGAIN = "Press Run to measure again."  # what brings the numbers back after a cancel
 
     def __init__(self, state: SessionState, content: QWidget, parent: QWidget | None = None):
         super().__init__(parent)
@@ -124,13 +125,18 @@ class ToolPage(LazyPage, QWidget):
         self.state.cancel(self._lane)
         self._job_ended(self._lane)
         self.done_for = None
-        self.stack.show_message("Cancelled. Press Run to measure again.")
+        self.stack.show_message(f"Cancelled. {self.AGAIN}")
+        self.caption.setText("")
         self.readout.setText("")
 
     def _failed(self, key: str, message: str) -> None:
+        """The job failed: its one line goes to the banner, and the page points there."""
         self._job_ended(key)
+        self.done_for = None
+        self.caption.setText("")
         self.readout.setText("")
-        self.state.error_raised.emit(message)  # one line in the banner; the last good view stays
+        self.stack.show_message("This page could not be drawn: the message at the top of the window says why.")
+        self.state.error_raised.emit(message)
 
     # --------------------------------------------------------------------------- what to draw
     def usable(self):

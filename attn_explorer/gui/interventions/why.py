@@ -21,6 +21,7 @@ SHOWN = 10  # writers listed before "all others"
 
 class WhyPage(ToolPage):
     WHAT = "Why a head looks there"
+    AGAIN = "Change the layer, head, query or key to measure again."
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         self.table = NumberTable(digits=3, signed=True)
@@ -43,6 +44,7 @@ class WhyPage(ToolPage):
             self.bar.addWidget(w)
         self.finish_bar()
         self.why = None  # the WhyMatrix on screen
+        self.boxes_for = None  # the RunResult the query and key lists were made from
         self.shown: tuple[list, list] = ([], [])  # (writer names, their (layer, head) or None), as listed
         self.shown_spin.valueChanged.connect(lambda *_: self._draw())
         # every change of the cell asks again at once (newest wins in the lane)
@@ -66,6 +68,7 @@ class WhyPage(ToolPage):
             spin.setRange(0, n - 1)
             spin.setValue(min(v, n - 1))
             spin.blockSignals(False)
+        self.boxes_for = r
         labels = [f"{j}: {visible(t, 14)}" for j, t in enumerate(r.tokens)]
         self.query_box.blockSignals(True)
         self.query_box.clear()
@@ -88,21 +91,20 @@ class WhyPage(ToolPage):
 
     def _query_picked(self, *_) -> None:
         """A new query, layer or head: the keys (and the key picked) follow, then the cell is measured."""
-        if self.done_for is not None:
-            self._fill_keys(self.done_for)
+        if self.boxes_for is not None and self.boxes_for is self.state.result:
+            self._fill_keys(self.boxes_for)
             self.measure()
 
     def _cell_changed(self) -> None:
-        if self.done_for is not None:
+        if self.boxes_for is not None and self.boxes_for is self.state.result:
             self.measure()
 
     def _follow_selection(self) -> None:
         """The window's layer, head or query changed: ask again about the new cell (when shown)."""
-        if self.done_for is not None and self.isVisible():
-            self.done_for = None
+        self.done_for = None
+        if self.isVisible():
             self.refresh()
         else:
-            self.done_for = None
             self._stale = True
 
     # --------------------------------------------------------------------------- measuring
@@ -117,7 +119,7 @@ class WhyPage(ToolPage):
         r = self.usable()
         if r is None:
             return
-        if self.done_for is not r:
+        if self.boxes_for is not r:
             self._fill_boxes(r)
         self.done_for = r
         self.why = None

@@ -154,6 +154,13 @@ def test_why_page_sums_and_opens_a_writer(make_window, qtbot, tiny):
     page.key_box.setCurrentIndex(0 if why.key else 1)
     qtbot.waitUntil(lambda: page.why is not None and page.why.key == (0 if why.key else 1), timeout=30000)
     assert abs(page.why.total - page.why.logit) < 1e-4 and f"key {page.why.key}" in page.caption.text()
+    # a cancel says how to come back, and changing the key does
+    page.key_box.setCurrentIndex(2)  # another key than the two above: a job starts
+    assert page.cancel_button.isVisible()
+    qtbot.mouseClick(page.cancel_button, Qt.LeftButton)
+    assert "Change the layer, head, query or key" in page.stack.placeholder.text() and page.caption.text() == ""
+    page.key_box.setCurrentIndex(0)
+    qtbot.waitUntil(lambda: page.why is not None and page.why.key == 0, timeout=30000)
     names, heads = page.shown
     k = next(i for i, h in enumerate(heads) if h is not None)
     page.table.verticalHeader().sectionClicked.emit(k)
