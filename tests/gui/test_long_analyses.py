@@ -77,6 +77,12 @@ def test_overview_of_a_long_input_shows_progress_and_the_dense_numbers(make_wind
     for name in ("entropy", "sink", "distance", "prev", "next"):
         np.testing.assert_allclose(page.stats.get(name), want.get(name), atol=1e-5, err_msg=name)
     assert "in tiles from each layer's q and k" in page.caption.text()
+    # Hide specials redraws the same run (a new record sharing its store): nothing long is measured again
+    stats = page.stats
+    w.state.set_options(hide_special=True)
+    qtbot.waitUntil(lambda: w.state.result is not lazy, timeout=30000)
+    assert w.state.result.lazy is lazy.lazy and page.stats is stats and page._for is w.state.result
+    assert not w.state.job_busy("analysis-overview") and not page.progress.isVisible()
 
 
 def test_overview_of_a_long_input_can_be_cancelled_and_started_again(make_window, qtbot, llama_folder, many_tiles,
@@ -112,6 +118,12 @@ def test_rollout_of_a_long_input_is_the_dense_rollouts_row(make_window, qtbot, l
     np.testing.assert_allclose(page.row, attention_rollout(dense.attentions)[q], atol=1e-5)
     assert page.progress.fraction == 1.0 and page.panel.matrix.shape == (1, lazy.num_tokens)
     assert f"token {q}" in page.caption.text()
+    row = page.row
+    w.state.set_options(hide_special=True)  # a redraw of the same run: the row is not rolled out again
+    qtbot.waitUntil(lambda: w.state.result is not lazy, timeout=30000)
+    assert page.row is row and not w.state.job_busy("analysis-rollout") and not page.progress.isVisible()
+    w.state.set_options(hide_special=False)
+    qtbot.waitUntil(lambda: not w.state.busy, timeout=30000)
     # another query: a new row, and the bar goes again; stopping it leaves nothing stale on screen
     go_on = held()
     w.state.set_query(3)

@@ -66,7 +66,8 @@ class HeadOverviewPage(AnalysisPage):
         r = self.result_to_draw()
         if r is None:
             return
-        if self._for is r and self.stats is not None:
+        if self._for is not None and _source(self._for) is _source(r) and self.stats is not None:
+            self._for = r  # the same maps (a redrawn record of the same run)
             self._draw()
             return
         self.stats, self._for = None, None
@@ -74,7 +75,7 @@ class HeadOverviewPage(AnalysisPage):
         info = self.state.info
         patch = info.patch_size if info is not None and r.grid is not None else None
         if r.is_lazy:
-            if self._measuring is not r:  # an option changed meanwhile: the job goes on (or stays stopped)
+            if self._measuring is None or self._measuring.lazy is not r.lazy:  # else it goes on (or stays stopped)
                 self._measure_long(r, patch)
             return
         self._measuring = None
@@ -111,10 +112,11 @@ class HeadOverviewPage(AnalysisPage):
         self._failed(message)
 
     def _arrived(self, r, s) -> None:
-        if r is not self.state.result:
+        now = self.state.result
+        if now is None or _source(r) is not _source(now):
             return  # a newer result is on its way and will be measured
         self.progress.finish()
-        self.stats, self._for, self._measuring = s, r, None
+        self.stats, self._for, self._measuring = s, now, None
         self._draw()
 
     # ------------------------------------------------------------------------------- drawing
@@ -187,3 +189,9 @@ class HeadOverviewPage(AnalysisPage):
     def _link(self, href: str) -> None:
         l, h = (int(x) for x in href.split(","))
         self.open_head(l, h)
+
+
+def _source(r):
+    """What a result's statistics depend on: its maps, or a long input's store (a record redrawn with other
+    options, such as Hide specials, shares it, so nothing long is computed again)."""
+    return r.lazy if r.is_lazy else r

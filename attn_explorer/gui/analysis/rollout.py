@@ -104,10 +104,11 @@ class RolloutPage(AnalysisPage):
 
     # ------------------------------------------------------------------------------- long inputs
     def long_request(self, r) -> tuple:
-        """(result, fusion, discard, query, upto): what a long input's one rollout row depends on."""
+        """(store, fusion, discard, query, upto): what a long input's one rollout row depends on (the store, not
+        the record: a record redrawn with other options shares it, so nothing is rolled out again)."""
         L = self.state.info.num_layers if self.state.info is not None else 1
         upto = min(self.state.layer, L - 1) if self.upto.isChecked() else None
-        return (r, *self.settings(), min(self.state.query, r.num_tokens - 1), upto)
+        return (r.lazy, *self.settings(), min(self.state.query, r.num_tokens - 1), upto)
 
     def _roll_long(self, r) -> None:
         """A long input keeps no maps: roll out the query's row only, layer by layer from the top down, each
@@ -136,7 +137,8 @@ class RolloutPage(AnalysisPage):
                           on_progress=self.progress.advance, uses_model=False)
 
     def _row_arrived(self, key, row) -> None:
-        if key[0] is not self.state.result or not _same(key, self.long_request(key[0])):
+        now = self.state.result
+        if now is None or not now.is_lazy or not _same(key, self.long_request(now)):
             return  # the request changed meanwhile: the newer one is on its way
         self.progress.finish()
         self.row, self._row_for, self._rolling = row, key, None
@@ -267,5 +269,5 @@ class RolloutPage(AnalysisPage):
 
 
 def _same(a: tuple | None, b: tuple) -> bool:
-    """Two requests (result first) are the same: the same result object and equal settings."""
+    """Two requests (results or stores first) are the same: the same object first and equal settings."""
     return a is not None and a[0] is b[0] and a[1:] == b[1:]
