@@ -163,7 +163,7 @@ def time_table(runs: int) -> list[str]:
          lambda: token_relevance(module, prep.inputs, next_token_score(module, tid, True), "gradient_rollout", [n - 1])),
         ("AttnLRP subset: forward with autograd + backward (token_relevance)",
          lambda: token_relevance(module, prep.inputs, next_token_score(module, tid, False), "attnlrp", [n - 1])),
-        ("gradient rollout as the page runs it (explain: + one forward for the target)",
+        ("gradient rollout as the page runs it (explain: tokenise, then the same relevance pass)",
          lambda: explain(m, TEXT, "gradient_rollout", max_tokens=32)),
     ]
     times = interleaved(cases, runs)
