@@ -83,3 +83,17 @@ def test_unused_drawing_options_are_named_and_the_note_goes_with_them(make_windo
     qtbot.waitUntil(lambda: "Hide specials: not used here" in page.caption.text(), timeout=30000)
     w.state.set_options(hide_special=False)
     qtbot.waitUntil(lambda: page.data is not None and "not used here" not in page.caption.text(), timeout=30000)
+
+
+def test_no_torch_on_the_gui_thread_while_relevance_arrives_and_is_redrawn(make_window, qtbot, digit):
+    from tests.gui.lessons.test_gui_thread import TorchCalls
+
+    w = make_window(model="tiny-vit-digits", image=digit[0], view="relevance")
+    page = w.pages["relevance"]
+    qtbot.waitUntil(lambda: page.data is not None, timeout=30000)
+    recorder = TorchCalls()
+    with recorder:
+        page.method.setCurrentIndex(page.method.findData("attnlrp"))
+        qtbot.waitUntil(lambda: page.data is not None and page.data.method == "attnlrp", timeout=30000)
+        w.state.set_options(colormap="magma")  # a redraw of what arrived
+    assert not recorder.calls, recorder.report()
