@@ -5,6 +5,10 @@ arrives ready to draw (`state.grid_image`): the worker that ran the model also m
 than 128 pixels, so a sharp peak stays visible, and tiled them; the GUI thread only sets the image.
 The head page shows every pixel. Clicking a cell selects that head and emits `head_opened`.
 
+A long input's run keeps no maps (RunResult.is_lazy) and comes without a mosaic: the page asks its lane
+for one (session.long_view.overview_job), which fills it in head by head from q and k, with a progress bar
+and Stop; heads still to come are blank.
+
 The plot's coordinates are cells, not pixels: head h of layer l is the unit square at (h, l) whatever
 n is. So axes, separators and range depend only on (L, H) and are not laid out again while typing
 changes n (that relayout cost more than the new image itself).

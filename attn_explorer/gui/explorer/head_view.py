@@ -5,6 +5,13 @@ described the old map. The layer and head come from the session (spin boxes in t
 arrow keys); the colormap, linear/log scale and "hide special tokens" too. Long inputs stay legible:
 the axes label as many tokens as fit, and the mouse wheel zooms in (drag pans) until every token has
 its label.
+
+A long input (session.long_view.windowed: a lazy run, whose maps were never kept) is never drawn from a
+whole map: the worker lanes pool it to the view's pixels, and every zoom or pan asks again for the visible
+window, at full resolution once it fits (newest ask wins; an answer for another run, head or window is
+dropped). Under the map, the selected query's row spans every key (gui/explorer/query_strip.py); "Go to
+token" jumps to a number or a word; the colour scale is the weights, each row scaled to its max, or a
+percentile clip with sink columns left apart (session.long_view.colour_scale), and a label says which.
 """
 from __future__ import annotations
 
@@ -12,7 +19,8 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, QTimer, Signal
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
@@ -125,8 +133,8 @@ class HeadView(LazyPage, QWidget):
 
         self.goto = QLineEdit()
         self.goto.setPlaceholderText("Go to token (number or word)")
-        self.goto.setToolTip("Type a token's number or a word and press Enter: it becomes the query and the map "
-                             "moves to it (a word: its next occurrence after the query)")
+        self.goto.setToolTip("Type a token's number or a word and press Enter (Ctrl+G comes here): it becomes the "
+                             "query and the map moves to it (a word: its next occurrence after the query)")
         self.goto.setMinimumWidth(200)
         self.goto.setMaximumWidth(240)
         self.goto_note = QLabel("")
@@ -160,6 +168,9 @@ class HeadView(LazyPage, QWidget):
         self.plot.vb.sigRangeChanged.connect(self._range_moved)
         self.plot.vb.sigResized.connect(self._range_moved)
         self.goto.returnPressed.connect(lambda: self.go_to(self.goto.text()))
+        find = QShortcut(QKeySequence("Ctrl+G"), self)  # on this page: type where to go
+        find.setContext(Qt.WidgetWithChildrenShortcut)
+        find.activated.connect(lambda: (self.goto.setFocus(), self.goto.selectAll()))
         self.scale_combo.activated.connect(lambda i: state.set_options(colour_scale=self.scale_combo.itemData(i)))
         self.strip.key_clicked.connect(self._key_clicked)
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
