@@ -25,6 +25,17 @@ def tiny(family: str, seed: int = 0):
                               scale_embeddings=True, sliding_windows=[4, None], rope_local_theta=10000.0))
     elif family == "gpt2":
         m = GPT2(GPT2Config(vocab_size=40, dim=24, num_layers=2, num_heads=4, mlp_hidden=32, max_positions=64))
+    elif family == "bart":
+        from attn_explorer.core.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+
+        m = EncoderDecoder(EncoderDecoderConfig(vocab_size=40, dim=24, num_layers=2, num_heads=4, mlp_hidden=32,
+                                                decoder_layers=2, decoder_heads=4, decoder_mlp_hidden=32,
+                                                max_positions=64))
+    elif family == "clip_text":
+        from attn_explorer.core.clip_text import ClipTextConfig, ClipTextTransformer
+
+        m = ClipTextTransformer(ClipTextConfig(vocab_size=40, dim=24, num_layers=2, num_heads=4, mlp_hidden=32,
+                                               max_positions=16))
     elif family == "bert":
         m = TextEncoder(EncoderConfig(vocab_size=40, dim=24, num_layers=2, num_heads=4, mlp_hidden=32,
                                       max_positions=64))
@@ -39,7 +50,7 @@ def tiny(family: str, seed: int = 0):
 FAMILIES = ["llama", "gemma", "gpt2", "bert", "vit", "deit"]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + ["bart", "clip_text"])
 def test_attention_differentiable_after_an_inference_run(family):
     """A run under inference_mode first (as Model.run does) must not poison a later run with autograd: the
     saved probabilities take gradients, and the maps returned are the same as the in-place path's."""
