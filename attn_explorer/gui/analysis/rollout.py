@@ -21,7 +21,7 @@ from attn_explorer.session.analysis import FUSIONS, long_rollout_job, rollout_jo
 from attn_explorer.session.state import SessionState
 
 
-STRIP_ROWS = 6  # a long input's one rollout row takes this share (1/STRIP_ROWS) of the plot's height
+STRIP_HEIGHT = 360  # px: a long input's one rollout row is a strip this tall (title, row and token labels)
 
 
 class RolloutPage(AnalysisPage):
@@ -184,10 +184,8 @@ class RolloutPage(AnalysisPage):
         self.panel.show(values, [r.tokens[q]], tokens, levels, st.colormap, title=f"rollout through {through}",
                         label=clipped_label("rollout", log))
         self.panel.matrix = np.asarray(row)[None, :]
-        self.panel.plot.setLabel("left", "query (row)")
-        vb = self.panel.plot.getViewBox()  # one row: a strip across the top, not one cell the plot's height
-        vb.setLimits(yMin=0, yMax=STRIP_ROWS)
-        vb.setRange(yRange=(0, STRIP_ROWS), padding=0)
+        self.panel.plot.setLabel("left", "query")
+        self._strip(True)  # one row: a strip across the top, not one cell the plot's height
         self.shown = None
         self.tokens, self.row_tokens = tokens, [r.tokens[q]]
         what = (f"How much of token {q} (\u201c{r.tokens[q]}\u201d)'s representation after {through} traces back "
@@ -225,6 +223,7 @@ class RolloutPage(AnalysisPage):
             tokens = [r.tokens[i] for i in kept]
             values, levels, _top = clipped_values(shown, log)
             self.panel.plot.setLabel("left", "token at the top (row)")
+            self._strip(False)
             self.panel.show(values, tokens, tokens, levels, st.colormap, title=f"rollout through {through}",
                             label=clipped_label("rollout", log))
             self.panel.matrix = np.asarray(shown)  # the read-out gives rollout values, not their logs
@@ -236,6 +235,10 @@ class RolloutPage(AnalysisPage):
                     + " the map's 99th percentile (a token's own weight is large and saturates)." + hidden)
             self.tokens = tokens
         self.caption.setText("<b>Attention rollout</b> — " + what + untrained_tag(st.info))
+
+    def _strip(self, on: bool) -> None:
+        """The map's row of the canvas as a short strip (a long input's one row) or at full height."""
+        self.canvas.ci.layout.setRowMaximumHeight(0, STRIP_HEIGHT if on else 1e6)
 
     def _draw_picture(self, row: np.ndarray, q: int, through: str, how: str) -> None:
         """Query q's rollout row (every token) as heat over the picture, and the caption that says so."""
