@@ -11,7 +11,7 @@ rows (only the columns a causal or sliding-window row can reach), so memory is O
   products from the top layer down: row q of Â_L ··· Â_1 is ((e_q Â_L) Â_{L-1}) ··· Â_1, and each product
   needs only the rows of Â_l where the vector is not zero (for a causal model, the tokens up to q).
 
-Both take the layers as `LayerQK` records (tensors and the layer's AttentionOptions), so they work on any
+Both take the layers as `LayerQK` records (tensors and the layer's options), so they work on any
 store that keeps q, k and lse, and report `progress(fraction, message)` after every tile: a worker's
 progress callback that raises on cancel stops them there.
 """
@@ -27,7 +27,7 @@ import torch
 from attn_explorer.analysis.rollout import FUSIONS, check_ratio
 from attn_explorer.analysis.stats import HeadStats
 from attn_explorer.core.attention import AttentionOptions
-from attn_explorer.core.lazy import logits_block
+from attn_explorer.core.lazy import LayerOptions, logits_block
 from attn_explorer.errors import UserError
 
 TILE_ELEMENTS = 1 << 22  # probabilities per tile (H × rows × columns): 16 MB of float32, a few temporaries
@@ -41,7 +41,7 @@ class LayerQK:
     q: torch.Tensor  # (B, H, N, d), after RoPE and norms
     k: torch.Tensor  # (B, H_kv, M, d), before grouped-query repetition
     lse: torch.Tensor  # (B, H, N) float32: each row's log-sum-exp of its masked logits
-    opts: AttentionOptions  # the layer's mask, causal, window, dk_scale, scale, softcap
+    opts: LayerOptions | AttentionOptions  # how its logits are formed: causal, window, scale (d_k slider), softcap, mask
     head_dim: int  # d_k (what the default 1/sqrt(d_k) scale reads)
 
 
@@ -255,27 +255,13 @@ def _times_step(v: torch.Tensor, layer: LayerQK, fusion: str, report: _Reporter,
 # ---- collecting what a run keeps ------------------------------------------------------------------------
 
 def collect_layers(module: torch.nn.Module, inputs: dict, dk_scale: float = 1.0, dk_layers=None) -> list[LayerQK]:
-    """Run `module` once keeping, per layer, q, k, lse and the AttentionOptions it saw (its window, its
-    dk_scale): the LayerQK records the functions above read. For models run here directly (tests, and
-    callers without a lazy store)."""
-    attn = [b.attn for b in module.blocks.layers]
-    seen: dict[int, AttentionOptions] = {}
-    hooks = [m.register_forward_pre_hook(_remember(seen, i)) for i, m in enumerate(attn)]
-    captures = {i: {"keep": True} for i in range(len(attn))}
-    try:
-        with torch.inference_mode():
-            module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=False, captures=captures, **inputs)
-    finally:
-        for h in hooks:
-            h.remove()
-    return [LayerQK(c["q"], c["k"], c["lse"], seen[i], attn[i].head_dim) for i, c in captures.items()]
-
-
-def _remember(seen: dict, i: int):
-    def hook(_module, args):
-        seen[i] = args[1] if len(args) > 1 else AttentionOptions()
-
-    return hook
+    """Run `module` once keeping, per layer, q, k, lse and how its logits are formed (core.lazy.LayerOptions:
+    its window, its d_k scale): the LayerQK records the functions above read. For modules run here directly
+    (tests, and callers without a RunResult's lazy store)."""
+    captures = {i: {"keep": True} for i in range(len(module.blocks.layers))}
+    with torch.inference_mode():
+        module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=False, captures=captures, **inputs)
+    return [LayerQK(c["q"], c["k"], c["lse"], c["options"], int(c["q"].shape[-1])) for _, c in sorted(captures.items())]
 
 
 def layers_of(store) -> list[LayerQK]:

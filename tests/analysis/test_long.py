@@ -176,3 +176,21 @@ def test_progress_that_raises_stops_the_work(small_tiles, monkeypatch):
         long.rollout_row(layers, N - 1, progress=progress)
     assert len(calls) == 2 and all(f < 0.2 for f, _ in calls)
     assert calls[0][1].startswith("measuring every head") and calls[1][1].startswith("rolling out one row")
+
+
+def test_a_runs_lazy_store_gives_the_same_numbers(small_tiles):
+    """RunResult.lazy (api.lazy.LazyAttention) is read as it is: stats and a rollout row equal the dense ones."""
+    from attn_explorer.api.lazy import LazyAttention
+
+    att, _ = _dense_and_layers("llama-windows", dk_scale=0.6)
+    torch.manual_seed(0)
+    module = _scaled(MODELS["llama-windows"]())
+    captures = {i: {"keep": True} for i in range(3)}
+    with torch.inference_mode():
+        module(dk_scale=0.6, captures=captures, **_inputs("llama-windows"))
+    layers = long.layers_of(LazyAttention.from_captures(captures))
+    special = np.zeros(N, dtype=bool)
+    got, want = long.tiled_head_stats(layers, special), head_stats(att, special)
+    for stat in ("entropy", "sink", "distance", "prev", "next"):
+        np.testing.assert_allclose(got.get(stat), want.get(stat), atol=TOL, rtol=0, err_msg=stat)
+    np.testing.assert_allclose(long.rollout_row(layers, N - 1), attention_rollout(att)[N - 1], atol=TOL, rtol=0)
