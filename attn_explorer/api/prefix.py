@@ -121,6 +121,7 @@ def _forward(model, inputs: dict, dk_scale: float, dk_layers, captures, lazy: bo
 
 
 def _run_decoder(model, prep, dk_scale: float, dk_layers, hidden: bool, lazy: bool) -> RunResult:
+    """A decoder's run from the kept prefix (none: every token, into a new cache), kept in turn for the next."""
     global _kept
     ids = [int(i) for i in prep.inputs["input_ids"][0].tolist()]
     key = (str(model.dtype), float(dk_scale), None if dk_layers is None else tuple(dk_layers), bool(lazy))
