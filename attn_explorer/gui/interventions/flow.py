@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QScrollArea, QSlider, QSplitter, QVBoxLayout, QWidget
 
 from attn_explorer.gui.interventions.lens import ToolPage, visible
@@ -99,6 +99,7 @@ class FlowPage(ToolPage):
         self.run_button.clicked.connect(self.measure)
         self.open_button.clicked.connect(self._open_chosen)
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
+        self.canvas.viewport().installEventFilter(self)  # double clicks: the plot's items may take them first
         self._show_threshold()
 
     @property
@@ -214,11 +215,18 @@ class FlowPage(ToolPage):
 
     def _clicked(self, ev) -> None:
         e = self.edge_at(ev.scenePos())
-        if e is None:
-            return
-        self._choose(e)
-        if ev.double() and e.kind == "attn":
-            self._open_chosen()
+        if e is not None and e is not self.chosen:
+            self._choose(e)
+
+    def eventFilter(self, obj, ev):  # noqa: N802 - Qt API
+        """A double click on an attention edge opens its head's map."""
+        if ev.type() == QEvent.MouseButtonDblClick and obj is self.canvas.viewport():
+            e = self.edge_at(self.canvas.mapToScene(ev.position().toPoint()))
+            if e is not None and e.kind == "attn":
+                if e is not self.chosen:
+                    self._choose(e)
+                self._open_chosen()
+        return super().eventFilter(obj, ev)
 
     def _choose(self, e) -> None:
         """Show edge e in the side panel (None: nothing chosen), and ask for its head's tokens."""

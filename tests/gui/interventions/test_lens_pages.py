@@ -128,6 +128,12 @@ def test_flow_page_threshold_edge_panel_and_head(make_window, qtbot, tiny):
     qtbot.mouseClick(page.open_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: w.current_page_name == "head")
     assert (w.state.layer, w.state.head) == (e.layer, e.head)
+    # a double click on an edge opens its head at once
+    w.show_page("flow")
+    w.state.select((e.layer + 1) % w.state.info.num_layers, e.head)
+    _click_scene(qtbot, page.canvas, page.edge_point(e), double=True)
+    qtbot.waitUntil(lambda: w.current_page_name == "head")
+    assert page.chosen == e and (w.state.layer, w.state.head) == (e.layer, e.head)
 
 
 def test_why_page_sums_and_opens_a_writer(make_window, qtbot, tiny):
