@@ -35,15 +35,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from attn_explorer.analysis.relevance_methods import METHOD_TITLES, METHODS
 from attn_explorer.errors import UserError
 
-METHODS = ("gradient_rollout", "attnlrp", "rollout", "attention")
-METHOD_TITLES = {
-    "gradient_rollout": "gradient rollout (Chefer et al. 2021)",
-    "attnlrp": "AttnLRP subset (gradient × input with LRP rules)",
-    "rollout": "attention rollout (Abnar & Zuidema 2020)",
-    "attention": "raw attention, last layer, mean over heads",
-}
+__all__ = ["METHODS", "METHOD_TITLES", "Relevance", "explain", "patch_relevance"]
 
 
 @dataclass

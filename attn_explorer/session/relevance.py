@@ -8,10 +8,9 @@
 """
 from __future__ import annotations
 
-from attn_explorer.analysis.relevance import METHOD_TITLES, METHODS, Relevance, explain, patch_relevance
+from attn_explorer.analysis.relevance_methods import METHOD_TITLES, METHODS  # torch-free: read at window start
 
-__all__ = ["LANE", "METHODS", "METHOD_TITLES", "Relevance", "patch_relevance", "relevance_job", "target_hint",
-           "target_kind"]
+__all__ = ["LANE", "METHODS", "METHOD_TITLES", "relevance_job", "target_hint", "target_kind"]
 
 LANE = "interventions-relevance"
 
@@ -35,9 +34,11 @@ def target_hint(info) -> str:
     }[target_kind(info)]
 
 
-def relevance_job(model, x, run_kw: dict, method: str, target: str, progress=None) -> Relevance:
+def relevance_job(model, x, run_kw: dict, method: str, target: str, progress=None):
     """The relevance of each token of x for the page's target (see analysis.relevance.explain). For an encoder
     `target` is the reference sentence; otherwise the class or the next token (empty: the model's own choice)."""
+    from attn_explorer.analysis.relevance import explain  # torch: imported in the worker, not at window start
+
     kw = {k: run_kw[k] for k in ("dk_scale", "max_tokens", "image_size") if run_kw.get(k) is not None}
     if run_kw.get("dk_layers"):
         from attn_explorer.errors import UserError
