@@ -25,15 +25,15 @@ class WhyPage(ToolPage):
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         self.table = NumberTable(digits=3, signed=True)
-        self.table.plain_rows = 1  # the last row holds the key side's column sums
+        self.table.plain_rows = 1  # the last row: each column's sum (a key writer's whole part)
         self.scroll = QScrollArea()
         self.scroll.setWidget(self.table)
         self.scroll.setWidgetResizable(False)
         super().__init__(state, self.scroll, parent)
         self.layer_spin, self.head_spin = QSpinBox(), QSpinBox()
         self.query_box, self.key_box = QComboBox(), QComboBox()
-        for box in (self.query_box, self.key_box):
-            box.setMinimumContentsLength(8)
+        for box, chars in ((self.query_box, 9), (self.key_box, 14)):  # "10: gave (α 0.60)" shows whole
+            box.setMinimumContentsLength(chars)
             box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.shown_spin = QSpinBox()
         self.shown_spin.setRange(3, 40)
@@ -145,7 +145,7 @@ class WhyPage(ToolPage):
             return
         names, heads, m = w.condensed(self.shown_spin.value())
         self.shown = (names, heads)
-        rows = [f"{n}  ({m[i].sum():+.2f})" for i, n in enumerate(names)] + ["Σ query side"]
+        rows = [f"{n}  ({m[i].sum():+.2f})" for i, n in enumerate(names)] + ["column sums"]
         self.table.set_matrix(np.vstack([m, m.sum(0, keepdims=True)]), rows, names)
         self.scroll.widget().adjustSize()
         alpha = float(self.done_for.attentions[w.layer, w.head, w.query, w.key]) if self.done_for is not None else 0.0
