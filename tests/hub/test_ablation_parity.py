@@ -55,7 +55,7 @@ def _bert(folder):
     hf = transformers.BertModel(cfg).eval()
     _save(hf, folder.parent, folder.name)
     wordpiece_vocab(folder)
-    return hf, None, 12
+    return hf, 12
 
 
 def _gpt2(folder):
@@ -65,7 +65,7 @@ def _gpt2(folder):
     hf = transformers.GPT2Model(cfg).eval()
     _save(hf, folder.parent, folder.name)
     byte_level_bpe(folder)
-    return hf, None, 12
+    return hf, 12
 
 
 def _opt(folder):
@@ -74,20 +74,20 @@ def _opt(folder):
                                            max_position_embeddings=64)).eval()
     _save(hf, folder.parent, folder.name)
     byte_level_bpe(folder)
-    return hf, None, 8
+    return hf, 8
 
 
 def _llama(folder):
     make_llama_folder(folder, num_hidden_layers=3)
     hf = transformers.LlamaForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
-    return hf.model, None, 8
+    return hf.model, 8
 
 
 def _rotary(name):
     def build(folder):
         hf = make_folder(folder, name)
         base = hf.gpt_neox if hasattr(hf, "gpt_neox") else hf.model
-        return base, None, 8
+        return base, 8
     return build
 
 
@@ -95,7 +95,7 @@ def _gemma(folder):
     hf = _gemma3(layers=3, vocab=train_tokenizer().get_vocab_size())
     hf.save_pretrained(folder, safe_serialization=True)
     byte_level_bpe(folder)
-    return hf.model, None, 16
+    return hf.model, 16
 
 
 def _vit(folder):
@@ -107,9 +107,11 @@ def _vit(folder):
                 p.normal_(std=0.5)
     _spread(hf)
     _save(hf, folder.parent, folder.name)
-    return hf, None, 8
+    return hf, 8
 
 
+# name -> build(folder): saves the tiny model (and a tokenizer) there, returns (the transformers module whose
+# output has `attentions` and `last_hidden_state`, each head's d_v)
 FAMILIES = {"bert": _bert, "gpt2": _gpt2, "opt": _opt, "llama": _llama, "qwen2": _rotary("qwen2"),
             "mistral": _rotary("mistral"), "gpt_neox": _rotary("gpt_neox"), "gemma3": _gemma, "vit": _vit}
 
@@ -174,7 +176,7 @@ def _input(name, m):
 def test_ablation_equals_transformers_with_w_o_input_zeroed(tmp_path, name):
     folder = tmp_path / name
     folder.mkdir()
-    hf, _, d = FAMILIES[name](folder)
+    hf, d = FAMILIES[name](folder)
     hf.double()  # both sides in float64: float32 rounding alone is ~1e-6 on these states
     m = ax.load_model(str(folder), device="cpu")
     m.module.double()
