@@ -367,7 +367,11 @@ class SessionState(InputState):
         With uses_model (the default) it is `fn(model, *args)` on the current model, and False is returned
         (nothing starts) when there is none; without, it is `fn(*args)` (pure calculations, kept off the GUI
         thread). A generator function streams through on_yield. Errors arrive as one line through on_error,
-        or as `error_raised` when none is given. `cancel(key)` stops it."""
+        or as `error_raised` when none is given. `cancel(key)` stops it. After `shutdown` nothing starts: a
+        page's timer that fires while its window closes would otherwise start a job whose answer reaches
+        deleted widgets."""
+        if getattr(self, "_shut_down", False):
+            return False
         if uses_model:
             if self._model is None:
                 return False
@@ -391,6 +395,7 @@ class SessionState(InputState):
     def shutdown(self, wait: bool = True) -> None:
         """Stop every job; wait for the pool (tests, the self-test), or not (closing the window: it goes at
         once, and a forward pass in flight ends on its own with its result dropped; run_gui waits for it)."""
+        self._shut_down = True  # no side job starts any more (submit)
         self.sweep.cancel()
         self.runner.shutdown(10000 if wait else 0)
         # a session that was shut down tells nobody anything: the views connected to it may be gone, and a

@@ -172,10 +172,10 @@ class TokenAxis(pg.AxisItem):
         n, length = len(self._labels), self._along()
         lo, hi = sorted(self.range)
         numbers = self.numbers_when_crowded and step > 1
-        if numbers:  # positions at round steps, wide enough for the longest number
-            room = self._room()
+        if numbers:  # positions at round steps, a few lines apart (a number a line reads as a wall of digits)
+            room = 3 * self._room()
             if self.orientation in ("top", "bottom") and not self._rotate:
-                room = QFontMetrics(self._font()).horizontalAdvance(str(n)) + 10
+                room = QFontMetrics(self._font()).horizontalAdvance(str(n)) + 16
             step = nice_step(room / (length / (hi - lo)))
         first = max(0, int(math.floor(lo)) // step * step)
         last = min(n - 1, int(math.ceil(hi)))

@@ -412,3 +412,17 @@ def test_local_and_global_layers_are_marked_on_a_lazy_run(qtbot, settings, tmp_p
         qtbot.waitUntil(lambda: "Layer 2 (global), head 2" in hv.title.text(), timeout=10000)
     finally:
         w.state.shutdown()
+
+
+def test_a_zoom_that_settles_after_the_window_closed_starts_nothing(long_window, qtbot):
+    """The view asks for its window 40 ms after a zoom; if the window was closed (the session shut down) in
+    between, that ask started a job whose answer reached deleted widgets ('Internal C++ object (ImageItem)
+    already deleted' in the next test). A session that was shut down starts no side job."""
+    w = long_window
+    st, hv = w.state, w.head_view
+    hv.plot.setRange(xRange=(5, 35), yRange=(5, 17), padding=0)
+    assert hv._ask_timer.isActive()
+    st.shutdown()
+    hv._ask_window()  # the timer firing now
+    assert not st.job_busy(long_view.WINDOW_LANE)
+    assert st.submit(long_view.window_job, st.result, hv.visible_ask(), key="after", uses_model=False) is False
