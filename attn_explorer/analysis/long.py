@@ -31,6 +31,7 @@ from attn_explorer.core.lazy import LayerOptions, logits_block
 from attn_explorer.errors import UserError
 
 TILE_ELEMENTS = 1 << 22  # probabilities per tile (H × rows × columns): 16 MB of float32, a few temporaries
+LN2 = float(np.log(2.0))
 PROGRESS_EVERY_S = 0.05  # report at most this often (each report is a signal to the GUI thread)
 
 
@@ -104,7 +105,10 @@ def row_tiles(layer: LayerQK, rows: tuple[int, int] | None = None, rows_per_tile
         b = min(stop, a + step)
         lo, hi = _columns(layer, a, b)
         s = logits_block(q, k, layer.opts, layer.head_dim, slice(a, b), N, slice(lo, hi))[0]  # (H, r, c)
-        p = torch.exp(s - lse[0, :, a:b, None].float()).nan_to_num_(0.0)  # a row with no key: lse -inf, weights 0
+        l = lse[0, :, a:b, None].float()
+        p = s.sub_(l).exp_()  # in place: the logits are not needed again
+        if bool(torch.isneginf(l).any()):
+            p.nan_to_num_(0.0)  # a row with no key: lse -inf, weights 0 (not NaN)
         yield a, b, lo, hi, p
 
 
@@ -123,13 +127,14 @@ def _layer_sums(layer: LayerQK, sinks: torch.Tensor, patches: tuple | None, repo
     the previous / next token; each later divided by its number of rows."""
     H, N = layer.q.shape[1], layer.q.shape[2]
     acc = {name: torch.zeros(H, dtype=torch.float64) for name in ("entropy", "sink", "distance", "prev", "next")}
+    sink_weights = sinks.float()
     for a, b, lo, hi, p in row_tiles(layer):
-        i = torch.arange(a, b)[:, None]
-        j = torch.arange(lo, hi)[None, :]
-        acc["entropy"] += -(p * torch.log2(p.clamp_min(1e-30))).sum(-1, dtype=torch.float64).sum(-1)
-        acc["sink"] += p[..., sinks[lo:hi]].sum(-1, dtype=torch.float64).sum(-1)
+        # each row summed in float32 (a few thousand terms), the rows in float64; no float64 copy of a tile
+        acc["entropy"] += torch.special.entr(p).sum(-1).sum(-1, dtype=torch.float64) / LN2  # -p·ln p, 0 at 0
+        acc["sink"] += (p @ sink_weights[lo:hi]).sum(-1, dtype=torch.float64)
         if patches is None:
-            acc["distance"] += (p * (i - j).abs().float()).sum(-1, dtype=torch.float64).sum(-1)
+            d = (torch.arange(a, b)[:, None] - torch.arange(lo, hi)[None, :]).abs().float()  # (r, c) |i − j|
+            acc["distance"] += (p * d).sum(-1).sum(-1, dtype=torch.float64)
         else:
             acc["distance"] += _patch_distance_sum(p, a, b, lo, hi, *patches)
         top, where = p.max(dim=-1)  # the first of equal maxima, as NumPy's argmax
