@@ -96,20 +96,25 @@ def _columns(layer: LayerQK, a: int, b: int) -> tuple[int, int]:
 def row_tiles(layer: LayerQK, rows: tuple[int, int] | None = None, rows_per_tile: int | None = None):
     """Yield (a, b, lo, hi, p) for query rows a..b-1 in tiles: p (H, b - a, hi - lo) float32 the exact
     probabilities of keys lo..hi-1 (every other key of these rows has weight 0)."""
-    q, lse = layer.q, layer.lse
-    H, N = q.shape[1], q.shape[2]
+    H, N = layer.q.shape[1], layer.q.shape[2]
     k = _heads_rep(layer.k, H)
     start, stop = (0, N) if rows is None else rows
     step = rows_per_tile or _rows_per_tile(layer)
     for a in range(start, stop, step):
         b = min(stop, a + step)
-        lo, hi = _columns(layer, a, b)
-        s = logits_block(q, k, layer.opts, layer.head_dim, slice(a, b), N, slice(lo, hi))[0]  # (H, r, c)
-        l = lse[0, :, a:b, None].float()
-        p = s.sub_(l).exp_()  # in place: the logits are not needed again
-        if bool(torch.isneginf(l).any()):
-            p.nan_to_num_(0.0)  # a row with no key: lse -inf, weights 0 (not NaN)
-        yield a, b, lo, hi, p
+        yield (a, b, *_tile(layer, k, a, b))
+
+
+def _tile(layer: LayerQK, k: torch.Tensor, a: int, b: int) -> tuple[int, int, torch.Tensor]:
+    """(lo, hi, p) of query rows a..b-1 (see row_tiles); k already repeated to every query head."""
+    N = layer.q.shape[2]
+    lo, hi = _columns(layer, a, b)
+    s = logits_block(layer.q, k, layer.opts, layer.head_dim, slice(a, b), N, slice(lo, hi))[0]  # (H, r, c)
+    l = layer.lse[0, :, a:b, None].float()
+    p = s.sub_(l).exp_()  # in place: the logits are not needed again
+    if bool(torch.isneginf(l).any()):
+        p.nan_to_num_(0.0)  # a row with no key: lse -inf, weights 0 (not NaN)
+    return lo, hi, p
 
 
 # ---- head statistics ------------------------------------------------------------------------------------
@@ -240,13 +245,14 @@ def _times_step(v: torch.Tensor, layer: LayerQK, fusion: str, report: _Reporter,
     out = torch.zeros_like(v)
     per = _rows_per_tile(layer)
     N = v.shape[0]
+    k = _heads_rep(layer.k, layer.q.shape[1])  # once per layer, not per tile
     for a in range(0, N, per):
         b = min(N, a + per)
         w = v[a:b]
         if not bool((w != 0).any()):
             report.step(label)  # rows v does not reach add nothing
             continue
-        _, _, lo, hi, p = next(row_tiles(layer, (a, b), rows_per_tile=b - a))
+        lo, hi, p = _tile(layer, k, a, b)
         step = 0.5 * _fuse(p, fusion).double()  # (r, c)
         i = torch.arange(a, b)
         step[i - a, i - lo] += 0.5  # the residual: each token keeps half of itself (its own key is in reach)
