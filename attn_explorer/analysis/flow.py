@@ -127,7 +127,7 @@ def contribution_graph(model, x, run_kw: dict | None = None, progress: Callable 
     import torch
 
     with torch.inference_mode():
-        run = residual_run(model, x, run_kw, probs=True)
+        run = residual_run(model, x, run_kw, probs=True, keep="full")
         L = len(run.parts.blocks)
         attn, resid, mlp, heads = [], [], [], []
         for i, block in enumerate(run.parts.blocks):

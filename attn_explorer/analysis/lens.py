@@ -128,10 +128,19 @@ def branch_norm(block, raw):
     return FrozenNorm(block.post_attn_norm, raw)
 
 
-def head_pieces(block, cap, b: int = 0):
-    """One block's attention output split by head: (heads (H, N, D), bias (N, D) or None), each already through
-    the frozen post-branch norm and layerscale, so heads.sum(0) + bias = the block's attn_out."""
-    heads = cap["head_outputs"][b].float()  # (H, N, D), each head's share of W_O
+def head_pieces(block, cap, positions=None, b: int = 0):
+    """One block's attention output split by head at `positions` (all when None): (heads (H, P, D), bias (P, D)
+    or None), each already through the frozen post-branch norm and layerscale, so heads.sum(0) + bias = the
+    block's attn_out there. Reads the capture's ctx (W_O's input, "save_ctx") when kept, else its head_outputs."""
+    import torch
+
+    pos = slice(None) if positions is None else list(positions)
+    if "ctx" in cap:
+        attn = block.attn
+        w_o = attn.out.weight.float().view(attn.out.out_features, attn.num_heads, attn.head_dim)  # (D, H, d)
+        heads = torch.einsum("hpd,ehd->hpe", cap["ctx"][b][:, pos].float(), w_o)  # (H, P, D)
+    else:
+        heads = cap["head_outputs"][b][:, pos].float()  # (H, P, D), each head's share of W_O
     ob = block.attn.out.bias
     raw = heads.sum(0) + (ob.float() if ob is not None else 0)
     post = branch_norm(block, raw)
@@ -156,7 +165,7 @@ class ResidualRun:
     parts: DecoderParts
     ids: list[int]
     tokens: list[str]
-    caps: dict  # {layer: capture dict}: resid_in, attn_out, mlp_out, head_outputs, q, k, values (+ probs)
+    caps: dict  # {layer: capture dict}: resid_in, attn_out, mlp_out; ctx, or q, k, values, head_outputs (+ probs)
     final: object  # (N, D) float32: the final norm's input (the last block's output)
     hidden: object  # (N, D_embed): what W_U reads (the model's own final hidden state)
     dk_scale: float = 1.0
@@ -173,18 +182,37 @@ def run_kwargs(run_kw: dict | None) -> tuple[float, list | None, int | None]:
     return float(run_kw.get("dk_scale", 1.0)), run_kw.get("dk_layers"), run_kw.get("max_tokens")
 
 
-def residual_run(model, x, run_kw: dict | None = None, probs: bool = False, layers=None,
-                 heads: bool = True) -> ResidualRun:
+def residual_run(model, x, run_kw: dict | None = None, probs: bool = False, layers=None, keep: str = "ctx",
+                 full=None) -> ResidualRun:
     """Run `model` (an api Model, a decoder) once on text x, keeping each block's residual pieces.
 
-    probs=True also keeps every layer's attention probabilities (capture["probs"]); layers: which layers'
-    captures to keep (all when None); heads=False skips the per-head capture (q, k, values, head_outputs)
-    when only the residual stream is needed (the lens)."""
+    layers: which layers' captures to keep (all when None). keep: what else each keeps: "none" (the residual
+    stream alone: the lens), "ctx" (W_O's input, (H, N, d) a layer, from which `head_pieces` makes any position's
+    head outputs: attribution) or "full" (the standard capture: q, k, values, head_outputs; the graph). full: layers
+    that get the standard capture whatever `keep` says (the why-matrix's own layer). probs=True also keeps the
+    full layers' attention probabilities (capture["probs"]); a UserError says when they would not fit in memory."""
+    from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
+
+    if keep not in ("none", "ctx", "full"):
+        raise ValueError(f"keep must be 'none', 'ctx' or 'full', got {keep!r}")
     parts = decoder_parts(model.module)
     dk_scale, dk_layers, max_tokens = run_kwargs(run_kw)
     inputs, tokens, notes = prepared(model, x, max_tokens)
     want = range(len(parts.blocks)) if layers is None else layers
-    caps = {int(i): {"resid": True, "save_probs": probs, "quiet": not heads} for i in want}
+    full = set(want) if keep == "full" else set(full or ())
+    if probs and full:
+        n, H = len(tokens), parts.blocks[0].attn.num_heads
+        need = attention_maps_bytes(n, len(full), H, elem=6)  # float32 maps, and the graph's float16 copy
+        budget = default_budget(model.device)
+        if need > budget:
+            raise UserError(f"{n:,} tokens would need {human_bytes(need)} for every layer's attention maps; only "
+                            f"{human_bytes(budget)} can be spared now: use fewer tokens")
+    caps = {}
+    for i in want:
+        if int(i) in full:
+            caps[int(i)] = {"resid": True, "save_probs": probs}
+        else:
+            caps[int(i)] = {"resid": True, "quiet": True, "save_ctx": keep == "ctx"}
     last = len(parts.blocks) - 1
     caps.setdefault(last, {"resid": True, "quiet": True})  # the final residual: resid_in + attn_out + mlp_out
     out, _ = model._forward(inputs, dk_scale, dk_layers, captures=caps, output_attentions=False)
@@ -329,7 +357,7 @@ def logit_lens(model, x, run_kw: dict | None = None, k: int = 5, norm: str = "fr
     if not 1 <= k <= 50:
         raise UserError(f"top-k must be between 1 and 50, got {k}")
     with torch.inference_mode():
-        run = residual_run(model, x, run_kw, heads=False)
+        run = residual_run(model, x, run_kw, keep="none")
         parts = run.parts
         frozen = FrozenNorm(parts.final_norm, run.final)
         streams = _streams(run)
@@ -405,11 +433,11 @@ def attribution_of(run: ResidualRun, position: int, target_id: int):
     heads, mlps = [], []
     biases = float(frozen.bias @ u) if frozen.bias is not None else 0.0
     for i, block in enumerate(parts.blocks):
-        hp, bias = head_pieces(block, run.caps[i])
-        heads.append(read(hp[:, position]))
+        hp, bias = head_pieces(block, run.caps[i], [position])
+        heads.append(read(hp[:, 0]))
         mlps.append(read(run.caps[i]["mlp_out"][0, position]))
         if bias is not None:
-            biases += float(read(bias[position]))
+            biases += float(read(bias[0]))
     logit = float(unembed(parts, run.hidden[position].float())[target_id])
     return emb, torch.stack(heads).cpu().numpy(), torch.stack(mlps).cpu().numpy(), biases, logit
 
@@ -449,9 +477,9 @@ def head_tokens(model, x, run_kw: dict | None, layer: int, head: int, position: 
         if not 0 <= int(head) < H:
             raise UserError(f"head {head} does not exist; the layer has heads 0..{H - 1}")
         pos = int(position) % n
-        hp, _ = head_pieces(run.parts.blocks[int(layer)], run.caps[int(layer)])
+        hp, _ = head_pieces(run.parts.blocks[int(layer)], run.caps[int(layer)], [pos])
         frozen = FrozenNorm(run.parts.final_norm, run.final[pos])
-        logits = unembed(run.parts, frozen.lin(hp[int(head), pos]))
+        logits = unembed(run.parts, frozen.lin(hp[int(head), 0]))
         up, down = logits.topk(k), (-logits).topk(k)
         show = lambda idx, vals, sign: list(zip(token_texts(model, idx.tolist()),  # noqa: E731
                                                 (sign * vals).tolist()))

@@ -107,16 +107,16 @@ def _writers(run, layer: int, positions: tuple[int, int]):
         pieces.append(emb)
     biases = torch.zeros_like(emb)
     for li in range(layer):
-        hp, bias = head_pieces(blocks[li], caps[li])
+        hp, bias = head_pieces(blocks[li], caps[li], p)  # (H, 2, D): the two positions only
         for h in range(hp.shape[0]):
             names.append(f"L{li} H{h}")
             heads.append((li, h))
-            pieces.append(hp[h, p])
+            pieces.append(hp[h])
         names.append(f"MLP {li}")
         heads.append(None)
         pieces.append(caps[li]["mlp_out"][0, p].float())
         if bias is not None:
-            biases = biases + bias[p]
+            biases = biases + bias
     return names, heads, torch.stack(pieces), biases
 
 
@@ -152,7 +152,7 @@ def why_matrix(model, x, run_kw: dict | None, layer: int, head: int, query: int,
     if not 0 <= head < H:
         raise UserError(f"head {head} does not exist; the layer has heads 0..{H - 1}")
     with torch.inference_mode():
-        run = residual_run(model, x, run_kw, layers=range(layer + 1))
+        run = residual_run(model, x, run_kw, layers=range(layer + 1), full={layer})
         if progress is not None:
             progress(0.5, "forward pass done")
         n = len(run.tokens)

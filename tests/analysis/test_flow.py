@@ -94,3 +94,12 @@ def test_progress_reaches_the_end(decoders):  # noqa: F811
     seen = []
     flow.contribution_graph(decoders("gpt2"), IDS, progress=lambda f, m: seen.append(f))
     assert seen[-1] == 1.0 and len(seen) == 3
+
+
+def test_too_long_for_memory_is_one_line(decoders, monkeypatch):  # noqa: F811
+    """The graph keeps every layer's maps: an input whose maps would not fit is refused before the forward pass."""
+    from attn_explorer import budget
+
+    monkeypatch.setattr(budget, "default_budget", lambda device="cpu": 1000)
+    with pytest.raises(UserError, match="tokens would need .* for every layer's attention maps"):
+        flow.contribution_graph(decoders("gpt2"), IDS)

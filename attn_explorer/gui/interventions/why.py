@@ -82,12 +82,23 @@ class WhyPage(ToolPage):
     def _fill_keys(self, r) -> None:
         """Keys up to the query; the one this head weighs most is picked."""
         q = max(0, self.query_box.currentIndex())
-        row = r.attentions[self.layer_spin.value(), self.head_spin.value(), q, : q + 1]
+        row = self._weights(r, self.layer_spin.value(), self.head_spin.value(), q)
         self.key_box.blockSignals(True)
         self.key_box.clear()
-        self.key_box.addItems([f"{j}: {visible(t, 12)} (α {row[j]:.2f})" for j, t in enumerate(r.tokens[: q + 1])])
-        self.key_box.setCurrentIndex(int(np.argmax(row)))
+        if row is None:  # a long input's maps live in a store that only a worker may read: no weights listed
+            self.key_box.addItems([f"{j}: {visible(t, 12)}" for j, t in enumerate(r.tokens[: q + 1])])
+            self.key_box.setCurrentIndex(q)
+        else:
+            self.key_box.addItems([f"{j}: {visible(t, 12)} (α {row[j]:.2f})" for j, t in enumerate(r.tokens[: q + 1])])
+            self.key_box.setCurrentIndex(int(np.argmax(row)))
         self.key_box.blockSignals(False)
+
+    @staticmethod
+    def _weights(r, layer: int, head: int, q: int):
+        """The head's weights of query q over keys 0..q from a dense result, or None for a lazy one."""
+        if getattr(r, "is_lazy", False) or r.attentions is None:
+            return None
+        return r.attentions[layer, head, q, : q + 1]
 
     def _query_picked(self, *_) -> None:
         """A new query, layer or head: the keys (and the key picked) follow, then the cell is measured."""
@@ -148,12 +159,13 @@ class WhyPage(ToolPage):
         rows = [f"{n}  ({m[i].sum():+.2f})" for i, n in enumerate(names)] + ["column sums"]
         self.table.set_matrix(np.vstack([m, m.sum(0, keepdims=True)]), rows, names)
         self.scroll.widget().adjustSize()
-        alpha = float(self.done_for.attentions[w.layer, w.head, w.query, w.key]) if self.done_for is not None else 0.0
+        row = None if self.done_for is None else self._weights(self.done_for, w.layer, w.head, w.query)
+        alpha = "" if row is None else f" (α = {float(row[w.key]):.3f})"
         q, k = visible(w.tokens[w.query], 16), visible(w.tokens[w.key], 16)
         notes = (" " + " ".join(w.notes)) if w.notes else ""
         self.caption.setText(
             f"<b>Why does L{w.layer} H{w.head} look from {q!r} (query {w.query}) to {k!r} (key {w.key})?</b> Its logit "
-            f"<b>{w.logit:.3f}</b> (α = {alpha:.3f}) split by who wrote the query's stream (rows, each with its sum) "
+            f"<b>{w.logit:.3f}</b>{alpha} split by who wrote the query's stream (rows, each with its sum) "
             f"and the key's (columns). <i>{WHY_CONVENTION}</i>{notes} Click a writer's heading to open that head.")
         self.readout.setText(f"The matrix sums to <b>{w.total:.4f}</b>; the head's own q·k·scale is "
                              f"<b>{w.logit:.4f}</b>. {len(w.writers)} writers in all.")
