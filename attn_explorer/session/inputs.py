@@ -108,6 +108,11 @@ def read_text_for(path, info: ModelInfo | None, max_bytes: int | None = None) ->
                 raise UserError(f"{p.name} is not UTF-8 text (byte {e.start} is {data[e.start]:#04x})") from None
     else:  # pragma: no cover - four trailing bytes never all start characters
         raise UserError(f"{p.name} is not UTF-8 text")
+    from attn_explorer.validate import has_visible_text
+
+    if not has_visible_text(text):  # the same refusal as a short file's, for the part that would be read
+        raise UserError(f"{p.name} is empty where it would be read (no visible characters in its first "
+                        f"{len(data) / 1e6:.3g} MB of {size / 1e6:.3g} MB)")
     who = f"{info.name} reads at most {positions:,} tokens" if positions else "a model reads only its first tokens"
     note = (f"{p.name} has {size / 1e6:.3g} MB of text; only its first {len(text.encode('utf-8')) / 1e6:.3g} MB "
             f"went into the text box ({who})")
