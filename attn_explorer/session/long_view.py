@@ -33,6 +33,8 @@ COLOUR_SCALES = ("weight", "row", "clip")
 COLOUR_NAMES = {"weight": "weight", "row": "per row (each row ÷ its max)", "clip": "99th pct clip, sinks apart"}
 CLIP_PCT = 99.0
 SINK_SHARE = 0.25  # a key column whose mean weight over the rows shown is above this is a sink
+SINK_FLOOR, SINK_RATIO = 0.05, 8.0  # or above this and that many times the median column's mean
+SINK_MAX = 4  # most columns left apart
 
 
 def windowed(r: Any, stack: str = "encoder") -> bool:
@@ -188,13 +190,22 @@ class Scaled:
 
 
 def sink_columns(values: np.ndarray, share: float = SINK_SHARE) -> np.ndarray:
-    """Columns whose mean weight over the rows shown is above `share` (attention sinks: BOS, the first token)."""
+    """Attention sinks among the columns shown (BOS, the first token): columns whose mean weight over the rows
+    is above `share`, or, in a window where weights are small, above SINK_FLOOR and SINK_RATIO times the
+    median column's (key 0 taking a tenth of every row while the others take a thousandth); SINK_MAX at most,
+    the strongest."""
     v = np.asarray(values, dtype=np.float32)
     if v.ndim == 1:
         v = v[None]
     if v.size == 0:
         return np.zeros(0, int)
-    return np.flatnonzero(v.mean(axis=0) > share)
+    means = np.nan_to_num(v.mean(axis=0))
+    typical = float(np.median(means))
+    sink = (means > share) | ((means > SINK_FLOOR) & (means > SINK_RATIO * typical))
+    found = np.flatnonzero(sink)
+    if found.size > SINK_MAX:  # many strong columns are a pattern, not a sink: keep only the strongest
+        found = np.sort(found[np.argsort(-means[found], kind="stable")[:SINK_MAX]])
+    return found
 
 
 def colour_scale(values: np.ndarray, mode: str, log: bool) -> Scaled:

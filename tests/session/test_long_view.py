@@ -90,3 +90,16 @@ def test_windowed_means_lazy_or_longer_than_the_threshold(lazy_run, monkeypatch)
     assert not lv.windowed(dense)  # 300 tokens: drawn whole
     monkeypatch.setattr(lv, "WINDOWED_FROM", 299)
     assert lv.windowed(dense)
+
+
+def test_sinks_are_columns_far_above_the_rest_even_when_every_weight_is_small():
+    rng = np.random.default_rng(0)
+    a = (rng.random((24, 40)) * 0.01).astype(np.float32)  # a window of small weights...
+    a[::2, 0] = 0.3  # ...with key 0 taking 0.3 of every other row (a mean of 0.15: under SINK_SHARE)
+    assert list(lv.sink_columns(a)) == [0]
+    s = lv.colour_scale(a, "clip", False)
+    assert s.levels[1] == pytest.approx(np.percentile(a[:, 1:], 99)) and np.isnan(s.values[:, 0]).all()
+    assert lv.sink_columns(np.full((5, 5), 0.2, np.float32)).size == 0  # even rows: nothing stands apart
+    wide = np.full((4, 20), 0.01, np.float32)
+    wide[:, :10] = np.linspace(0.3, 0.5, 10)  # ten strong columns: a pattern; only the 4 strongest are left apart
+    assert list(lv.sink_columns(wide)) == [6, 7, 8, 9]
