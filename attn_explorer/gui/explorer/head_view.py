@@ -117,6 +117,7 @@ class HeadView(LazyPage, QWidget):
         self.plot.addItem(self.base_image)
         self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
         self.colorbar.axis.enableAutoSIPrefix(False)  # a clipped scale reads 0.02, not "20 (x0.001)"
+        self.colorbar.axis.setWidth(None)  # wide enough for "0.005" and the title beside it
         self.query_mark = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=1))
         self.plot.addItem(self.query_mark)
         self.matrix: np.ndarray | None = None  # short inputs: the map drawn (None for a long one)
