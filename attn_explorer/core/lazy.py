@@ -85,12 +85,9 @@ def _band_mask(rows: slice, cols: slice, n: int, m: int, causal: bool, window: i
     """bool (r, c): which of rows × cols the causal triangle and window let through; None = all."""
     if not causal:
         return None
-    i = torch.arange(rows.start, rows.stop, device=device)[:, None] + (m - n)
-    j = torch.arange(cols.start, cols.stop, device=device)[None, :]
-    ok = j <= i
-    if window is not None:
-        ok &= j > i - window
-    return ok
+    d = rows.start + (m - n) - cols.start  # tile entry (a, b) is key b <= query a + d
+    ok = torch.ones(rows.stop - rows.start, cols.stop - cols.start, dtype=torch.bool, device=device).tril_(d)
+    return ok if window is None else ok.triu_(d - window + 1)
 
 
 def logits_block(q: torch.Tensor, k: torch.Tensor, opts, head_dim: int, rows: slice, n_total: int,
