@@ -143,6 +143,10 @@ class Runner(QObject):
         lane = self._lanes.get(key)
         return lane is not None and (lane.worker is not None or lane.waiting is not None)
 
+    def busy_lanes(self) -> list[str]:
+        """The lanes with a job in flight or waiting."""
+        return [k for k in self._lanes if self.lane_busy(k)]
+
     def cancel_lane(self, key: str) -> None:
         """Forget lane `key`'s waiting job and stop the one in flight: no answer of either arrives."""
         lane = self._lanes.get(key)

@@ -53,6 +53,21 @@ def test_lanes_are_independent(qtbot):
     st.shutdown()
 
 
+def test_busy_lanes_names_the_lanes_with_work(qtbot):
+    """What --screenshot waits on before it grabs a page whose own job (the lens, an analysis) is running."""
+    st = SessionState()
+    gate = threading.Event()
+    got = []
+    assert st.runner.busy_lanes() == []
+    st.submit(lambda: gate.wait(10) and "slow", key="analysis-a", on_result=got.append, uses_model=False)
+    st.submit(lambda: "quick", key="analysis-b", on_result=got.append, uses_model=False)
+    qtbot.waitUntil(lambda: got == ["quick"], timeout=10000)
+    qtbot.waitUntil(lambda: st.runner.busy_lanes() == ["analysis-a"], timeout=10000)
+    gate.set()
+    qtbot.waitUntil(lambda: st.runner.busy_lanes() == [], timeout=10000)
+    st.shutdown()
+
+
 def test_without_a_model_nothing_starts(qtbot):
     st = SessionState()
     assert st.submit(lambda model: 1, key="analysis-norms", on_result=print) is False

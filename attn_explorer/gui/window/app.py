@@ -195,6 +195,9 @@ def window_size(text: str | None) -> tuple[int, int] | None:
     return size
 
 
+SIDE_JOBS_WAIT_S = 120  # a screenshot waits this long at most for the page's own jobs after the run
+
+
 def _save_screenshot(app, window, state, out: Path) -> int:
     """Wait for the first result (or an error), then grab the window into `out`."""
     outcome: dict[str, str] = {}
@@ -209,9 +212,11 @@ def _save_screenshot(app, window, state, out: Path) -> int:
             outcome["empty"] = "empty"  # no run will come: the empty state is the picture
             break
         time.sleep(0.01)
-    # let layouts, lazy pages and the paint settle
+    # let layouts, lazy pages and the paint settle, and the shown page's own jobs (an analysis, the lens)
+    # finish, so the picture is the page's answer and not its "Reading…" line (at most SIDE_JOBS_WAIT_S)
     settle = time.monotonic() + 0.4
-    while time.monotonic() < settle:
+    side = time.monotonic() + SIDE_JOBS_WAIT_S
+    while time.monotonic() < settle or (state.runner.busy_lanes() and time.monotonic() < side):
         app.processEvents()
         time.sleep(0.01)
     out.parent.mkdir(parents=True, exist_ok=True)
