@@ -308,7 +308,15 @@ def head_probs(q, k, lse, o: LayerOptions, head: int, rows=None, cols=None, batc
     """A window of one head's map at full resolution: (r, c) float32, equal to the dense map's rows × cols.
     rows / cols: None (all), (start, stop) or a slice."""
     h = _Head(q, k, lse, o, head, batch)
-    return h.probs(_span(rows, h.n), _span(cols, h.m))
+    R, C = _span(rows, h.n), _span(cols, h.m)
+    lo, hi = key_range(R.start, R.stop, h.n, h.m, h.o.causal, h.o.window)
+    c0, c1 = max(C.start, lo), min(C.stop, hi)
+    if (c0, c1) == (C.start, C.stop):
+        return h.probs(R, C)
+    out = torch.zeros(R.stop - R.start, C.stop - C.start, device=h.q.device)
+    if c0 < c1:  # only the keys these rows can see are computed (a window layer's row: its band)
+        out[:, c0 - C.start:c1 - C.start] = h.probs(R, slice(c0, c1))
+    return out
 
 
 def head_row(q, k, lse, o: LayerOptions, head: int, row: int, batch: int = 0) -> torch.Tensor:
