@@ -152,6 +152,9 @@ class BlockStack(nn.Module):
             else:
                 cap = {}
                 captures.append(cap)
+            if output_attentions and cap is not None and cap.get("keep"):
+                raise ValueError(f"layer {i} keeps q, k and lse instead of its maps: it cannot also return them "
+                                 "(output_attentions=True)")
             o = replace(
                 opts, dk_scale=opts.dk_scale if layers is None or i in layers else 1.0,
                 need_weights=output_attentions, capture=cap, probs_out=None if attn is None else attn[i],

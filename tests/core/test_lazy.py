@@ -203,3 +203,19 @@ def test_keep_capture_holds_q_k_lse_and_options():
     torch.testing.assert_close(out, ref, atol=OUT_TOL, rtol=0)
     got = lazy.head_probs(cap["q"], cap["k"], cap["lse"], cap["options"], 5)
     torch.testing.assert_close(got, want[0, 5], atol=TOL, rtol=RTOL)
+
+
+def test_a_kept_layer_refuses_to_return_maps_it_never_computed():
+    """keep fills no probability buffer: asking for the maps as well must fail, not return uninitialised memory."""
+    from attn_explorer.core.blocks import BlockStack, TransformerBlock
+
+    torch.manual_seed(0)
+    stack = BlockStack([TransformerBlock(16, 2, 32) for _ in range(2)]).eval()
+    x = torch.randn(1, 5, 16)
+    with torch.inference_mode():
+        _, maps = stack(x, output_attentions=True)
+        assert maps.shape == (1, 2, 2, 5, 5)
+        with pytest.raises(ValueError, match="layer 1 keeps q, k and lse"):
+            stack(x, output_attentions=True, captures={1: {"keep": True}})
+        out, none = stack(x, captures={0: {"keep": True}, 1: {"keep": True}})
+        assert none is None and out.shape == x.shape
