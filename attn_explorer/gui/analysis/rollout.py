@@ -8,13 +8,12 @@ unless a patch was clicked on the Patch overlay page), drawn as the overlay page
 from __future__ import annotations
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel
 
 from attn_explorer.gui.analysis.common import AnalysisPage, HeatPanel, untrained_tag
 from attn_explorer.gui.analysis.progress import JobProgress
-from attn_explorer.gui.widgets.heatmap import colormap, set_bar_label
+from attn_explorer.gui.widgets.heatmap import colormap, picture_panel, set_bar_label
 from attn_explorer.gui.widgets.overlay import blend, heat_label, heat_levels, patch_heat
 from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, rows_without_specials, without_specials
 from attn_explorer.session.analysis import FUSIONS, long_rollout_job, rollout_job
@@ -43,20 +42,7 @@ class RolloutPage(AnalysisPage):
         self.panel = HeatPanel(self.canvas, 0, 0, state.colormap, "rollout")
         self.panel.plot.setLabel("left", "token at the top (row)")
         self.panel.plot.setLabel("bottom", "input token (column)")
-        self.picture = self.canvas.addPlot(row=0, col=1)
-        self.picture.invertY(True)
-        self.picture.setAspectLocked(True)
-        for side in ("left", "bottom"):
-            self.picture.hideAxis(side)
-        self.picture.setMenuEnabled(False)
-        self.picture.hideButtons()
-        self.picture_img = pg.ImageItem(axisOrder="row-major")
-        self.picture.addItem(self.picture_img)
-        self.pic_bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(state.colormap), interactive=False, width=12)
-        self.pic_bar.axis.enableAutoSIPrefix(False)
-        self.pic_bar.axis.setWidth(None)  # wide enough for "0.007" and the title beside it
-        set_bar_label(self.pic_bar, "rollout")
-        self.canvas.addItem(self.pic_bar, row=0, col=2)
+        self.picture, self.picture_img, self.pic_bar = picture_panel(self.canvas, 0, 1, state.colormap, "rollout")
         self.finish_layout(bar)
         self.progress = JobProgress()  # a long input's one rollout row: tiles from q and k, in a worker
         self.progress.cancel_asked.connect(self._cancel)

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgr
                                QVBoxLayout, QWidget)
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, colormap,
-                                               set_bar_label)
+                                               picture_panel, set_bar_label)
 from attn_explorer.gui.widgets.overlay import blend, heat_levels
 from attn_explorer.session.relevance import LANE, METHOD_TITLES, METHODS, relevance_job, target_hint, target_kind
 
@@ -91,20 +91,7 @@ class RelevancePage(LazyPage, QWidget):
         self.bars_plot.addItem(self.bars)
         self.bars_plot.addLine(y=0, pen=pg.mkPen("#888"))
         self.bars_plot.getAxis("left").enableAutoSIPrefix(False)  # "relevance", not "relevance (x0.001)"
-        self.picture = self.canvas.addPlot(row=0, col=1)
-        self.picture.invertY(True)
-        self.picture.setAspectLocked(True)
-        for side in ("left", "bottom"):
-            self.picture.hideAxis(side)
-        self.picture.setMenuEnabled(False)
-        self.picture.hideButtons()
-        self.picture_img = pg.ImageItem(axisOrder="row-major")
-        self.picture.addItem(self.picture_img)
-        self.pic_bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(self.state.colormap), interactive=False,
-                                       width=12)
-        self.pic_bar.axis.enableAutoSIPrefix(False)
-        self.pic_bar.axis.setWidth(None)
-        self.canvas.addItem(self.pic_bar, row=0, col=2)
+        self.picture, self.picture_img, self.pic_bar = picture_panel(self.canvas, 0, 1, self.state.colormap)
 
     # ---- what to explain ---------------------------------------------------------------------------------
 

@@ -69,6 +69,28 @@ def scale_label(log: bool) -> str:
     return "log₁₀ weight" if log else "weight"
 
 
+def picture_panel(canvas: pg.GraphicsLayoutWidget, row: int, col: int, cmap: str,
+                  label: str | None = None) -> tuple[pg.PlotItem, pg.ImageItem, pg.ColorBarItem]:
+    """A picture with a heat overlay: a plot at (row, col) with no axes or menu, its image (row-major,
+    y down, square pixels), and a colour bar in the next column (its own ticks, no SI prefix)."""
+    plot = canvas.addPlot(row=row, col=col)
+    plot.invertY(True)
+    plot.setAspectLocked(True)
+    for side in ("left", "bottom"):
+        plot.hideAxis(side)
+    plot.setMenuEnabled(False)
+    plot.hideButtons()
+    image = pg.ImageItem(axisOrder="row-major")
+    plot.addItem(image)
+    bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap(cmap), interactive=False, width=12)
+    bar.axis.enableAutoSIPrefix(False)
+    bar.axis.setWidth(None)  # wide enough for "0.007" and the title beside it
+    if label is not None:
+        set_bar_label(bar, label)
+    canvas.addItem(bar, row=row, col=col + 1)
+    return plot, image, bar
+
+
 def cell_under(plot: pg.PlotItem, scene_pos, shape: tuple[int, int]) -> tuple[int, int] | None:
     """(row, col) of the cell under a scene position in a plot drawn one unit per cell, or None outside."""
     if not plot.vb.sceneBoundingRect().contains(scene_pos):
