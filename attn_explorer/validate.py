@@ -85,3 +85,12 @@ def finite_attention(att):
         raise UserError("the attention came out as NaN or infinity (the logits overflowed); "
                         "try a smaller dk scale or float32")
     return att
+
+
+def existing_head(layer: int, head: int, layers: int, heads: int, owner: str = "the model") -> tuple[int, int]:
+    """(layer, head) as ints when the head exists among `layers` × `heads`, or one UserError line naming
+    what `owner` ("the run", a model's name) has."""
+    layer, head = int(layer), int(head)
+    if not (0 <= layer < layers and 0 <= head < heads):
+        raise UserError(f"no head L{layer} H{head}: {owner} has layers 0..{layers - 1} and heads 0..{heads - 1}")
+    return layer, head

@@ -25,6 +25,7 @@ import numpy as np
 
 from attn_explorer.analysis.stats import STATISTICS, head_stats
 from attn_explorer.errors import UserError
+from attn_explorer.validate import existing_head
 
 MAX_POINTS = 4000  # tokens kept per chosen head (each gives a query and a key point)
 MAX_SENTENCES = 20000
@@ -111,8 +112,7 @@ def parse_heads(spec: str | None, layers: int, heads: int) -> list[tuple[int, in
             l, h = (int(x) for x in part.split(":"))
         except ValueError:
             raise UserError(f"heads are written layer:head, comma-separated (like 3:1,0:0); got {part!r}") from None
-        if not (0 <= l < layers and 0 <= h < heads):
-            raise UserError(f"no head L{l} H{h}: the model has layers 0..{layers - 1} and heads 0..{heads - 1}")
+        existing_head(l, h, layers, heads)
         if (l, h) not in out:
             out.append((l, h))
     return out
@@ -164,9 +164,7 @@ def gather(model, sentences: Iterable[str], heads: list[tuple[int, int]], max_po
     sentences = list(sentences)
     total = len(sentences)
     for l, h in heads:
-        if not (0 <= l < info.num_layers and 0 <= h < info.num_heads):
-            raise UserError(f"no head L{l} H{h}: the model has layers 0..{info.num_layers - 1} and heads "
-                            f"0..{info.num_heads - 1}")
+        existing_head(l, h, info.num_layers, info.num_heads)
     layers = sorted({l for l, _ in heads})
     pools = {hd: _Reservoir(max_points, seed=hd[0] * 1009 + hd[1]) for hd in heads}
     store: dict[tuple[int, int], dict[str, list]] = {hd: {"q": [], "k": [], "s": [], "p": [], "t": [], "sp": []}

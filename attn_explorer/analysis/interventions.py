@@ -28,6 +28,7 @@ import torch
 
 from attn_explorer.budget import default_budget
 from attn_explorer.errors import UserError
+from attn_explorer.validate import existing_head
 
 KINDS = ("zero", "mean")  # ablations; a tensor replacement is patching
 MAX_BATCH = 96  # copies per forward pass at most: past this the CPU gains nothing and memory grows
@@ -206,10 +207,7 @@ def check_heads(info, heads) -> list[tuple[int, int]]:
             layer, head = (int(v) for v in key)
         except (TypeError, ValueError):
             raise UserError(f"a head is (layer, head), got {key!r}") from None
-        if not (0 <= layer < info.num_layers and 0 <= head < info.num_heads):
-            raise UserError(f"no head L{layer} H{head}: {info.name} has layers 0..{info.num_layers - 1} and heads "
-                            f"0..{info.num_heads - 1}")
-        out.append((layer, head))
+        out.append(existing_head(layer, head, info.num_layers, info.num_heads, info.name))
     return out
 
 

@@ -18,6 +18,7 @@ import torch
 
 from attn_explorer.core import lazy as core_lazy
 from attn_explorer.errors import UserError
+from attn_explorer.validate import existing_head
 
 
 @dataclass
@@ -103,8 +104,7 @@ class LazyAttention:
 
     def _check(self, layer: int, head: int) -> LazyLayer:
         L, H, _, _ = self.shape
-        if not (0 <= int(layer) < L and 0 <= int(head) < H):
-            raise UserError(f"no head L{layer} H{head}: the run has layers 0..{L - 1} and heads 0..{H - 1}")
+        existing_head(layer, head, L, H, "the run")
         return self.layers[int(layer)]
 
     def attention(self, layer: int, head: int, rows=None, cols=None, pool=None, reduce: str = "max",

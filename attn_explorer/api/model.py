@@ -13,7 +13,8 @@ from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.hub.text import TextTokenizer
-from attn_explorer.validate import dk_scale_value, finite_attention, positive_int, text_size_ok, visible_text
+from attn_explorer.validate import (dk_scale_value, existing_head, finite_attention, positive_int, text_size_ok,
+                                    visible_text)
 
 
 ABLATIONS = ("zero", "mean")  # how `Model.run(ablate=...)` switches a head off
@@ -31,9 +32,7 @@ def ablation_captures(ablate: dict, info: ModelInfo) -> dict:
             layer, head = (int(v) for v in key)
         except (TypeError, ValueError):
             raise UserError(f"ablate takes {{(layer, head): 'zero' | 'mean'}}, got the key {key!r}") from None
-        if not (0 <= layer < info.num_layers and 0 <= head < info.num_heads):
-            raise UserError(f"no head L{layer} H{head}: {info.name} has layers 0..{info.num_layers - 1} and "
-                            f"heads 0..{info.num_heads - 1}")
+        existing_head(layer, head, info.num_layers, info.num_heads, info.name)
         if how not in ABLATIONS:
             raise UserError(f"unknown ablation {how!r} for L{layer} H{head}: use 'zero' or 'mean'")
         per_layer.setdefault(layer, {})[head] = how

@@ -96,11 +96,10 @@ class RunResult:
             return self.lazy.attention(layer, head, rows, cols, pool, reduce, **lazy_kw)
         from attn_explorer.maths import pool2d
 
-        L, H = self.attentions.shape[:2]
-        if not (0 <= int(layer) < L and 0 <= int(head) < H):
-            from attn_explorer.errors import UserError
+        from attn_explorer.validate import existing_head
 
-            raise UserError(f"no head L{layer} H{head}: the run has layers 0..{L - 1} and heads 0..{H - 1}")
+        L, H = self.attentions.shape[:2]
+        existing_head(layer, head, L, H, "the run")
         r, c = _index(rows), _index(cols)
         a = self.attentions[int(layer), int(head)][r][:, c] if not isinstance(r, int) else \
             self.attentions[int(layer), int(head)][r][c]
