@@ -274,3 +274,17 @@ def test_value_norms_maps_and_bars_fit_1024_by_700(make_window, qtbot):
     shown = page.canvas.mapToScene(page.canvas.viewport().rect()).boundingRect()
     for p in (page.raw.plot, page.norm.plot, page.bars_plot):
         assert shown.contains(p.sceneBoundingRect()), (p.sceneBoundingRect(), shown)
+
+
+def test_clearing_the_text_tells_every_analysis_page_there_is_nothing_to_measure(make_window, qtbot):
+    """Seen in a real window: after the text was cleared, a not-yet-shown Head overview still said
+    'Loading minilm…' although the model was loaded."""
+    w = make_window(model="minilm", text=TEXT, view="grid")
+    w.state.set_text("")
+    qtbot.waitUntil(lambda: w.state.result is None)
+    for name in ("overview", "rollout", "norms", "search", "compare"):
+        w.show_page(name)
+        page = w.pages[name]
+        assert page.stack.currentWidget() is page.stack.placeholder, name
+        assert page.stack.placeholder.text() == "minilm is loaded: type or paste some text to see its attention.", name
+        assert page.caption.text() == "", name

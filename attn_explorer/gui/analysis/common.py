@@ -10,7 +10,7 @@ from PySide6.QtCore import QRectF, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, cell_centre,
-                                       cell_under, colormap, set_bar_label)
+                                       cell_under, colormap, follow_loading, set_bar_label)
 
 DIVERGING = "CET-D1"  # blue - white - red, for signed differences
 
@@ -110,6 +110,10 @@ class AnalysisPage(LazyPage, QWidget):
     """A page frame: a caption line, a bar of controls, a canvas that a message can replace, a read-out."""
 
     head_opened = Signal(int, int)  # layer, head: the user asked to see that head
+    # the page draws the session's result: until one exists, and once the input is emptied, its canvas says
+    # what the window waits for, as the explorer's pages do (heatmap.follow_loading); False for a page
+    # with an input of its own (the corpus)
+    FOLLOWS_INPUT = True
 
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
@@ -125,7 +129,10 @@ class AnalysisPage(LazyPage, QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         self.page_layout = lay
-        state.model_loading.connect(self._loading)
+        state.model_loading.connect(lambda *_: self.readout.setText(""))
+        if self.FOLLOWS_INPUT:
+            follow_loading(state, self.stack.show_message)
+            state.input_cleared.connect(lambda: self.caption.setText(""))  # it described the result that went
 
     def finish_layout(self, bar) -> None:
         """Caption, controls, canvas and read-out, top to bottom."""
@@ -139,11 +146,6 @@ class AnalysisPage(LazyPage, QWidget):
     def unused_note(self, hide: str | None = None, log: str | None = None) -> None:
         """Why this page does not use "Hide specials" (hide) or "Scale: log" (log); None: it uses it."""
         self.note.set_reasons(hide, log)
-
-    def _loading(self, src: str) -> None:
-        self.readout.setText("")
-        if self.state.result is None:
-            self.stack.show_message(f"Loading {src or 'the model'}…")
 
     def _failed(self, message: str) -> None:
         """A job failed: the caption described what is gone; the message goes in the banner, once, and the

@@ -62,6 +62,7 @@ def stat_line(corpus, layer: int, head: int) -> list[str]:
 
 
 class CorpusPage(AnalysisPage):
+    FOLLOWS_INPUT = False  # its sentences are its own input: emptying the text box leaves the corpus as it is
     def __init__(self, state: SessionState, parent=None):
         super().__init__(state, parent)
         self.unused_note(hide="every token of every sentence is gathered; special tokens are drawn like the rest",
@@ -279,7 +280,7 @@ class CorpusPage(AnalysisPage):
             self._clear_view()
             self.stack.show_message(f"The model changed to {info.name}: gather again to see its heads.")
         else:
-            self._prompt()  # the frame's "Loading…" line is over
+            self._prompt()
         self._update_caption()
 
     # ---------------------------------------------------------------------------------- show
