@@ -724,8 +724,8 @@ HF_NAMES = {
                     "num_kv_heads": "num_key_value_heads", "mlp_hidden": "intermediate_size",
                     "max_positions": "max_position_embeddings", "eps": "rms_norm_eps"},
 }
-# every other int is a count or size >= 1; type_vocab_size 0: no token types (DistilBERT)
-_MAY_BE_ZERO = {"num_labels", "pad_token_id", "position_offset", "type_vocab_size"}
+# every other int is a count or size >= 1; type_vocab_size 0: no token types (DistilBERT); token ids start at 0
+_MAY_BE_ZERO = {"num_labels", "pad_token_id", "decoder_start_token_id", "position_offset", "type_vocab_size"}
 
 
 def _json_kind(v: Any) -> str:

@@ -177,3 +177,28 @@ def test_decoder_maps_count_in_the_memory_guard(tmp_path, monkeypatch):
     monkeypatch.setattr(seq2seq, "default_budget", lambda device: encoder_only + 10)
     with pytest.raises(UserError, match="target tokens would need"):
         m.run("the cat sat on a mat", target="a dog ran far away")
+
+
+def test_decoder_start_token_zero_loads_and_matches(tmp_path):
+    """decoder_start_token_id 0 is a real token (<s> here; T5-style configs start on their pad, id 0):
+    the model loads, and with no decoder input both read the source shifted right behind token 0."""
+    hf, folder = make_bart(tmp_path, decoder_start_token_id=0)
+    m = ax.load_model(str(folder), device="cpu")
+    assert m.module.cfg.decoder_start_token_id == 0
+    src = torch.randint(4, 20, (2, 7))
+    with torch.no_grad():
+        ref = hf(input_ids=src, output_attentions=True)
+        ours = m.module(input_ids=src, output_attentions=True)
+    _compare_seq2seq(ref, ours)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
+def test_decoder_start_token_must_be_a_whole_number_at_least_zero(tmp_path, bad):
+    import json
+
+    _, folder = make_bart(tmp_path)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["decoder_start_token_id"] = bad
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=r"^[^\n]*decoder_start_token_id must be a whole number >= 0, got"):
+        ax.load_model(str(folder), device="cpu")
