@@ -63,9 +63,9 @@ class LazyAttention:
         self.layers = layers
 
     @classmethod
-    def from_captures(cls, captures: dict) -> "LazyAttention":
-        """From a forward's {layer: capture} dicts that asked for "keep" (see MultiHeadAttention.forward)."""
-        return cls([LazyLayer(c["q"], c["k"], c["lse"], c["options"]) for _, c in sorted(captures.items())])
+    def from_kept(cls, kept: dict) -> "LazyAttention":
+        """From a lazy forward's {layer: core.hooks.KeptLayer} (core.hooks.Hooks(keep=True).kept)."""
+        return cls([LazyLayer(c.q, c.k, c.lse, c.options) for _, c in sorted(kept.items())])
 
     @property
     def num_layers(self) -> int:

@@ -5,6 +5,7 @@ and dtype, shard by shard; here it gets its `ModelInfo`.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from attn_explorer.api.model import Model
@@ -36,6 +37,8 @@ def load_model(src: str | os.PathLike = "minilm", device: str = "auto", dtype: s
     info = ModelInfo(device=where.type, dtype=str(dt).replace("torch.", ""), num_params=built.num_params, **built.info)
     model = Model(module, info, **built.parts)
     model.source = dict(src=src, device=device, max_memory=max_memory, offload_folder=offload_folder)
+    if src is not None:  # Model.dtype_error's reference: the same checkpoint again in float32 on the CPU
+        model.reload_float32 = functools.partial(load_model, src, device="cpu", dtype="float32")
     return model
 
 

@@ -1,9 +1,11 @@
 """`Model`: one of our modules plus what turns text or a picture into its input, and `run`."""
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -11,41 +13,14 @@ import torch
 from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
-from attn_explorer.api.result import ModelInfo, RunResult
+from attn_explorer.api.hooks import (ActivationCache, ablation_hooks, caching_hook, check_names, merge,
+                                     model_hook_names, select_names)
+from attn_explorer.api.lazy import LazyAttention, kept_bytes
+from attn_explorer.api.result import ModelInfo, NotKept, RunResult
+from attn_explorer.core.hooks import HookError, Hooks
 from attn_explorer.hub.text import TextTokenizer
 from attn_explorer.validate import (dk_scale_value, existing_head, finite_attention, positive_int, text_size_ok,
                                     visible_text)
-
-
-ABLATIONS = ("zero", "mean")  # how `Model.run(ablate=...)` switches a head off
-
-
-def ablation_captures(ablate: dict, info: ModelInfo) -> dict:
-    """{(layer, head): "zero" | "mean"} -> the forward's captures: one head hook per layer that sets those
-    heads' outputs before W_O (ctx, (B, H, N, d_v)) to zero, or to their mean over this input's positions.
-    A bad layer, head or kind is one UserError line."""
-    if info.encoder_decoder:
-        raise UserError("switching heads off is not supported yet for encoder-decoders (BART)")
-    per_layer: dict[int, dict[int, str]] = {}
-    for key, how in dict(ablate).items():
-        try:
-            layer, head = (int(v) for v in key)
-        except (TypeError, ValueError):
-            raise UserError(f"ablate takes {{(layer, head): 'zero' | 'mean'}}, got the key {key!r}") from None
-        existing_head(layer, head, info.num_layers, info.num_heads, info.name)
-        if how not in ABLATIONS:
-            raise UserError(f"unknown ablation {how!r} for L{layer} H{head}: use 'zero' or 'mean'")
-        per_layer.setdefault(layer, {})[head] = how
-    return {layer: {"head_hook": _ablation_hook(heads), "quiet": True} for layer, heads in per_layer.items()}
-
-
-def _ablation_hook(heads: dict[int, str]) -> Callable:
-    def hook(ctx: torch.Tensor) -> torch.Tensor:  # (B, H, N, d_v)
-        ctx = ctx.clone()
-        for h, how in heads.items():
-            ctx[:, h] = 0.0 if how == "zero" else ctx[:, h].mean(dim=1, keepdim=True)
-        return ctx
-    return hook
 
 
 # Model.run(lazy=None) keeps q and k instead of maps that would take more than this: above it the maps cost
@@ -54,11 +29,22 @@ def _ablation_hook(heads: dict[int, str]) -> Callable:
 DENSE_MAX_BYTES = 2 * 10**9
 
 
-def lazy_captures(num_layers: int, captures: dict | None = None) -> dict:
-    """The forward's captures of a lazy run: every layer keeps q, k and lse (quietly: nothing else), with
-    whatever else a layer's capture already asks for (an ablation's head hook)."""
-    captures = captures or {}
-    return {i: {**captures.get(i, {}), "keep": True, "quiet": True} for i in range(num_layers)}
+@contextmanager
+def _nothing():
+    yield
+
+
+@dataclass
+class Trace:
+    """What `Model.trace` returns: the module's output (hidden after hook_final; attentions when asked),
+    the activations kept, the forward's time, the next-token logits where hook_logits was hooked or kept,
+    and a lazy forward's store (api.lazy.LazyAttention)."""
+
+    out: object
+    cache: ActivationCache
+    ms: float
+    logits: torch.Tensor | None = None
+    lazy: LazyAttention | None = None
 
 
 @dataclass
@@ -93,6 +79,8 @@ class Model:
         self.labels = labels or {}
         self._encode = encode  # the textbook model embeds words itself
         self._warm = False  # a forward pass has run: later times no longer include one-off start-up costs
+        self._context_hooks: list[dict] = []  # the hook tables of the `with m.hooks(...)` blocks now open
+        self._hook_lock = threading.Lock()
 
     @property
     def device(self) -> torch.device:
@@ -117,32 +105,122 @@ class Model:
         tokens included (at least info.min_tokens); image_size sets the square input side in pixels
         (rounded down to whole patches). target: the decoder's text for an encoder-decoder (BART): the
         result also has decoder_attentions and cross_attentions (see api.seq2seq).
-        ablate: {(layer, head): "zero" | "mean"} switches those heads off before W_O (see
-        `ablation_captures`); later layers' maps and the hidden state show the effect.
+        ablate: {(layer, head): "zero" | "mean"} switches those heads off before W_O (a hook on
+        blocks.{layer}.attn.hook_z: api.hooks.ablation_hooks); later layers' maps and the hidden state show it.
         reuse_prefix: a decoder keeps this run's KV cache, and the next run with it on runs only the tokens
         from the first one that changed (api.prefix); `RunResult.reuse` says what was reused.
         lazy: keep each layer's q, k and row statistics instead of the maps (api.lazy: `RunResult.attention`
         computes any part of any head exactly; `attentions` refuses). None (default): lazy where the maps
         would take more than DENSE_MAX_BYTES or not fit the memory budget; False: the maps themselves (refused
-        in one line where they do not fit); True: lazy at any size. Encoder-decoders stay dense."""
+        in one line where they do not fit); True: lazy at any size. Encoder-decoders stay dense.
+        Hooks set with `with m.hooks({...}):` apply here too (see run_with_hooks)."""
+        return self._run(x, {}, None, dict(dk_scale=dk_scale, dk_layers=dk_layers, max_tokens=max_tokens,
+                                           image_size=image_size, hidden=hidden, target=target, ablate=ablate,
+                                           reuse_prefix=reuse_prefix, lazy=lazy))
+
+    # ---- hook points (core.hooks: the names, shapes and order) --------------------------------------------
+
+    def hook_names(self) -> list[str]:
+        """Every named activation of this model, in the order a forward pass reaches it: hook_embed;
+        per block blocks.{i}.hook_resid_pre, .attn.hook_q, .attn.hook_k, .attn.hook_v (after QK-norm and RoPE,
+        before grouped-query repetition; (B, N, heads, d_head)), .attn.hook_pattern (B, H, N, M), .attn.hook_z
+        (heads' outputs before W_O, (B, N, H, d_head)), .hook_attn_out, .hook_mlp_out, .hook_resid_post;
+        hook_final (after the final norm); hook_logits for decoders with an LM head."""
+        return model_hook_names(self.info)
+
+    def run_with_hooks(self, x, hooks: Mapping[str, Callable], **run_kw) -> RunResult:
+        """`run(x, **run_kw)` with hooks {name: fn} (or {name: [fns]}): fn(tensor, name) may return a tensor
+        of the same shape that replaces the activation for everything after it, or None.
+
+        >>> def zero_head_2(z, name):      # z: (B, N, H, d_head)
+        ...     z[:, :, 2] = 0
+        >>> m.run_with_hooks(text, hooks={"blocks.3.attn.hook_z": zero_head_2})
+        """
+        check_names(hooks, self.hook_names())
+        return self._run(x, hooks, None, run_kw)
+
+    def run_with_cache(self, x, names=None, **run_kw) -> tuple[RunResult, ActivationCache]:
+        """(result, cache): `run(x, **run_kw)` keeping the activations named by `names` (None: every hook
+        point; a list; or a callable name -> bool), detached, in the model's dtype and on its device.
+        A lazy run (long inputs) keeps no maps: asking it for hook_pattern is refused in one line (read
+        r.attention(...) instead), and names=None leaves hook_pattern out."""
+        valid = self.hook_names()
+        chosen = select_names(names, valid)
+        store: dict = {}
+        r = self._run(x, {}, (chosen, store, names is None), run_kw)
+        return r, ActivationCache({n: store[n] for n in chosen if n in store}, valid)
+
+    @contextmanager
+    def hooks(self, hooks: Mapping[str, Callable]):
+        """Hooks {name: fn} on every run (run, run_with_cache, run_with_hooks, trace) inside the block:
+
+        >>> with m.hooks({"blocks.0.attn.hook_z": fn}):
+        ...     a, b = m.run(text_a), m.run(text_b)
+        """
+        check_names(hooks, self.hook_names())
+        table = merge(hooks)
+        with self._hook_lock:
+            self._context_hooks = self._context_hooks + [table]
+        try:
+            yield self
+        finally:
+            with self._hook_lock:
+                self._context_hooks = [t for t in self._context_hooks if t is not table]
+
+    def trace(self, inputs, hooks: Mapping[str, Callable] | None = None, names=(), *, dk_scale: float = 1.0,
+              dk_layers=None, attentions: bool = False, grad: bool = False, lazy: bool = False) -> "Trace":
+        """One forward pass of prepared inputs (`prepare(x)`, or its `.inputs`: the module's keyword
+        arguments, which may hold a batch of copies) with hooks {name: fn}, keeping the activations named
+        by `names` (a list, None for all, or a callable). What analyses build on: no RunResult, no memory
+        guard, tensors out. attentions: also the module's stacked maps (out.attentions, (B, L, H, N, M)).
+        grad: run with autograd (the cache keeps tensors in the graph). lazy: keep each layer's q, k and lse
+        (Trace.lazy) instead of any map."""
+        inputs = inputs.inputs if isinstance(inputs, Prepared) else inputs
+        valid = self.hook_names()
+        if hooks:
+            check_names(hooks, valid)
+        chosen = select_names(names, valid)
+        store: dict = {}
+        table = merge(*self._context_hooks, hooks, {n: caching_hook(store, detach=not grad) for n in chosen})
+        out, ms, logits = self._forward(inputs, dk_scale, dk_layers, Hooks(table, keep=lazy),
+                                        output_attentions=attentions, grad=grad)
+        return Trace(out, ActivationCache(store, valid), ms, logits, getattr(out, "lazy", None))
+
+    def _run(self, x, hooks: Mapping, cache: tuple | None, kw: dict) -> RunResult:
+        """run's body with hook tables: `hooks` {name: fn}; cache (names, store, every): what to keep."""
         from attn_explorer.api.seq2seq import prepare_target, result_fields
 
-        dk_scale, dk_layers = self._check_dk(dk_scale, dk_layers)
-        captures = ablation_captures(ablate, self.info) if ablate else None
-        prep = self.prepare(x, max_tokens=max_tokens, image_size=image_size)
-        dec = prepare_target(self, prep, target, max_tokens)
-        keep = self._keep_lazily(prep, lazy, hidden, dec is not None)
-        if reuse_prefix and self.info.modality == "text" and dec is None:
+        kw = dict(dict(dk_scale=1.0, dk_layers=None, max_tokens=None, image_size=None, hidden=False, target=None,
+                       ablate=None, reuse_prefix=False, lazy=None), **kw)
+        bad = set(kw) - {"dk_scale", "dk_layers", "max_tokens", "image_size", "hidden", "target", "ablate",
+                         "reuse_prefix", "lazy"}
+        if bad:
+            raise UserError(f"run takes no argument {sorted(bad)[0]!r}")
+        dk_scale, dk_layers = self._check_dk(kw["dk_scale"], kw["dk_layers"])
+        ablate = ablation_hooks(kw["ablate"], self.info) if kw["ablate"] else None
+        prep = self.prepare(x, max_tokens=kw["max_tokens"], image_size=kw["image_size"])
+        dec = prepare_target(self, prep, kw["target"], kw["max_tokens"])
+        hidden = kw["hidden"]
+        keep = self._keep_lazily(prep, kw["lazy"], hidden, dec is not None)
+        table = merge(ablate, *self._context_hooks, hooks)
+        if cache is not None:
+            names, store, every = cache
+            if keep:
+                lost = [n for n in names if n.endswith("attn.hook_pattern")]
+                if lost and not every:
+                    raise UserError(f"this run is lazy (a long input: no maps are kept), so {lost[0]} is never made; "
+                                    "read r.attention(layer, head, rows=..., cols=...) instead, or pass lazy=False")
+                names = [n for n in names if n not in lost]
+            table = merge(table, {n: caching_hook(store) for n in names})
+        if keep and any(n.endswith("attn.hook_pattern") for n in table):
+            raise UserError("this run is lazy (a long input: no maps are kept), so attn.hook_pattern is never "
+                            "reached; read r.attention(layer, head, ...) instead, or pass lazy=False")
+        hooks_on = Hooks(table, keep=keep) if table or keep else None
+        if kw["reuse_prefix"] and self.info.modality == "text" and dec is None:
             from attn_explorer.api import prefix
 
-            return prefix.run(self, prep, dk_scale, dk_layers, hidden, captures, lazy=keep)
-        if keep:
-            captures = lazy_captures(self.info.num_layers, captures)
-        out, ms = self._forward(prep.inputs, dk_scale, dk_layers, captures=captures, output_attentions=not keep)
-        if keep:
-            from attn_explorer.api.lazy import LazyAttention
-
-            out.lazy = LazyAttention.from_captures(captures)
+            return prefix.run(self, prep, dk_scale, dk_layers, hidden, hooks_on)
+        out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, hooks_on, output_attentions=not keep)
         if self.info.modality == "text":
             return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
                                 notes=prep.notes, total_tokens=prep.total_tokens,
@@ -175,8 +253,6 @@ class Model:
         if lazy is False or (lazy is None and dense <= min(budget, DENSE_MAX_BYTES)):
             self._check_memory(prep)
             return False
-        from attn_explorer.api.lazy import kept_bytes
-
         i = self.info
         H, H_kv, d = self._head_shape()
         need = kept_bytes(n, n, i.num_layers, H, H_kv, d, self.dtype.itemsize) + (n * i.hidden_size * 4 if hidden else 0)
@@ -246,11 +322,9 @@ class Model:
     def _float32_reference(self) -> tuple["Model", str]:
         import copy
 
-        source = getattr(self, "source", None)
-        if source is not None and source.get("src") is not None:
-            from attn_explorer.api.load import load_model
-
-            return load_model(source["src"], device="cpu", dtype="float32"), "the checkpoint in float32"
+        reload = getattr(self, "reload_float32", None)  # set by api.load for a model loaded from a source
+        if reload is not None:
+            return reload(), "the checkpoint in float32"
         module = copy.deepcopy(self.module).to("cpu", torch.float32)
         return (Model(module, self.info, self.tokenizer, self.preprocess, self.labels, self._encode),
                 "a float32 copy of these weights")
@@ -270,23 +344,34 @@ class Model:
                 raise UserError(f"layer {bad[0]} does not exist; the model has layers 0..{self.info.num_layers - 1}")
         return dk_scale, dk_layers
 
-    def _forward(self, inputs: dict, dk_scale: float = 1.0, dk_layers=None, captures: list | dict | None = None,
-                 output_attentions: bool = True):
+    def _forward(self, inputs: dict, dk_scale: float = 1.0, dk_layers=None, hooks: Hooks | None = None,
+                 output_attentions: bool = True, grad: bool = False):
+        """(out, ms, logits) of one forward pass with hooks (core.hooks.Hooks): hook_final on the last hidden
+        state, and for a decoder whose hooks ask for hook_logits, the next-token logits (else None). A lazy
+        forward (hooks.keep) leaves its store in out.lazy."""
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
-        with torch.inference_mode():
+        logits = None
+        with torch.inference_mode(not grad), torch.enable_grad() if grad else _nothing():
             t0 = time.perf_counter()
-            out = self.module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions,
-                              captures=captures, **inputs)
+            try:
+                out = self.module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions,
+                                  hooks=hooks, **inputs)
+                if hooks is not None:
+                    out.hidden = hooks("hook_final", out.hidden)
+                    if hooks.wants("hook_logits"):
+                        logits = hooks("hook_logits", self.module.logits(out.hidden))
+            except HookError as e:
+                raise UserError(str(e)) from None
             sync()
             ms = (time.perf_counter() - t0) * 1000
+        if hooks is not None and hooks.keep:
+            out.lazy = LazyAttention.from_kept(hooks.kept)
         self._first_pass, self._warm = not self._warm, True
-        return out, ms
+        return out, ms, logits
 
     def _result(self, out, ms, tokens, special, dk_scale, hidden, **kw) -> RunResult:
         store = getattr(out, "lazy", None)
         if store is not None:  # a lazy run: the store instead of the maps (api.lazy)
-            from attn_explorer.api.result import NotKept
-
             att, kw = NotKept(store.shape, store.dense_bytes), {**kw, "lazy": store}
         else:
             att = finite_attention(out.attentions[0].float().cpu().numpy())  # (L, H, N, N); NaN is refused

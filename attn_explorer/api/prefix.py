@@ -22,8 +22,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from attn_explorer.api.lazy import LazyAttention, LazyLayer
 from attn_explorer.api.result import RunResult
 from attn_explorer.core.attention import KVCache
+from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -91,32 +93,29 @@ def _start(model, key: tuple, ids: list[int]) -> tuple[int, str]:
     return p, "" if p else "the first token changed"
 
 
-def run(model, prep, dk_scale: float, dk_layers, hidden: bool, captures=None, lazy: bool = False) -> RunResult:
+def run(model, prep, dk_scale: float, dk_layers, hidden: bool, hooks: Hooks | None = None) -> RunResult:
     """`model.run(text, ..., reuse_prefix=True)` for a prepared input: for a decoder, the forward of the
-    tokens after the kept prefix only, spliced with the kept run's rows (dense maps, or for a lazy run q and
-    lse) into a result equal to a full run's. An encoder, or a run with interventions (`captures`), runs
-    every token, and forgets what was kept (it would only hold memory)."""
-    if not reusable(model) or captures or set(prep.inputs) != {"input_ids"}:
+    tokens after the kept prefix only, spliced with the kept run's rows (dense maps, or for a lazy run
+    (hooks.keep) q and lse) into a result equal to a full run's. An encoder, or a run with hooks on (an
+    intervention, or a cache that must see every token), runs every token, and forgets what was kept (it
+    would only hold memory)."""
+    lazy = bool(hooks is not None and hooks.keep)
+    hooked = hooks is not None and bool(hooks.fns)
+    if not reusable(model) or hooked or set(prep.inputs) != {"input_ids"}:
         forget()
-        out, ms = _forward(model, prep.inputs, dk_scale, dk_layers, captures, lazy)
+        out, ms, _ = model._forward(prep.inputs, dk_scale, dk_layers, hooks, output_attentions=not lazy)
         n = len(prep.tokens)
-        why = "interventions on" if captures else "this model keeps no KV cache"
+        why = "hooks or interventions on" if hooked else "this model keeps no KV cache"
         line = encoder_line(n) if not model.info.causal else f"reused 0 of {n:,} tokens ({why})"
         return model._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
                              notes=prep.notes, total_tokens=prep.total_tokens, reuse=line)
     return _run_decoder(model, prep, dk_scale, dk_layers, hidden, lazy)
 
 
-def _forward(model, inputs: dict, dk_scale: float, dk_layers, captures, lazy: bool):
+def _forward(model, inputs: dict, dk_scale: float, dk_layers, lazy: bool):
     """(out, ms) of one forward pass keeping the maps, or (lazy) each layer's q, k and lse in `out.lazy`."""
-    if not lazy:
-        return model._forward(inputs, dk_scale, dk_layers, captures=captures)
-    from attn_explorer.api.lazy import LazyAttention
-    from attn_explorer.api.model import lazy_captures
-
-    captures = lazy_captures(model.info.num_layers, captures)
-    out, ms = model._forward(inputs, dk_scale, dk_layers, captures=captures, output_attentions=False)
-    out.lazy = LazyAttention.from_captures(captures)
+    out, ms, _ = model._forward(inputs, dk_scale, dk_layers, Hooks(keep=True) if lazy else None,
+                                output_attentions=not lazy)
     return out, ms
 
 
@@ -133,7 +132,7 @@ def _run_decoder(model, prep, dk_scale: float, dk_layers, hidden: bool, lazy: bo
         if p:
             cache.truncate(p)
         out, ms = _forward(model, {"input_ids": prep.inputs["input_ids"][:, p:], "cache": cache}, dk_scale,
-                           dk_layers, None, lazy)
+                           dk_layers, lazy)
         full_hidden = out.hidden[0] if not p else torch.cat([kept.hidden[:p], out.hidden[0]])
         old = kept.result if p else None
         if lazy:
@@ -167,8 +166,6 @@ def _spliced_store(old, new, p: int):
     forward's own (the cache's keys, every token's)."""
     if old is None:
         return new
-    from attn_explorer.api.lazy import LazyAttention, LazyLayer
-
     return LazyAttention([LazyLayer(torch.cat([a.q[:, :, :p], b.q], dim=2), b.k,
                                     torch.cat([a.lse[..., :p], b.lse], dim=-1), b.options)
                           for a, b in zip(old.layers, new.layers)])

@@ -6,7 +6,6 @@ The scale and the mask are each worked out in one function here, which core.effi
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +13,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_explorer.core.explain import half_grad
+from attn_explorer.core.hooks import LayerHooks
+from attn_explorer.core import lazy
 from attn_explorer.core.linear import Linear, PackedLinears
+from attn_explorer.core.masks import (apply_mask_, attention_scale, causal_mask, differentiable,  # noqa: F401 (re-exported)
+                                     fold_mask, key_padding_mask)
 from attn_explorer.core.positional import apply_rope
 
 
@@ -69,11 +72,6 @@ def decoder_start(cache: KVCache | None, n_new: int, max_positions: int) -> int:
     return past
 
 
-def key_padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, M) with 1 = a real token -> bool (B, 1, 1, M), broadcast over heads and queries."""
-    return None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-
-
 @dataclass
 class AttentionOptions:
     """What an attention layer needs besides its input; travels down the stack as one argument."""
@@ -83,59 +81,13 @@ class AttentionOptions:
     dk_scale: float = 1.0  # multiplies 1/sqrt(d_k) (the GUI's d_k slider)
     need_weights: bool = False  # return the probabilities (forces the explicit path)
     rope: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin) from positional.rope_tables
-    capture: dict | None = None  # receives q, k, values, head_outputs (see MultiHeadAttention.forward)
+    hooks: LayerHooks | None = None  # this block's named hook points and lazy keep (core.hooks)
     probs_out: torch.Tensor | None = None  # contiguous (B, H, N, M) buffer to compute the probabilities in
     kv: LayerKV | None = None  # past keys and values: the N new tokens attend to M = past + N keys
     memory: torch.Tensor | None = None  # cross-attention: keys and values from these (B, M, D) tokens (the encoder's output)
     window: int | None = None  # sliding window (local layers): query i sees only its last `window` keys, itself included
     scale: float | None = None  # the logits' factor before dk_scale; None: 1/sqrt(d_k) (Gemma: query_pre_attn_scalar^-1/2)
     softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) before the mask (Gemma 2)
-
-
-def attention_scale(d_k: int, dk_scale: float = 1.0, scale: float | None = None) -> float:
-    """The logits' factor: `scale` (1/sqrt(d_k) when None) times dk_scale."""
-    return (1.0 / math.sqrt(d_k) if scale is None else float(scale)) * dk_scale
-
-
-def causal_mask(n: int, m: int | None = None, device=None, window: int | None = None) -> torch.Tensor:
-    """Boolean (n, m) mask, True where query i may look at key j (j <= i + m - n); with a sliding
-    window also j > i + m - n - window: each query sees its last `window` keys, itself included."""
-    m = n if m is None else m
-    tri = torch.ones(n, m, dtype=torch.bool, device=device).tril(diagonal=m - n)
-    if window is not None:
-        tri.triu_(diagonal=m - n - window + 1)
-    return tri
-
-
-def fold_mask(mask: torch.Tensor | None, causal: bool, n: int, m: int, device=None,
-              window: int | None = None) -> torch.Tensor | None:
-    """One mask for n queries and m keys: `mask` (bool or additive) with the causal triangle (cut to
-    the sliding window, if any) folded in.
-
-    A bool mask stays bool (True = may attend), an additive one stays additive (-inf = may not).
-    """
-    if not causal:
-        if window is not None:
-            raise ValueError("a sliding window needs causal attention")
-        return mask
-    tri = causal_mask(n, m, device, window)
-    if mask is None:
-        return tri
-    if mask.dtype == torch.bool:
-        return mask & tri
-    return mask.masked_fill(~tri, float("-inf"))
-
-
-def apply_mask_(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Apply a mask to scores in place: bool False -> -inf, float -> added."""
-    if mask.dtype == torch.bool:
-        return scores.masked_fill_(~mask, float("-inf"))
-    return scores.add_(mask)
-
-
-def differentiable(*tensors: torch.Tensor) -> bool:
-    """Whether autograd records this step: then no buffer may be written in place."""
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def scaled_dot_product_attention(
@@ -306,19 +258,12 @@ class MultiHeadAttention(nn.Module):
         """x: (B, N, D). Returns (output (B, N, D), probs (B, H, N, M) or None); M = N without a cache,
         past + N with one (opts.kv).
 
-        opts.capture: if a dict is given, it receives per head q and k (B, H, N, d_k; after RoPE,
-        before scaling), the values (B, H, N, d_k) and the per-head outputs (B, H, N, D: each
-        head's share of the result after W_O), for analyses. Keys the caller may set in it first
-        (the layer's one hook point per head, and what it keeps instead):
-          "head_hook": fn(ctx) -> ctx, ctx (B, H, N, d_v) being every head's output before W_O
-                       (interventions: ablation, patching); the result after it is what W_O reads;
-          "save_ctx":  keep that ctx (after the hook) as capture["ctx"];
-          "save_probs": keep the probabilities as capture["probs"] (autograd on: they stay in the graph);
-          "keep":      lazy attention (core.lazy): keep only capture["q"] (B, H, N, d_k), capture["k"]
-                       (B, H_kv, M, d_k; before grouped-query repetition) and capture["lse"] (B, H, N),
-                       each row's log-sum-exp of its masked logits, and capture["options"] (lazy.LayerOptions:
-                       causal, window, scale, softcap, mask); no maps, no standard capture;
-          "quiet":     none of the standard capture (for a hook or save_* alone).
+        opts.hooks (core.hooks.LayerHooks): this block's attn.hook_q, hook_k, hook_v (after QK-norm and RoPE,
+        before the cache and grouped-query repetition), attn.hook_pattern (asking for it forces the explicit
+        path; a replacement is what the values are weighted with) and attn.hook_z (every head's output before
+        W_O). With hooks.keep (lazy attention, core.lazy) the layer keeps only q (B, H, N, d_k), k (B, H_kv, M,
+        d_k), each row's log-sum-exp of its masked logits (B, H, N) and its lazy.LayerOptions, and returns no
+        maps.
         """
         o = _NO_OPTIONS if opts is None else opts
         B, N, _ = x.shape
@@ -330,47 +275,40 @@ class MultiHeadAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if o.rope is not None:
             q, k = apply_rope(q, o.rope), apply_rope(k, o.rope)
+        lh = o.hooks
+        if lh is not None:
+            q, k, v = lh("attn.hook_q", q), lh("attn.hook_k", k), lh("attn.hook_v", v)
         if o.kv is not None:
             k, v = o.kv.extend(k, v)  # (B, H_kv, M, d_k)
-        cap = o.capture
-        if cap is not None and cap.get("keep"):
-            from attn_explorer.core import lazy  # the lazy path's tiles live there; it imports this module
-
+        if lh is not None and lh.keep:
             ctx, lse = lazy.keep_attention(q, k, v, o, self.head_dim)
-            cap["q"], cap["k"], cap["lse"] = q, k, lse
-            cap["options"] = lazy.LayerOptions.of(o, self.head_dim)  # how the tiles recompute this layer's logits
-            return self._finish(ctx, cap, B, N), None
+            lh.store(q, k, lse, lazy.LayerOptions.of(o, self.head_dim))  # how tiles recompute this layer's logits
+            return self._finish(ctx, lh, B, N), None
         if self.num_kv_heads != self.num_heads:
             rep = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, H, M, d_k)
-        want_probs = o.need_weights or (cap is not None and cap.get("save_probs"))
-        if want_probs or o.softcap is not None:  # torch's fused kernel cannot soft-cap
+        hook_pattern = lh is not None and lh.wants("attn.hook_pattern")
+        if o.need_weights or hook_pattern or o.softcap is not None:  # torch's fused kernel cannot soft-cap
             ctx, probs = scaled_dot_product_attention(
                 q, k, v, mask=o.mask, scale=o.scale, dk_scale=o.dk_scale, causal=o.causal,
                 probs_out=o.probs_out, window=o.window, softcap=o.softcap,
             )
-            if cap is not None and cap.get("save_probs"):
-                cap["probs"] = probs
+            if hook_pattern:  # the pattern after the hook (changed in place or replaced) weighs the values
+                new = lh("attn.hook_pattern", probs)
+                ctx = torch.matmul(new, v)
+                if new is not probs:  # and is the one returned
+                    probs = o.probs_out.copy_(new) if o.probs_out is not None and not differentiable(new) else new
             probs = probs if o.need_weights else None
         else:
             probs = None
             ctx = fused_attention(q, k, v, o.mask, attention_scale(self.head_dim, o.dk_scale, o.scale), o.causal,
                                   o.window)
-        if cap is not None and not cap.get("quiet"):
-            cap["q"], cap["k"], cap["values"] = q, k, v
-        return self._finish(ctx, cap, B, N), probs
+        return self._finish(ctx, lh, B, N), probs
 
-    def _finish(self, ctx: torch.Tensor, cap: dict | None, B: int, N: int) -> torch.Tensor:
+    def _finish(self, ctx: torch.Tensor, lh: LayerHooks | None, B: int, N: int) -> torch.Tensor:
         """ctx (B, H, N, d_v), every head's output -> the layer's output (B, N, D) through W_O, after the
-        capture's head hook (if any)."""
-        if cap is not None:
-            hook = cap.get("head_hook")
-            if hook is not None:
-                ctx = hook(ctx)
-            if cap.get("save_ctx"):
-                cap["ctx"] = ctx
-            if not cap.get("quiet") and not cap.get("keep"):
-                w_o = self.out.weight.view(self.out.out_features, self.num_heads, self.head_dim)  # (D, H, d_k)
-                cap["head_outputs"] = torch.einsum("bhnd,ehd->bhne", ctx, w_o)  # (B, H, N, D)
+        block's attn.hook_z (if any)."""
+        if lh is not None:
+            ctx = lh("attn.hook_z", ctx)
         out = ctx.transpose(1, 2).reshape(B, N, self.num_heads * self.head_dim)  # (B, N, H*d_k)
         return self.out(out)

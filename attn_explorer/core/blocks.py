@@ -7,7 +7,12 @@ import torch
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, MultiHeadAttention
+from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.layers import MLP, LayerScale, SwiGLU, make_norm
+
+
+def _no_hook(point: str, x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 class TransformerBlock(nn.Module):
@@ -73,33 +78,27 @@ class TransformerBlock(nn.Module):
     def forward(
         self, x: torch.Tensor, opts: AttentionOptions | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """With opts.capture holding "resid": True, the capture also receives the residual stream's
-        pieces: "resid_in" (the block's input), "attn_out" and "mlp_out" (each branch's addition to it;
-        pre-LN and parallel blocks: output = resid_in + attn_out + mlp_out exactly; post-LN: before
-        the norms, x = norm2(norm1(resid_in + attn_out) + mlp_out))."""
-        cap = opts.capture if opts is not None else None
-        keep = cap is not None and cap.get("resid")
-        if keep:
-            cap["resid_in"] = x
+        """opts.hooks (core.hooks.LayerHooks): this block's hook_resid_pre, hook_attn_out, hook_mlp_out and
+        hook_resid_post (and its attention's). attn_out and mlp_out are each branch's addition to the stream:
+        pre-LN and parallel blocks: resid_post = resid_pre + attn_out + mlp_out exactly; post-LN: before the
+        norms, x = norm2(norm1(resid_pre + attn_out) + mlp_out)."""
+        lh = opts.hooks if opts is not None else None
+        hook = lh if lh is not None else _no_hook
+        x = hook("hook_resid_pre", x)
         if self.parallel:  # both branches read the block's input (GPT-NeoX's use_parallel_residual)
             a, probs = self.attn(self.norm1(x), opts)
-            a, m = self.ls1(self.post_attn_norm(a)), self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))
+            a = hook("hook_attn_out", self.ls1(self.post_attn_norm(a)))
+            m = hook("hook_mlp_out", self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x)))))
             out = x + a + m
         elif self.norm_first:
             a, probs = self.attn(self.norm1(x), opts)
-            a = self.ls1(self.post_attn_norm(a))
-            x = x + a
-            m = self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))
-            out = x + m
+            x = x + hook("hook_attn_out", self.ls1(self.post_attn_norm(a)))
+            out = x + hook("hook_mlp_out", self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x)))))
         else:
             a, probs = self.attn(x, opts)
-            a = self.ls1(a)
-            x = self.norm1(x + a)
-            m = self.ls2(self.mlp(x))
-            out = self.norm2(x + m)
-        if keep:
-            cap["attn_out"], cap["mlp_out"] = a, m
-        return out, probs
+            x = self.norm1(x + hook("hook_attn_out", self.ls1(a)))
+            out = self.norm2(x + hook("hook_mlp_out", self.ls2(self.mlp(x))))
+        return hook("hook_resid_post", out), probs
 
 
 class BlockStack(nn.Module):
@@ -119,7 +118,7 @@ class BlockStack(nn.Module):
         opts: AttentionOptions | None = None,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | dict | None = None,
+        hooks: Hooks | None = None,
         cache: KVCache | None = None,
         layer_opts: list[dict] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -127,8 +126,7 @@ class BlockStack(nn.Module):
 
         opts: mask, causal, rope and dk_scale for every layer (need_weights, capture and probs_out
         are set here, per layer). cache: each layer's past keys and values, extended by x's tokens.
-        captures (see MultiHeadAttention.forward): a list that receives one
-        dict per layer, or a dict {layer: {}} whose dicts are filled for those layers only.
+        hooks: the forward's named hook points (core.hooks): hook_embed on x, then each block's.
         layer_opts: per layer, AttentionOptions fields that differ from opts (Gemma's sliding window
         and RoPE tables on its local layers).
         """
@@ -144,20 +142,17 @@ class BlockStack(nn.Module):
             H = self.layers[0].attn.num_heads
             M = N + (cache.length if cache is not None else 0)
             attn = x.new_empty(len(self.layers), B, H, N, M)
+        if hooks is not None:
+            x = hooks("hook_embed", x)
+        keep = hooks is not None and hooks.keep
         for i, block in enumerate(self.layers):
-            if captures is None:
-                cap = None
-            elif isinstance(captures, dict):
-                cap = captures.get(i)
-            else:
-                cap = {}
-                captures.append(cap)
-            if output_attentions and cap is not None and cap.get("keep"):
+            lh = None if hooks is None else hooks.layer(i)
+            if output_attentions and keep:
                 raise ValueError(f"layer {i} keeps q, k and lse instead of its maps: it cannot also return them "
                                  "(output_attentions=True)")
             o = replace(
                 opts, dk_scale=opts.dk_scale if layers is None or i in layers else 1.0,
-                need_weights=output_attentions, capture=cap, probs_out=None if attn is None else attn[i],
+                need_weights=output_attentions, hooks=lh, probs_out=None if attn is None else attn[i],
                 kv=None if cache is None else cache.layers[i], **(layer_opts[i] if layer_opts else {}),
             )
             x, probs = block(x, o)

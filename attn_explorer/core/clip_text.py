@@ -13,6 +13,7 @@ from torch import nn
 from attn_explorer.core.attention import AttentionOptions, key_padding_mask
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
+from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -56,7 +57,7 @@ class ClipTextTransformer(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | dict | None = None,
+        hooks: Hooks | None = None,
         **_,
     ) -> ModelOutput:
         """input_ids (B, N), N <= max_positions; attention_mask (B, N), 1 = a real token."""
@@ -66,5 +67,5 @@ class ClipTextTransformer(nn.Module):
         pos = torch.arange(N, device=input_ids.device)
         x = self.token_embedding(input_ids) + self.position_embedding(pos)[None]
         opts = AttentionOptions(mask=key_padding_mask(attention_mask), causal=True, dk_scale=dk_scale)
-        x, attn = self.blocks(x, opts, dk_layers=dk_layers, output_attentions=output_attentions, captures=captures)
+        x, attn = self.blocks(x, opts, dk_layers=dk_layers, output_attentions=output_attentions, hooks=hooks)
         return ModelOutput(hidden=self.final_layer_norm(x), attentions=attn)

@@ -13,6 +13,7 @@ from torch import nn
 from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
+from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -86,10 +87,10 @@ class TextEncoder(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | dict | None = None,
+        hooks: Hooks | None = None,
     ) -> ModelOutput:
         """input_ids (B, N); attention_mask (B, N) with 1 for real tokens, 0 for padding.
-        captures: per-layer dicts of q, k, values, head_outputs (see BlockStack.forward)."""
+        hooks: named hook points (core.hooks; see BlockStack.forward)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
@@ -98,5 +99,5 @@ class TextEncoder(nn.Module):
         # (B, 1, 1, N): padding keys get no weight. Without padding there is nothing to mask.
         key_mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
         x, attn = self.blocks(x, AttentionOptions(mask=key_mask, dk_scale=dk_scale), dk_layers=dk_layers,
-                              output_attentions=output_attentions, captures=captures)
+                              output_attentions=output_attentions, hooks=hooks)
         return ModelOutput(hidden=x, attentions=attn)

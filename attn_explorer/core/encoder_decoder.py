@@ -19,6 +19,7 @@ from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention, k
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.layers import MLP
 from attn_explorer.core.output import ModelOutput
+from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -127,17 +128,17 @@ class EncoderDecoder(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | dict | None = None,
+        hooks: Hooks | None = None,
         **_,
     ) -> EncoderDecoderOutput:
         """input_ids (B, S) the source; decoder_input_ids (B, T), by default the source shifted right
         (as transformers' BartModel does). Masks: 1 = a real token. dk_scale applies to the layers in
-        dk_layers of both stacks (all when None). captures: the encoder's (see BlockStack.forward)."""
+        dk_layers of both stacks (all when None). hooks: the encoder's named hook points (core.hooks)."""
         src_mask = key_padding_mask(attention_mask)
         x = self._embed(self.encoder, input_ids)
         memory, enc_attn = self.encoder.blocks(
             x, AttentionOptions(mask=src_mask, dk_scale=dk_scale), dk_layers=dk_layers,
-            output_attentions=output_attentions, captures=captures,
+            output_attentions=output_attentions, hooks=hooks,
         )
         if decoder_input_ids is None:
             decoder_input_ids = self.shift_right(input_ids)

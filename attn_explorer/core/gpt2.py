@@ -16,6 +16,7 @@ from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_star
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.linear import Linear
 from attn_explorer.core.output import ModelOutput
+from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -74,7 +75,7 @@ class GPT2(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | dict | None = None,
+        hooks: Hooks | None = None,
         cache: KVCache | None = None,
         **_,
     ) -> ModelOutput:
@@ -89,7 +90,7 @@ class GPT2(nn.Module):
         x = x + self.wpe(pos)[None]
         opts = AttentionOptions(mask=key_padding_mask(attention_mask), causal=True, dk_scale=dk_scale)
         x, attn = self.blocks(x, opts, dk_layers=dk_layers,
-                              output_attentions=output_attentions, captures=captures, cache=cache)
+                              output_attentions=output_attentions, hooks=hooks, cache=cache)
         if self.ln_f is not None:
             x = self.ln_f(x)
         if self.project_out is not None:

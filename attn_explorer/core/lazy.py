@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from attn_explorer.core.attention import attention_scale, differentiable
+from attn_explorer.core.masks import attention_scale, differentiable
 
 _flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 NEG_INF = float("-inf")

@@ -27,6 +27,7 @@ from attn_explorer.core.layers import make_norm
 from attn_explorer.core.linear import Linear
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import rope_tables
+from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -144,7 +145,7 @@ class Llama(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | dict | None = None,
+        hooks: Hooks | None = None,
         cache: KVCache | None = None,
         **_,
     ) -> ModelOutput:
@@ -165,7 +166,7 @@ class Llama(nn.Module):
             local_rope = self.rope(past, N, x.device, x.dtype, local=True)
             layer_opts = [dict(o, rope=local_rope) if o["window"] else o for o in layer_opts]
         x, attn = self.blocks(x, opts, dk_layers=dk_layers, output_attentions=output_attentions,
-                              captures=captures, cache=cache, layer_opts=layer_opts)
+                              hooks=hooks, cache=cache, layer_opts=layer_opts)
         return ModelOutput(hidden=self.norm(x), attentions=attn)
 
     @property

@@ -17,6 +17,7 @@ from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import sinusoidal_positions
+from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -71,10 +72,10 @@ class TextbookTransformer(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | dict | None = None,
+        hooks: Hooks | None = None,
         **_,
     ) -> ModelOutput:
         """x: (B, N, D) embedded input (see embed)."""
         x, attn = self.blocks(x, AttentionOptions(dk_scale=dk_scale), dk_layers=dk_layers,
-                              output_attentions=output_attentions, captures=captures)
+                              output_attentions=output_attentions, hooks=hooks)
         return ModelOutput(hidden=self.norm(x), attentions=attn)

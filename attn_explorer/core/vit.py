@@ -17,6 +17,7 @@ from attn_explorer.core.blocks import BlockStack, TransformerBlock
 from attn_explorer.core.layers import make_norm
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.patches import PatchEmbed, resize_position_grid
+from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -96,7 +97,7 @@ class VisionTransformer(nn.Module):
         dk_scale: float = 1.0,
         dk_layers=None,
         output_attentions: bool = False,
-        captures: list | dict | None = None,
+        hooks: Hooks | None = None,
         **_,
     ) -> ModelOutput:
         """pixels (B, C, H, W), normalised. Returns hidden (B, E + rows*cols, D) after the final norm."""
@@ -108,7 +109,7 @@ class VisionTransformer(nn.Module):
         if self.pre_norm is not None:
             x = self.pre_norm(x)
         x, attn = self.blocks(x, AttentionOptions(dk_scale=dk_scale), dk_layers=dk_layers,
-                              output_attentions=output_attentions, captures=captures)
+                              output_attentions=output_attentions, hooks=hooks)
         if self.cfg.norm_output:
             x = self.norm(x)
         logits = None
