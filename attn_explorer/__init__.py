@@ -22,6 +22,10 @@ _LAZY = {
     "ModelInfo": "attn_explorer.api.result",
     "UserError": "attn_explorer.errors",
     "show": "attn_explorer.api.notebook",  # ax.show(result, view="grid") in Jupyter: the page of api/html.py
+    # your own analyses, fn(result) -> array: in the window (Analyses -> Yours), `export --analysis NAME`, ax.show
+    "register_analysis": "attn_explorer.api.analyses",
+    "unregister_analysis": "attn_explorer.api.analyses",
+    "analyses": "attn_explorer.api.analyses",
     # ax.open(result_or_path): a saved run in the window ("module:name" where the name differs); Qt loads on use
     "open": "attn_explorer.gui.window.app:open_window",
 }

@@ -40,7 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--analysis", default=None, help="add analyses to a .npz or .json, comma-separated: "
                    f"{', '.join(EXPORT_ANALYSES)} (rollout: (L, N, N) through each layer; norms: (L, H, N, N) "
                    "value-weighted norms and (L, H, N) value norms; stats: (L, H) per-head statistics; relevance: "
-                   "(M, N) each token's relevance by gradient rollout, AttnLRP (subset), rollout and raw attention)")
+                   "(M, N) each token's relevance by gradient rollout, AttnLRP (subset), rollout and raw attention), "
+                   "or the name of your own analysis (ax.register_analysis, or a package's attn_explorer.analyses "
+                   "entry point), saved as analysis_NAME")
     p.add_argument("--relevance-target", default=None, help="with --analysis relevance: what is explained, the class "
                    "(images; default: the predicted one), the next token (decoders; default: the most likely) or a "
                    "reference sentence whose similarity is explained (encoders; needed)")
@@ -311,16 +313,40 @@ EXPORT_ANALYSES = ("rollout", "norms", "stats", "relevance")
 
 
 def analysis_names(text: str | None) -> list[str]:
-    """"rollout,stats" -> ["rollout", "stats"]; an unknown name is one line."""
+    """"rollout,stats" -> ["rollout", "stats"]; the built-in names in any case, a registered analysis's
+    (ax.register_analysis, or an installed entry point) as it was registered; an unknown name is one line."""
     if text is None:
         return []
-    names = [t.strip().lower() for t in str(text).split(",") if t.strip()]
+    names = [t.strip() for t in str(text).split(",") if t.strip()]
     if not names:
         raise UserError(f"--analysis needs at least one of {', '.join(EXPORT_ANALYSES)}")
+    out, notes = [], []
     for n in names:
-        if n not in EXPORT_ANALYSES:
-            raise UserError(f"unknown analysis {n!r}: choose from {', '.join(EXPORT_ANALYSES)}")
-    return list(dict.fromkeys(names))
+        if n.lower() in EXPORT_ANALYSES:
+            out.append(n.lower())
+            continue
+        from attn_explorer.api.analyses import analyses, problems
+
+        mine, notes = analyses(), problems()
+        if n not in mine:
+            broken = [p for p in notes if p.startswith(f"analysis {n!r} ")]
+            if broken:  # an installed analysis that could not be loaded: its own line
+                raise UserError(broken[0])
+            yours = f"; registered: {', '.join(mine)}" if mine else ""
+            raise UserError(f"unknown analysis {n!r}: choose from {', '.join(EXPORT_ANALYSES)}{yours}")
+        out.append(n)
+    for p in notes:  # installed analyses that could not be loaded, when one of yours is asked for
+        print(f"note: {p}", file=sys.stderr)
+    return list(dict.fromkeys(out))
+
+
+def custom_arrays(r, names: list[str]) -> dict[str, np.ndarray]:
+    """Each registered analysis asked for, run on r and checked, saved as analysis_NAME."""
+    from attn_explorer.api.analyses import analyses, run_analysis
+
+    mine = set(analyses())
+    return {f"analysis_{n}": np.asarray(run_analysis(n, r).values) for n in names if n in mine
+            and n not in EXPORT_ANALYSES}
 
 
 def analysis_arrays(model, r, x, run_kw: dict, names: list[str], relevance_target: str | None = None
@@ -349,4 +375,5 @@ def analysis_arrays(model, r, x, run_kw: dict, names: list[str], relevance_targe
         from attn_explorer.analysis.relevance import export_arrays
 
         out.update(export_arrays(model, x, run_kw, relevance_target))  # (M, N) and what each row explains
+    out.update(custom_arrays(r, names))  # your own analyses: fn(r) -> array, checked
     return out

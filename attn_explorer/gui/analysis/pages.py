@@ -47,6 +47,12 @@ def _corpus(state):
     return CorpusPage(state)
 
 
+def _custom(state):
+    from attn_explorer.gui.analysis.custom import CustomAnalysisPage
+
+    return CustomAnalysisPage(state)
+
+
 ANALYSIS_PAGES = [
     ("overview", "Head overview", _overview),
     ("rollout", "Rollout", _rollout),
@@ -55,4 +61,5 @@ ANALYSIS_PAGES = [
     ("compare", "Compare", _compare),
     ("lines", "Lines", _lines),
     ("corpus", "Corpus", _corpus),
+    ("custom", "Your analyses", _custom),  # ax.register_analysis(name, fn): one page, a chooser
 ]
