@@ -103,15 +103,11 @@ def save_result(r, out: str | os.PathLike, extra: dict[str, np.ndarray] | None =
 
 # ---- the all-heads picture ---------------------------------------------------------------------------
 
-# viridis at 9 stops, interpolated to 256 entries: the GUI's default colormap, with no matplotlib.
-_VIRIDIS = np.array([[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
-                     [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37]], dtype=np.float64)
-
-
 def viridis_lut() -> np.ndarray:
-    x = np.linspace(0, 1, len(_VIRIDIS))
-    t = np.linspace(0, 1, 256)
-    return np.stack([np.interp(t, x, _VIRIDIS[:, c]) for c in range(3)], axis=1).round().astype(np.uint8)
+    """(256, 3) uint8 viridis, the GUI's default colormap, with no matplotlib (written once, in api.notebook)."""
+    from attn_explorer.api.notebook import viridis_lut as lut
+
+    return lut()
 
 
 def head_grid_image(att: np.ndarray, cell: int | None = None, title: str = ""):
