@@ -52,6 +52,30 @@ class TextTokenizer:
         toks = [self.tok.id_to_token(int(i)) or "" for i in ids]
         return [_display(t) for t in toks] if self.byte_level else toks
 
+    def single_token_id(self, token: str | int, vocab_size: int | None = None, model: str = "the model") -> int:
+        """The vocabulary id of one token, given as an int id (7592) or as its text (" Mary", with its
+        leading space where the text has one; a byte-level token as the views show it, "ĠMary" or " Mary").
+        Text that is not exactly one token is one UserError line naming its pieces."""
+        if isinstance(token, bool):
+            raise UserError(f"give the token as text (for example ' Paris') or as an id, not {token!r}")
+        size = self.tok.get_vocab_size() if vocab_size is None else int(vocab_size)
+        if isinstance(token, int) or type(token).__module__ == "numpy":
+            t = int(token)
+            if not 0 <= t < size:
+                raise UserError(f"token id {t} does not exist; the vocabulary has ids 0..{size - 1}")
+            return t
+        if not isinstance(token, str) or token == "":
+            raise UserError("the target token is empty: give it as text (for example ' Paris') or as an id")
+        direct = self.tok.token_to_id(token)
+        if direct is not None:
+            return int(direct)
+        ids = self.tok.encode(token, add_special_tokens=False).ids
+        if len(ids) == 1:
+            return int(ids[0])
+        pieces = " + ".join(repr(t) for t in self.display(ids))
+        raise UserError(f"{token!r} is {len(ids)} tokens for {model} ({pieces or 'none'}), not one: give a single "
+                        "token, with its leading space where the text has one")
+
     @classmethod
     def from_folder(cls, folder: Path) -> "TextTokenizer | None":
         from tokenizers import Tokenizer
@@ -77,8 +101,11 @@ class TextTokenizer:
         if (folder / "vocab.json").exists() and (folder / "merges.txt").exists():
             from tokenizers import ByteLevelBPETokenizer
 
-            return cls(ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))._tokenizer,
-                       byte_level=True)
+            from attn_explorer.hub.specials import add_bpe_specials
+
+            tok = ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))._tokenizer
+            add_bpe_specials(tok, folder)  # <s> ... </s> (BART, RoBERTa), </s> ... (OPT), as transformers
+            return cls(tok, byte_level=True)
         return None
 
     @property
