@@ -19,13 +19,16 @@ Everything here returns plain NumPy records; no model is kept in them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
 from attn_explorer.analysis.stats import STATISTICS, head_stats
 from attn_explorer.errors import UserError
 from attn_explorer.validate import existing_head
+
+if TYPE_CHECKING:  # the model is api's (import-linter sees this arrow); torch is imported in the functions
+    from attn_explorer.api.model import Model
 
 MAX_POINTS = 4000  # tokens kept per chosen head (each gives a query and a key point)
 MAX_SENTENCES = 20000
@@ -151,7 +154,7 @@ def _fire(att: np.ndarray, special: np.ndarray) -> np.ndarray:
     return a.max(axis=(-1, -2)).astype(np.float32)
 
 
-def gather(model, sentences: Iterable[str], heads: list[tuple[int, int]], max_points: int = MAX_POINTS,
+def gather(model: Model, sentences: Iterable[str], heads: list[tuple[int, int]], max_points: int = MAX_POINTS,
            dk_scale: float = 1.0, should_stop: Callable[[], bool] | None = None) -> Iterator[tuple[int, int] | Corpus]:
     """Run every sentence through `model` (an api Model of text), one forward pass each; yields (done, total)
     after each sentence and finally the Corpus. `should_stop()` returning True ends early: the Corpus then
@@ -161,6 +164,8 @@ def gather(model, sentences: Iterable[str], heads: list[tuple[int, int]], max_po
         raise UserError(f"{info.name} reads images; the corpus view takes sentences of text")
     if info.encoder_decoder:
         raise UserError(f"{info.name} is an encoder-decoder; the corpus view takes encoders and decoders")
+    from attn_explorer.api.hooks import heads_first
+
     sentences = list(sentences)
     total = len(sentences)
     for l, h in heads:
@@ -177,9 +182,9 @@ def gather(model, sentences: Iterable[str], heads: list[tuple[int, int]], max_po
         if should_stop is not None and should_stop():
             break
         prep = model.prepare(sentence, max_tokens=None)
-        caps = {l: {} for l in layers}
-        out, _ = model._forward(prep.inputs, dk_scale, None, captures=caps, output_attentions=True)
-        att = out.attentions[0].float().cpu().numpy()  # (L, H, N, N), small: one sentence
+        t = model.trace(prep, names=[f"blocks.{l}.attn.hook_{p}" for l in layers for p in "qk"], dk_scale=dk_scale,
+                        attentions=True)
+        att = t.out.attentions[0].float().cpu().numpy()  # (L, H, N, N), small: one sentence
         special = np.asarray(prep.special, dtype=bool)
         s = head_stats(att, special)
         unit = s.distance_unit
@@ -191,9 +196,8 @@ def gather(model, sentences: Iterable[str], heads: list[tuple[int, int]], max_po
             picks = pool.offer(n)
             if not picks:
                 continue
-            cap = caps[l]
-            q = cap["q"][0, h].float().cpu().numpy()  # (N, d_k)
-            k = cap["k"][0, h].float().cpu().numpy()
+            q = heads_first(t.cache[f"blocks.{l}.attn.hook_q"], info.num_heads)[0, h].float().cpu().numpy()  # (N, d_k)
+            k = heads_first(t.cache[f"blocks.{l}.attn.hook_k"], info.num_heads)[0, h].float().cpu().numpy()
             st = store[(l, h)]
             dims[(l, h)] = q.shape[-1]
             for i, slot in picks:
@@ -224,7 +228,7 @@ def gather(model, sentences: Iterable[str], heads: list[tuple[int, int]], max_po
                  complete=len(kept_sentences) == total)
 
 
-def run_corpus(model, sentences, heads, max_points: int = MAX_POINTS, dk_scale: float = 1.0,
+def run_corpus(model: Model, sentences, heads, max_points: int = MAX_POINTS, dk_scale: float = 1.0,
                progress: Callable[[int, int], None] | None = None) -> Corpus:
     """gather() to the end: the Corpus (progress(done, total) after each sentence)."""
     for item in gather(model, sentences, heads, max_points, dk_scale):

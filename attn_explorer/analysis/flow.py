@@ -26,12 +26,15 @@ queries so memory stays bounded.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from attn_explorer.analysis.lens import FrozenNorm, residual_run
 from attn_explorer.errors import UserError
+
+if TYPE_CHECKING:  # the model is api's (import-linter sees this arrow); torch is imported in the functions
+    from attn_explorer.api.model import Model
 
 BLOCK_FLOATS = 1 << 23  # queries per block: at most ~32 MB of (queries, N, D) float32 at a time
 
@@ -122,7 +125,7 @@ def _layer_shares(block, cap, b: int = 0):
     return out_attn, out_resid, out_mlp, heads
 
 
-def contribution_graph(model, x, run_kw: dict | None = None, progress: Callable | None = None) -> FlowGraph:
+def contribution_graph(model: Model, x, run_kw: dict | None = None, progress: Callable | None = None) -> FlowGraph:
     """Every edge's share for text x (or a list of token ids) on a decoder (an api Model)."""
     import torch
 

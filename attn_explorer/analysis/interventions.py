@@ -1,8 +1,8 @@
 """Head interventions: switch heads off, or patch them from another run, and measure what changes.
 
-Every intervention acts on a head's output before W_O (the layer's `head_hook`, core.attention): ctx
-(B, H, N, d_v) -> torch.where(mask, replacement, ctx), where the mask says which (copy, head, position)
-take the replacement and the replacement is
+Every intervention is a hook on a head's output before W_O (blocks.{layer}.attn.hook_z, through the one
+engine api.hooks.head_hook): z (B, N, H, d_v) -> torch.where(mask, replacement, z), where the mask says
+which (copy, position, head) take the replacement and the replacement is
   "zero":  0;
   "mean":  that head's output averaged over this input's positions;
   a tensor: the same head's output in another run (patching: clean -> corrupt).
@@ -26,53 +26,39 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from attn_explorer.api.hooks import ABLATIONS, head_hook, head_mask
+from attn_explorer.api.model import Model
 from attn_explorer.budget import default_budget
 from attn_explorer.errors import UserError
 from attn_explorer.validate import existing_head
 
-KINDS = ("zero", "mean")  # ablations; a tensor replacement is patching
+KINDS = ABLATIONS  # ablations; a tensor replacement is patching
 MAX_BATCH = 96  # copies per forward pass at most: past this the CPU gains nothing and memory grows
 RUN_KEYS = ("max_tokens", "image_size", "dk_scale", "dk_layers")  # of a run's keywords, what a scan keeps
 
 
-# ---- the hook -------------------------------------------------------------------------------------------
-
-def replace_hook(edits: list) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A head hook: ctx (B, H, N, d_v) -> the same with, for each (mask, source) of edits in turn, the cells
-    where `mask` (bool, broadcastable to (B, H, N, 1)) is True replaced by `source` ("zero", "mean" or a
-    tensor broadcastable to ctx)."""
-
-    def hook(ctx: torch.Tensor) -> torch.Tensor:
-        for mask, source in edits:
-            if isinstance(source, str):
-                repl = ctx.new_zeros(()) if source == "zero" else ctx.mean(dim=2, keepdim=True)  # (B, H, 1, d_v)
-            else:
-                repl = source.to(ctx.dtype)
-            ctx = torch.where(mask.to(ctx.device), repl, ctx)
-        return ctx
-
-    return hook
-
+# ---- the forward pass -----------------------------------------------------------------------------------
 
 def _expand(inputs: dict, copies: int) -> dict:
     """The module's inputs for `copies` copies of one input (views, no copy made)."""
     return {k: v.expand(copies, *v.shape[1:]) if torch.is_tensor(v) else v for k, v in inputs.items()}
 
 
-def forward(model, inputs: dict, plans: dict | None = None, copies: int = 1, run_kw: dict | None = None,
+def z_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_z"
+
+
+def forward(model: Model, inputs: dict, plans: dict | None = None, copies: int = 1, run_kw: dict | None = None,
             save_ctx: bool = False) -> tuple[Any, dict]:
-    """One forward pass of `copies` copies of the input with plans {layer: [(mask, source), ...]} applied (no
-    maps kept; see replace_hook). Returns (the module's output, the captures: with save_ctx each layer's ctx after its hook)."""
+    """One forward pass (Model.trace) of `copies` copies of the input with plans {layer: [(mask, source), ...]}
+    applied as hooks on blocks.{layer}.attn.hook_z (api.hooks.head_hook; masks broadcastable to (B, N, H, 1)),
+    no maps kept. Returns (the module's output, {layer: z after its hook (B, N, H, d_v)} when save_ctx)."""
     kw = run_kw or {}
-    caps: dict[int, dict] = {}
-    layers = range(model.info.num_layers) if save_ctx else (plans or {})
-    for layer in layers:
-        cap = caps[layer] = {"quiet": True, "save_ctx": save_ctx}
-        if plans and layer in plans:
-            cap["head_hook"] = replace_hook(plans[layer])
-    out, _ = model._forward(_expand(inputs, copies), kw.get("dk_scale", 1.0), kw.get("dk_layers"), captures=caps,
-                            output_attentions=False)
-    return out, caps
+    hooks = {z_name(layer): head_hook(edits) for layer, edits in (plans or {}).items()}
+    names = [z_name(i) for i in range(model.info.num_layers)] if save_ctx else ()
+    t = model.trace(_expand(inputs, copies), hooks, names, dk_scale=kw.get("dk_scale", 1.0),
+                    dk_layers=kw.get("dk_layers"))
+    return t.out, ({i: t.cache[z_name(i)] for i in range(model.info.num_layers)} if save_ctx else {})
 
 
 # ---- metrics --------------------------------------------------------------------------------------------
@@ -110,34 +96,23 @@ def embedding(hidden: torch.Tensor, pool: str) -> torch.Tensor:
     return hidden[:, 0].float() if pool == "cls" else hidden.float().mean(dim=1)
 
 
-def is_decoder(model) -> bool:
+def is_decoder(model: Model) -> bool:
     """A decoder with next-token logits (core Llama and GPT-2 families: `logits(hidden)`)."""
     return bool(model.info.causal and model.info.can_generate and hasattr(model.module, "logits"))
 
 
-def is_classifier(model) -> bool:
+def is_classifier(model: Model) -> bool:
     return model.info.modality == "image" and getattr(getattr(model.module, "cfg", None), "num_labels", 0) > 0
 
 
-def token_id(model, token: str) -> int:
+def token_id(model: Model, token: str) -> int:
     """The id of `token`, which must be one token of the model's vocabulary (" Mary", with its space)."""
-    tok = model.tokenizer
-    if tok is None:
+    if model.tokenizer is None:
         raise UserError(f"{model.info.name} has no tokenizer: give the target as text it can read")
-    if not isinstance(token, str) or token == "":
-        raise UserError("the target token is empty")
-    ids = tok.tok.encode(token, add_special_tokens=False).ids
-    if len(ids) == 1:
-        return int(ids[0])
-    direct = tok.tok.token_to_id(token)
-    if direct is not None:
-        return int(direct)
-    pieces = " + ".join(repr(t) for t in tok.display(ids))
-    raise UserError(f"{token!r} is {len(ids)} tokens for {model.info.name} ({pieces or 'none'}), not one: "
-                    "give a single token, with its leading space where the text has one")
+    return model.tokenizer.single_token_id(token, model=model.info.name)
 
 
-def class_index(model, target) -> int:
+def class_index(model: Model, target) -> int:
     """A classifier's class: its label ("7") or its index."""
     labels = {str(v): int(k) for k, v in model.labels.items()}
     n = model.module.cfg.num_labels
@@ -152,7 +127,7 @@ def class_index(model, target) -> int:
     return i
 
 
-def make_metric(model, prep, clean_out, target=None, foil=None) -> Metric:
+def make_metric(model: Model, prep, clean_out, target=None, foil=None) -> Metric:
     """The metric that fits the model, for a prepared input whose clean output is clean_out. Decoders
     without a target measure the clean run's most likely next token; classifiers its top class."""
     if model.info.encoder_decoder:
@@ -182,7 +157,7 @@ def make_metric(model, prep, clean_out, target=None, foil=None) -> Metric:
                   reference=embedding(clean_out.hidden[:1], pool)[0], pool=pool)
 
 
-def prepare(model, x, run_kw: dict | None = None):
+def prepare(model: Model, x, run_kw: dict | None = None):
     """x made ready as `model.run` makes it, with the run's cut and image size."""
     kw = run_kw or {}
     if model.info.encoder_decoder:
@@ -190,7 +165,7 @@ def prepare(model, x, run_kw: dict | None = None):
     return model.prepare(x, max_tokens=kw.get("max_tokens"), image_size=kw.get("image_size"))
 
 
-def metric(model, x, target=None, foil=None, **run_kw) -> Metric:
+def metric(model: Model, x, target=None, foil=None, **run_kw) -> Metric:
     """The metric that fits `model` for input x (runs x once: the reference and the default target)."""
     prep = prepare(model, x, run_kw)
     out, _ = forward(model, prep.inputs, run_kw=run_kw)
@@ -223,7 +198,7 @@ def check_positions(positions, n: int) -> list[int] | None:
     return out
 
 
-def same_length(clean_prep, corrupt_prep, model) -> int:
+def same_length(clean_prep, corrupt_prep, model: Model) -> int:
     n, m = model.token_count(clean_prep), model.token_count(corrupt_prep)
     if n != m:
         raise UserError(f"the clean input has {n} tokens and the corrupt one {m}: patching needs the same number "
@@ -231,7 +206,7 @@ def same_length(clean_prep, corrupt_prep, model) -> int:
     return n
 
 
-def batch_size(model, n_tokens: int, jobs: int) -> int:
+def batch_size(model: Model, n_tokens: int, jobs: int) -> int:
     """How many copies one forward pass takes: what a quarter of the memory budget holds (activations of
     the widest layer, the explicit path's maps, a vocabulary row), at most MAX_BATCH."""
     i = model.info
@@ -248,15 +223,15 @@ def _report(progress, done: int, total: int, what: str) -> None:
 
 # ---- single runs ----------------------------------------------------------------------------------------
 
-def head_plans(model, heads: dict) -> dict:
-    """{(layer, head): "zero" | "mean"} -> {layer: [(mask (1, H, 1, 1), kind), ...]}, one edit per kind."""
-    H = model.info.num_heads
-    plans: dict[int, dict[str, torch.Tensor]] = {}
+def head_plans(model: Model, heads: dict) -> dict:
+    """{(layer, head): "zero" | "mean"} -> {layer: [(mask (1, 1, H, 1), kind), ...]}, one edit per kind."""
+    per_layer: dict[int, dict[str, list[int]]] = {}
     for (layer, head), how in heads.items():
         if how not in KINDS:
             raise UserError(f"unknown intervention {how!r} for L{layer} H{head}: use 'zero' or 'mean'")
-        plans.setdefault(layer, {}).setdefault(how, torch.zeros(1, H, 1, 1, dtype=torch.bool))[0, head] = True
-    return {layer: [(m, how) for how, m in kinds.items()] for layer, kinds in plans.items()}
+        per_layer.setdefault(layer, {}).setdefault(how, []).append(head)
+    H = model.info.num_heads
+    return {layer: [(head_mask(hs, H), how) for how, hs in kinds.items()] for layer, kinds in per_layer.items()}
 
 
 @dataclass
@@ -273,7 +248,7 @@ class Comparison:
     tokens: list[str] = field(default_factory=list)  # the input's tokens
 
 
-def compare(model, x, ablate: dict, top: int = 8, **run_kw) -> Comparison:
+def compare(model: Model, x, ablate: dict, top: int = 8, **run_kw) -> Comparison:
     """The clean run and the run with `ablate` ({(layer, head): "zero" | "mean"}) side by side, in one
     forward pass of two copies: decoders' next-token probabilities (the top of either run), classifiers'
     class probabilities, or the embeddings' cosine similarity."""
@@ -286,7 +261,7 @@ def compare(model, x, ablate: dict, top: int = 8, **run_kw) -> Comparison:
         return _compared(model, out, top, len(heads), list(prep.tokens or []))
 
 
-def _compared(model, out, top: int, n_heads: int, tokens: list[str]) -> Comparison:
+def _compared(model: Model, out, top: int, n_heads: int, tokens: list[str]) -> Comparison:
     """Copy 0 (clean) against copy 1 (intervened) of one forward's output."""
     if is_decoder(model):
         p = torch.softmax(model.module.logits(out.hidden[:, -1]).float(), dim=-1)  # (2, vocab)
@@ -367,10 +342,10 @@ class Scan:
         return d
 
 
-def _scan(model, inputs, n: int, jobs: list, cell: Callable, source, metric: Metric, run_kw: dict,
+def _scan(model: Model, inputs, n: int, jobs: list, cell: Callable, source, metric: Metric, run_kw: dict,
           batch: int | None, progress, what: str) -> tuple[np.ndarray, int]:
     """The metric for each job, `batch` jobs per forward pass (copy b carries job b): cell(job) -> (layer,
-    index into that copy's (H, N) or (H, 1) mask, the mask's shape) says where the job acts; source is one
+    index into that copy's (N, H) or (1, H) mask, the mask's shape) says where the job acts; source is one
     replacement for every layer, or a list of one per layer."""
     size = batch or batch_size(model, n, len(jobs))
     values = np.empty(len(jobs))
@@ -381,7 +356,7 @@ def _scan(model, inputs, n: int, jobs: list, cell: Callable, source, metric: Met
         masks: dict[int, torch.Tensor] = {}
         for b, job in enumerate(chunk):
             layer, idx, shape = cell(job)
-            masks.setdefault(layer, torch.zeros(len(chunk), *shape, 1, dtype=torch.bool))[(b, *idx)] = True
+            masks.setdefault(layer, torch.zeros(len(chunk), *shape, 1, dtype=torch.bool))[(b, *idx)] = True  # (B, N|1, H, 1)
         plans = {layer: [(m, source[layer] if isinstance(source, list) else source)] for layer, m in masks.items()}
         with torch.inference_mode():
             out, _ = forward(model, inputs, plans, len(chunk), run_kw)
@@ -391,7 +366,7 @@ def _scan(model, inputs, n: int, jobs: list, cell: Callable, source, metric: Met
     return values, passes
 
 
-def ablation_scan(model, x, metric: Metric | None = None, how: str = "zero", batch: int | None = None,
+def ablation_scan(model: Model, x, metric: Metric | None = None, how: str = "zero", batch: int | None = None,
                   progress=None, target=None, foil=None, **run_kw) -> Scan:
     """Switch off each head in turn ("zero" or "mean"): an L×H grid of the metric. progress(fraction,
     message) is called after each forward pass (it may raise to cancel)."""
@@ -405,13 +380,13 @@ def ablation_scan(model, x, metric: Metric | None = None, how: str = "zero", bat
         clean = float(metric(model.module, clean_out)[0])
     L, H = model.info.num_layers, model.info.num_heads
     jobs = [(l, h) for l in range(L) for h in range(H)]
-    values, passes = _scan(model, prep.inputs, model.token_count(prep), jobs, lambda j: (j[0], (j[1],), (H, 1)), how,
+    values, passes = _scan(model, prep.inputs, model.token_count(prep), jobs, lambda j: (j[0], (0, j[1]), (1, H)), how,
                            metric, run_kw, batch, progress, "heads")
     return Scan("ablation", metric.label, values.reshape(L, H), clean, how=how, tokens=list(prep.tokens or []),
                 passes=passes)
 
 
-def _clean_and_corrupt(model, clean, corrupt, metric, target, foil, run_kw):
+def _clean_and_corrupt(model: Model, clean, corrupt, metric, target, foil, run_kw):
     """Both inputs prepared, the clean run's every-layer ctx, the metric and its value on both runs."""
     cp, xp = prepare(model, clean, run_kw), prepare(model, corrupt, run_kw)
     n = same_length(cp, xp, model)
@@ -420,11 +395,11 @@ def _clean_and_corrupt(model, clean, corrupt, metric, target, foil, run_kw):
         metric = metric or make_metric(model, cp, clean_out, target, foil)
         corrupt_out, _ = forward(model, xp.inputs, run_kw=run_kw)
         values = float(metric(model.module, clean_out)[0]), float(metric(model.module, corrupt_out)[0])
-    ctx = [caps[l]["ctx"] for l in range(model.info.num_layers)]  # (1, H, N, d_v) each
+    ctx = [caps[l] for l in range(model.info.num_layers)]  # (1, N, H, d_v) each: z after hook_z
     return cp, xp, n, ctx, metric, values
 
 
-def patching_scan(model, clean, corrupt, metric: Metric | None = None, per: str = "head", batch: int | None = None,
+def patching_scan(model: Model, clean, corrupt, metric: Metric | None = None, per: str = "head", batch: int | None = None,
                   progress=None, target=None, foil=None, **run_kw) -> Scan:
     """Activation patching clean -> corrupt: run the corrupt input with one cell taken from the clean run,
     per="head": one head's output at every position; per="position": every head of one layer at one
@@ -436,10 +411,10 @@ def patching_scan(model, clean, corrupt, metric: Metric | None = None, per: str 
     L, H = model.info.num_layers, model.info.num_heads
     if per == "head":
         jobs = [(l, h) for l in range(L) for h in range(H)]
-        cell = (lambda j: (j[0], (j[1], slice(None)), (H, n)))
+        cell = (lambda j: (j[0], (slice(None), j[1]), (n, H)))
     else:
         jobs = [(l, p) for l in range(L) for p in range(n)]
-        cell = (lambda j: (j[0], (slice(None), j[1]), (H, n)))
+        cell = (lambda j: (j[0], (j[1], slice(None)), (n, H)))
     values, passes = _scan(model, xp.inputs, n, jobs, cell, ctx, metric, run_kw, batch, progress,
                            "heads" if per == "head" else "(layer, position) cells")
     return Scan(f"patch-{per}", metric.label, values.reshape(L, -1), c, corrupt=k, how="clean -> corrupt",
@@ -462,7 +437,7 @@ class Patched:
         return (self.patched - self.corrupt) / gap if abs(gap) > 1e-9 else float("nan")
 
 
-def patch(model, clean, corrupt, metric: Metric | None = None, heads=None, positions=None, target=None, foil=None,
+def patch(model: Model, clean, corrupt, metric: Metric | None = None, heads=None, positions=None, target=None, foil=None,
           **run_kw) -> Patched:
     """Run `corrupt` with `heads` ([(layer, head)]; None: every head of every layer) taking their outputs
     from the `clean` run at `positions` (token indices; None: all). Same token count required."""
@@ -473,7 +448,7 @@ def patch(model, clean, corrupt, metric: Metric | None = None, heads=None, posit
     pos = check_positions(positions, n)
     masks: dict[int, torch.Tensor] = {}
     for layer, head in heads:
-        masks.setdefault(layer, torch.zeros(1, H, n, 1, dtype=torch.bool))[0, head, slice(None) if pos is None else pos] = True
+        masks.setdefault(layer, torch.zeros(1, n, H, 1, dtype=torch.bool))[0, slice(None) if pos is None else pos, head] = True
     plans = {layer: [(m, ctx[layer])] for layer, m in masks.items()}
     with torch.inference_mode():
         out, _ = forward(model, xp.inputs, plans, 1, run_kw)

@@ -26,11 +26,14 @@ Post-LN decoders (OPT-350m) have no such sum and are refused.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from attn_explorer.errors import UserError
+
+if TYPE_CHECKING:  # the model is api's (import-linter sees this arrow); torch is imported in the functions
+    from attn_explorer.api.model import Model
 
 NORMS = ("frozen", "own")  # the lens's final norm: frozen scale (the attribution's convention), or each layer's own
 CONVENTION = ("Final norm's scale frozen from the last layer's output (the final norm's real input), one scale per "
@@ -131,16 +134,13 @@ def branch_norm(block, raw):
 def head_pieces(block, cap, positions=None, b: int = 0):
     """One block's attention output split by head at `positions` (all when None): (heads (H, P, D), bias (P, D)
     or None), each already through the frozen post-branch norm and layerscale, so heads.sum(0) + bias = the
-    block's attn_out there. Reads the capture's ctx (W_O's input, "save_ctx") when kept, else its head_outputs."""
+    block's attn_out there. Reads the layer's ctx (W_O's input: hook_z, heads first; see layer_pieces)."""
     import torch
 
     pos = slice(None) if positions is None else list(positions)
-    if "ctx" in cap:
-        attn = block.attn
-        w_o = attn.out.weight.float().view(attn.out.out_features, attn.num_heads, attn.head_dim)  # (D, H, d)
-        heads = torch.einsum("hpd,ehd->hpe", cap["ctx"][b][:, pos].float(), w_o)  # (H, P, D)
-    else:
-        heads = cap["head_outputs"][b][:, pos].float()  # (H, P, D), each head's share of W_O
+    attn = block.attn
+    w_o = attn.out.weight.float().view(attn.out.out_features, attn.num_heads, attn.head_dim)  # (D, H, d)
+    heads = torch.einsum("hpd,ehd->hpe", cap["ctx"][b][:, pos].float(), w_o)  # (H, P, D), each head's share
     ob = block.attn.out.bias
     raw = heads.sum(0) + (ob.float() if ob is not None else 0)
     post = branch_norm(block, raw)
@@ -165,7 +165,7 @@ class ResidualRun:
     parts: DecoderParts
     ids: list[int]
     tokens: list[str]
-    caps: dict  # {layer: capture dict}: resid_in, attn_out, mlp_out; ctx, or q, k, values, head_outputs (+ probs)
+    caps: dict  # {layer: layer_pieces}: resid_in, attn_out, mlp_out; ctx; q, k, values (+ probs) where kept
     final: object  # (N, D) float32: the final norm's input (the last block's output)
     hidden: object  # (N, D_embed): what W_U reads (the model's own final hidden state)
     dk_scale: float = 1.0
@@ -182,15 +182,16 @@ def run_kwargs(run_kw: dict | None) -> tuple[float, list | None, int | None]:
     return float(run_kw.get("dk_scale", 1.0)), run_kw.get("dk_layers"), run_kw.get("max_tokens")
 
 
-def residual_run(model, x, run_kw: dict | None = None, probs: bool = False, layers=None, keep: str = "ctx",
+def residual_run(model: Model, x, run_kw: dict | None = None, probs: bool = False, layers=None, keep: str = "ctx",
                  full=None) -> ResidualRun:
     """Run `model` (an api Model, a decoder) once on text x, keeping each block's residual pieces.
 
-    layers: which layers' captures to keep (all when None). keep: what else each keeps: "none" (the residual
-    stream alone: the lens), "ctx" (W_O's input, (H, N, d) a layer, from which `head_pieces` makes any position's
-    head outputs: attribution) or "full" (the standard capture: q, k, values, head_outputs; the graph). full: layers
-    that get the standard capture whatever `keep` says (the why-matrix's own layer). probs=True also keeps the
-    full layers' attention probabilities (capture["probs"]); a UserError says when they would not fit in memory."""
+    One Model.trace keeping named activations (layer_pieces). layers: which layers to keep (all when None).
+    keep: what else each keeps: "none" (the residual stream alone: the lens), "ctx" (hook_z, W_O's input, (H, N,
+    d) a layer, from which `head_pieces` makes any position's head outputs: attribution) or "full" (also q, k and
+    values: the graph). full: layers that keep everything whatever `keep` says (the why-matrix's own layer).
+    probs=True also keeps the full layers' attention probabilities (hook_pattern); a UserError says when they
+    would not fit in memory."""
     from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 
     if keep not in ("none", "ctx", "full"):
@@ -207,22 +208,41 @@ def residual_run(model, x, run_kw: dict | None = None, probs: bool = False, laye
         if need > budget:
             raise UserError(f"{n:,} tokens would need {human_bytes(need)} for every layer's attention maps; only "
                             f"{human_bytes(budget)} can be spared now: use fewer tokens")
-    caps = {}
-    for i in want:
-        if int(i) in full:
-            caps[int(i)] = {"resid": True, "save_probs": probs}
-        else:
-            caps[int(i)] = {"resid": True, "quiet": True, "save_ctx": keep == "ctx"}
     last = len(parts.blocks) - 1
-    caps.setdefault(last, {"resid": True, "quiet": True})  # the final residual: resid_in + attn_out + mlp_out
-    out, _ = model._forward(inputs, dk_scale, dk_layers, captures=caps, output_attentions=False)
+    layers_kept = sorted({int(i) for i in want} | {last})  # the last block's pieces make the final residual
+    names = []
+    for i in layers_kept:
+        names += [f"blocks.{i}.hook_resid_pre", f"blocks.{i}.hook_attn_out", f"blocks.{i}.hook_mlp_out"]
+        if i in full or (keep == "ctx" and i in set(want)):
+            names.append(f"blocks.{i}.attn.hook_z")
+        if i in full:
+            names += [f"blocks.{i}.attn.hook_{p}" for p in "qkv"] + ([f"blocks.{i}.attn.hook_pattern"] if probs else [])
+    t = model.trace(inputs, names=names, dk_scale=dk_scale, dk_layers=dk_layers)
+    caps = {i: layer_pieces(t.cache, i, model.info.num_heads) for i in layers_kept}
     c = caps[last]
     final = (c["resid_in"] + c["attn_out"] + c["mlp_out"])[0].float()
     ids = inputs["input_ids"][0].tolist()
+    out = t.out
     return ResidualRun(parts, ids, tokens, caps, final, out.hidden[0], dk_scale, dk_layers, notes)
 
 
-def prepared(model, x, max_tokens=None) -> tuple[dict, list[str], list[str]]:
+def layer_pieces(cache, i: int, num_heads: int) -> dict:
+    """Block i's kept activations under the names the lens, attribution and graph read: resid_in, attn_out,
+    mlp_out (B, N, D); ctx (B, H, N, d: hook_z, heads first); q, k, values (B, H, N, d, grouped-query heads
+    repeated); probs (B, H, N, N), each where the run kept it."""
+    from attn_explorer.api.hooks import heads_first  # torch: never at import (the window imports this module)
+
+    pre = f"blocks.{i}."
+    pieces = {"resid_in": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
+              "probs": "attn.hook_pattern"}
+    out = {key: cache[pre + name] for key, name in pieces.items() if pre + name in cache}
+    for key, name in (("ctx", "z"), ("q", "q"), ("k", "k"), ("values", "v")):
+        if f"{pre}attn.hook_{name}" in cache:
+            out[key] = heads_first(cache[f"{pre}attn.hook_{name}"], num_heads)
+    return out
+
+
+def prepared(model: Model, x, max_tokens=None) -> tuple[dict, list[str], list[str]]:
     """(forward inputs, tokens, notes) of text x, or of x given as token ids already (a list of ints)."""
     import torch
 
@@ -254,31 +274,20 @@ def softcapped(parts: DecoderParts, logits):
     return logits if c is None else torch.tanh(logits / c) * c
 
 
-def token_id(model, target: str | int) -> int:
-    """The vocabulary id of one target token, given as an id or as text (" Paris"); a UserError when the
-    text is not exactly one token."""
+def token_id(model: Model, target: str | int) -> int:
+    """The vocabulary id of one target token, given as an id (an int, or digits) or as text (" Paris");
+    a UserError when the text is not exactly one token (hub.text.TextTokenizer.single_token_id)."""
     vocab = int(decoder_parts(model.module).unembed.shape[0])
-    if isinstance(target, (int, np.integer)) or (isinstance(target, str) and target.strip().isdigit()
-                                                 and target.strip() == target):
-        t = int(target)
-        if not 0 <= t < vocab:
-            raise UserError(f"token id {t} does not exist; the vocabulary has ids 0..{vocab - 1}")
-        return t
-    if not isinstance(target, str) or target == "":
-        raise UserError("give the target token as text (for example ' Paris') or as an id")
-    tok = getattr(model.tokenizer, "tok", None)
-    if tok is None:
+    if isinstance(target, str) and target.isdigit():
+        target = int(target)
+    if model.tokenizer is None:
+        if isinstance(target, (int, np.integer)) and 0 <= int(target) < vocab:
+            return int(target)
         raise UserError("this model has no tokenizer to read the target token with")
-    direct = tok.token_to_id(target)
-    if direct is not None:
-        return int(direct)
-    ids = tok.encode(target, add_special_tokens=False).ids
-    if len(ids) != 1:
-        raise UserError(f"the target {target!r} is {len(ids)} tokens here; give exactly one token")
-    return int(ids[0])
+    return model.tokenizer.single_token_id(target, vocab, model.info.name)
 
 
-def token_texts(model, ids) -> list[str]:
+def token_texts(model: Model, ids) -> list[str]:
     """Each id as the views show tokens."""
     tz = model.tokenizer
     if tz is None:
@@ -346,7 +355,7 @@ def _read(parts: DecoderParts, h, k: int, best=None):
     return torch.cat(vals), torch.cat(idx), (torch.cat(got) if best is not None else None)
 
 
-def logit_lens(model, x, run_kw: dict | None = None, k: int = 5, norm: str = "frozen",
+def logit_lens(model: Model, x, run_kw: dict | None = None, k: int = 5, norm: str = "frozen",
                progress: Callable | None = None) -> LogitLens:
     """The top-k next tokens of every layer × position (see the module's docstring for the convention)."""
     import torch
@@ -442,7 +451,7 @@ def attribution_of(run: ResidualRun, position: int, target_id: int):
     return emb, torch.stack(heads).cpu().numpy(), torch.stack(mlps).cpu().numpy(), biases, logit
 
 
-def logit_attribution(model, x, run_kw: dict | None = None, position: int = -1,
+def logit_attribution(model: Model, x, run_kw: dict | None = None, position: int = -1,
                       target: str | int | None = None) -> LogitAttribution:
     """Each piece's direct contribution to the target's logit at `position` (default: the last token;
     target default: the model's own top-1 next token there)."""
@@ -463,7 +472,7 @@ def logit_attribution(model, x, run_kw: dict | None = None, position: int = -1,
                                 mlps.astype(np.float32), biases, logit, prob)
 
 
-def head_tokens(model, x, run_kw: dict | None, layer: int, head: int, position: int = -1, k: int = 8):
+def head_tokens(model: Model, x, run_kw: dict | None, layer: int, head: int, position: int = -1, k: int = 8):
     """Which tokens one head's direct output at `position` promotes and suppresses: its share of W_O there,
     through the frozen final norm and W_U. Returns ([(token, logit)] promoted, [(token, logit)] suppressed)."""
     import torch

@@ -28,6 +28,7 @@ from attn_explorer.analysis.rollout import FUSIONS, check_ratio
 from attn_explorer.analysis.stats import HeadStats
 from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.lazy import LayerOptions, logits_block
+from attn_explorer.core.hooks import Hooks
 from attn_explorer.errors import UserError
 
 TILE_ELEMENTS = 1 << 22  # probabilities per tile (H × rows × columns): 16 MB of float32, a few temporaries
@@ -269,10 +270,10 @@ def collect_layers(module: torch.nn.Module, inputs: dict, dk_scale: float = 1.0,
     """Run `module` once keeping, per layer, q, k, lse and how its logits are formed (core.lazy.LayerOptions:
     its window, its d_k scale): the LayerQK records the functions above read. For modules run here directly
     (tests, and callers without a RunResult's lazy store)."""
-    captures = {i: {"keep": True} for i in range(len(module.blocks.layers))}
+    hooks = Hooks(keep=True)  # every layer keeps q, k and lse (core.hooks.KeptLayer), no maps
     with torch.inference_mode():
-        module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=False, captures=captures, **inputs)
-    return [LayerQK(c["q"], c["k"], c["lse"], c["options"], int(c["q"].shape[-1])) for _, c in sorted(captures.items())]
+        module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=False, hooks=hooks, **inputs)
+    return [LayerQK(c.q, c.k, c.lse, c.options, int(c.q.shape[-1])) for _, c in sorted(hooks.kept.items())]
 
 
 def layers_of(store) -> list[LayerQK]:

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from attn_explorer.errors import UserError
+
+if TYPE_CHECKING:  # the model is api's (import-linter sees this arrow); torch is imported in the functions
+    from attn_explorer.api.model import Model
 
 
 def transformed_value_norms(values, w_o) -> np.ndarray:
@@ -71,6 +76,8 @@ def model_norms(model, x, layers=None, **run_kw) -> LayerNorms:
     run_kw: dk_scale, dk_layers, max_tokens, image_size, as for Model.run."""
     import torch
 
+    from attn_explorer.api.hooks import heads_first
+
     info = model.info
     unknown = set(run_kw) - {"dk_scale", "dk_layers", "max_tokens", "image_size"}
     if unknown:
@@ -79,10 +86,10 @@ def model_norms(model, x, layers=None, **run_kw) -> LayerNorms:
     bad = [i for i in want if not 0 <= i < info.num_layers]
     if bad or not want:
         raise UserError(f"layer {bad[0] if bad else '?'} does not exist; the model has layers 0..{info.num_layers - 1}")
-    dk_scale, dk_layers = model._check_dk(run_kw.get("dk_scale", 1.0), run_kw.get("dk_layers"))
     prep = model.prepare(x, max_tokens=run_kw.get("max_tokens"), image_size=run_kw.get("image_size"))
-    caps = {i: {} for i in want}
-    out, _ = model._forward(prep.inputs, dk_scale, dk_layers, captures=caps, output_attentions=True)
+    t = model.trace(prep, names=[f"blocks.{i}.attn.hook_v" for i in want], dk_scale=run_kw.get("dk_scale", 1.0),
+                    dk_layers=run_kw.get("dk_layers"), attentions=True)
+    out = t.out
     attns = out_projections(model.module)
     att, nrm, fxn = [], [], []
     with torch.inference_mode():
@@ -90,7 +97,7 @@ def model_norms(model, x, layers=None, **run_kw) -> LayerNorms:
             mha = attns[i]
             w_o = mha.out.weight.float().view(mha.out.out_features, mha.num_heads, mha.head_dim)  # (D, H, d)
             a = out.attentions[0, i].float().cpu().numpy()  # (H, N, N)
-            v = caps[i]["values"][0].float().cpu().numpy()  # (H, N, d), b_V included
+            v = heads_first(t.cache[f"blocks.{i}.attn.hook_v"], info.num_heads)[0].float().cpu().numpy()  # (H, N, d), b_V included
             fx = transformed_value_norms(v, w_o.cpu().numpy())
             att.append(a)
             fxn.append(fx.astype(np.float32))

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_explorer.analysis.relevance_methods import METHOD_TITLES, METHODS
+from attn_explorer.api.model import Model
 from attn_explorer.errors import UserError
 
 __all__ = ["METHODS", "METHOD_TITLES", "Relevance", "explain", "patch_relevance"]
@@ -105,29 +106,30 @@ def num_layers(module) -> int:
     return len(stack.layers)
 
 
-def token_relevance(module, inputs: dict, score: Callable, method: str, rows: list[int], dk_scale: float = 1.0,
+def token_relevance(model: Model, inputs: dict, score: Callable, method: str, rows: list[int], dk_scale: float = 1.0,
                     progress: Callable[[float, str], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Relevance (B, N) float32 of each input token for score(out) (B,), and the scores (B,).
 
-    One forward pass with autograd (every layer's maps kept in the graph) and, for the gradient methods,
+    One forward pass (Model.trace) with autograd (every layer's hook_pattern kept in the graph, and block 0's
+    hook_resid_pre for AttnLRP) and, for the gradient methods,
     one backward pass. Each sample's score depends on its own input only, so the gradient of the sum
     is each sample's own: a batch gives what each input gives alone. progress(fraction, message) is
     called once per layer each way (a cancelled job stops there)."""
     method = check_method(method)
     from attn_explorer.core.explain import lrp_rules
 
-    L = num_layers(module)
+    L = num_layers(model.module)
     report = progress or (lambda f, m: None)
-    caps = {i: {"save_probs": True, "quiet": True, "head_hook": _forward_tick(report, i, L)} for i in range(L)}
-    caps[0]["resid"] = True
+    ticks = {f"blocks.{i}.attn.hook_z": _forward_tick(report, i, L) for i in range(L)}
+    names = [f"blocks.{i}.attn.hook_pattern" for i in range(L)] + ["blocks.0.hook_resid_pre"]
     grads_needed = method in ("gradient_rollout", "attnlrp")
-    if grads_needed and not any(p.requires_grad for p in module.parameters()):
+    if grads_needed and not any(p.requires_grad for p in model.module.parameters()):
         raise UserError("this model's weights are frozen (requires_grad off): gradient relevance needs autograd")
     mode = torch.enable_grad() if grads_needed else torch.no_grad()
     with mode, (lrp_rules() if method == "attnlrp" else nullcontext()):
-        out = module(dk_scale=dk_scale, captures=caps, output_attentions=False, **inputs)
-        y = score(out)  # (B,)
-    probs = [caps[i]["probs"] for i in range(L)]
+        t = model.trace(inputs, ticks, names, dk_scale=dk_scale, grad=grads_needed)
+        y = score(t.out)  # (B,)
+    probs = [t.cache[f"blocks.{i}.attn.hook_pattern"] for i in range(L)]
     if method == "attention":
         rel = probs[-1].detach().mean(1)[:, rows].mean(1)
     elif method == "rollout":
@@ -141,7 +143,7 @@ def token_relevance(module, inputs: dict, score: Callable, method: str, rows: li
     else:
         for i, p in enumerate(probs):
             p.register_hook(_backward_tick(report, L - 1 - i, L))
-        x0 = caps[0]["resid_in"]
+        x0 = t.cache["blocks.0.hook_resid_pre"]
         (g,) = torch.autograd.grad(y.sum(), x0)
         rel = (x0.detach().float() * g.float()).sum(-1)  # (B, N): Σ_d x ⊙ ∂y/∂x
     report(1.0, "done")
@@ -149,9 +151,8 @@ def token_relevance(module, inputs: dict, score: Callable, method: str, rows: li
 
 
 def _forward_tick(report, i: int, L: int):
-    def hook(ctx):
+    def hook(z, name):  # on blocks.{i}.attn.hook_z: reports, changes nothing
         report(0.5 * i / L, f"forward: layer {i + 1} of {L}")
-        return ctx
 
     return hook
 
@@ -204,7 +205,7 @@ def similarity_score(reference: torch.Tensor) -> Callable:
 
 # ---- a whole explanation for one input of an api Model -------------------------------------------------------
 
-def model_kind(model) -> str:
+def model_kind(model: Model) -> str:
     """"image", "decoder" or "encoder"; a UserError for what cannot be explained here."""
     info, module = model.info, model.module
     if info.encoder_decoder:
@@ -220,20 +221,14 @@ def model_kind(model) -> str:
     return "encoder"
 
 
-def token_id(model, target: str) -> int:
+def token_id(model: Model, target: str) -> int:
     """The one token id of target (a decoder's next token); a UserError when it is not exactly one token."""
-    if not isinstance(target, str) or not target:
-        raise UserError("give the target as one token of text, e.g. ' Paris'")
     if model.tokenizer is None:
         raise UserError(f"{model.info.name} has no tokenizer to read the target token with")
-    enc = model.tokenizer.tok.encode(target, add_special_tokens=False)
-    if len(enc.ids) != 1:
-        pieces = " | ".join(model.tokenizer.display(enc.ids)) or "nothing"
-        raise UserError(f"the target {target!r} is {len(enc.ids)} tokens ({pieces}), not one: give a single token")
-    return int(enc.ids[0])
+    return model.tokenizer.single_token_id(target, model=model.info.name)
 
 
-def class_index(model, target) -> int:
+def class_index(model: Model, target) -> int:
     """A class given by its label or its number; a UserError for neither."""
     labels = model.labels or {}
     t = str(target).strip()
@@ -247,7 +242,7 @@ def class_index(model, target) -> int:
     raise UserError(f"unknown class {target!r}: use one of {known}")
 
 
-def explain(model, x, method: str = "gradient_rollout", target=None, reference: str | None = None,
+def explain(model: Model, x, method: str = "gradient_rollout", target=None, reference: str | None = None,
             dk_scale: float = 1.0, max_tokens: int | None = None, image_size: int | None = None,
             progress: Callable[[float, str], None] | None = None) -> Relevance:
     """The relevance of each token of x (text or an image) for one score of `model` (an api Model).
@@ -256,7 +251,7 @@ def explain(model, x, method: str = "gradient_rollout", target=None, reference: 
     text (default: the most likely next token). reference: encoders, the sentence to compare with (needed)."""
     method = check_method(method)
     kind = model_kind(model)
-    dk_scale, _ = model._check_dk(dk_scale, None)
+    dk_scale, _ = model.check_dk(dk_scale, None)
     prep = model.prepare(x, max_tokens=max_tokens, image_size=image_size)
     if kind == "image":
         return _explain_image(model, prep, method, target, dk_scale, progress)
@@ -270,18 +265,17 @@ def explain(model, x, method: str = "gradient_rollout", target=None, reference: 
         if reference is None or not str(reference).strip():
             raise UserError("an encoder's relevance explains the similarity to a reference sentence: give one")
         ref = model.prepare(str(reference), max_tokens=max_tokens)
-        out, _ = model._forward(ref.inputs, dk_scale, None, output_attentions=False)
-        emb = mean_pooled(out.hidden)[0].detach().clone()
+        emb = mean_pooled(model.trace(ref, dk_scale=dk_scale).out.hidden)[0].detach().clone()
         what = f'cosine similarity to "{_short(reference)}"'
         score, rows = similarity_score(emb), list(range(len(tokens)))
-    rel, y = token_relevance(model.module, prep.inputs, score, method, rows, dk_scale, progress)
+    rel, y = token_relevance(model, prep.inputs, score, method, rows, dk_scale, progress)
     if kind == "decoder":
         shown = model.tokenizer.display([int(chosen["index"][0])])[0]
         what = f'log p("{shown}" next)' if log_prob else f'logit of "{shown}" next'
     return Relevance(method, rel[0], tokens, special, what, float(y[0]), rows, notes=list(prep.notes))
 
 
-def _explain_image(model, prep, method, target, dk_scale, progress) -> Relevance:
+def _explain_image(model: Model, prep, method, target, dk_scale, progress) -> Relevance:
     cls = None if target in (None, "") else torch.tensor([class_index(model, target)])
     extra = model._extra_tokens()
     p = model.info.patch_size
@@ -289,7 +283,7 @@ def _explain_image(model, prep, method, target, dk_scale, progress) -> Relevance
     rows = list(range(min(len(extra), int(getattr(model.module.cfg, "classifier_tokens", 1))))) or \
         list(range(r * c))  # SigLIP (no [CLS]): every token
     chosen: dict = {}
-    rel, y = token_relevance(model.module, prep.inputs, class_logit(cls, chosen), method, rows, dk_scale, progress)
+    rel, y = token_relevance(model, prep.inputs, class_logit(cls, chosen), method, rows, dk_scale, progress)
     index = int(chosen["index"][0])
     label = model.labels.get(index, str(index))
     tokens = extra + [f"r{i}c{j}" for i in range(r) for j in range(c)]
@@ -310,7 +304,7 @@ def patch_relevance(rel: Relevance) -> np.ndarray:
     return rel.scores[rel.patch_offset:].reshape(rel.grid)
 
 
-def export_arrays(model, x, run_kw: dict, target: str | None = None) -> dict[str, np.ndarray]:
+def export_arrays(model: Model, x, run_kw: dict, target: str | None = None) -> dict[str, np.ndarray]:
     """Every method's relevance for `export --analysis relevance`: relevance (M, N) float32, one row per method in
     the order of relevance_methods (M,), with relevance_targets (M,) saying what each row explains and
     relevance_values (M,) the score's value. target: the class (images), the next token (decoders) or the

@@ -16,11 +16,15 @@ N's bias (LayerNorm) and b_Q / b_K.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attn_explorer.analysis.lens import FrozenNorm, head_pieces, residual_run
 from attn_explorer.errors import UserError
+
+if TYPE_CHECKING:  # the model is api's (import-linter sees this arrow); torch is imported in the functions
+    from attn_explorer.api.model import Model
 
 CONVENTION = ("Layer norms' scales frozen at the real residual stream (and q/k norms at the real q and k); RoPE "
               "applied to each writer's projection at its position; the logit before the mask and softmax.")
@@ -137,7 +141,7 @@ def _side(norm, qk_norm, w, b, pieces, bias, x_real, rope, scale_side: float = 1
     return parts * scale_side
 
 
-def why_matrix(model, x, run_kw: dict | None, layer: int, head: int, query: int, key: int,
+def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, query: int, key: int,
                progress=None) -> WhyMatrix:
     """The writer × writer split of head (layer, head)'s logit for query token `query` and key token `key`.
     progress(fraction, message), if given, hears of the forward pass (half) and of the split (the rest)."""

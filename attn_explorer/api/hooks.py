@@ -81,6 +81,14 @@ class ActivationCache(Mapping):
         return f"ActivationCache({len(self)} tensors: {', '.join(list(self._store)[:4])}{', …' if len(self) > 4 else ''})"
 
 
+def heads_first(t: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """A cached q, k, v or z (B, N, heads, d) as (B, H, N, d), grouped-query keys and values repeated to
+    every query head (kv head h // (H / H_kv))."""
+    t = t.transpose(1, 2)
+    r = num_heads // t.shape[1]
+    return t if r == 1 else t.repeat_interleave(r, dim=1)
+
+
 def caching_hook(store: dict, detach: bool = True) -> HookFn:
     """A hook that keeps what it sees in store[name] (detached, unless autograd is wanted) and changes nothing."""
 

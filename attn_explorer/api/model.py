@@ -176,6 +176,7 @@ class Model:
         grad: run with autograd (the cache keeps tensors in the graph). lazy: keep each layer's q, k and lse
         (Trace.lazy) instead of any map."""
         inputs = inputs.inputs if isinstance(inputs, Prepared) else inputs
+        dk_scale, dk_layers = self.check_dk(dk_scale, dk_layers)
         valid = self.hook_names()
         if hooks:
             check_names(hooks, valid)
@@ -185,6 +186,12 @@ class Model:
         out, ms, logits = self._forward(inputs, dk_scale, dk_layers, Hooks(table, keep=lazy),
                                         output_attentions=attentions, grad=grad)
         return Trace(out, ActivationCache(store, valid), ms, logits, getattr(out, "lazy", None))
+
+    def W_O(self, layer: int) -> torch.Tensor:
+        """Layer `layer`'s output projection per head, (H, d_head, D) (TransformerLens's W_O[layer]): head h
+        writes z[..., h, :] @ W_O[h] into the stream (b_O is added once, after the heads)."""
+        attn = self.module.blocks.layers[layer].attn
+        return attn.out.weight.T.reshape(attn.num_heads, attn.head_dim, -1)
 
     def _run(self, x, hooks: Mapping, cache: tuple | None, kw: dict) -> RunResult:
         """run's body with hook tables: `hooks` {name: fn}; cache (names, store, every): what to keep."""
@@ -196,7 +203,7 @@ class Model:
                          "reuse_prefix", "lazy"}
         if bad:
             raise UserError(f"run takes no argument {sorted(bad)[0]!r}")
-        dk_scale, dk_layers = self._check_dk(kw["dk_scale"], kw["dk_layers"])
+        dk_scale, dk_layers = self.check_dk(kw["dk_scale"], kw["dk_layers"])
         ablate = ablation_hooks(kw["ablate"], self.info) if kw["ablate"] else None
         prep = self.prepare(x, max_tokens=kw["max_tokens"], image_size=kw["image_size"])
         dec = prepare_target(self, prep, kw["target"], kw["max_tokens"])
@@ -335,7 +342,7 @@ class Model:
             return self._prepare_text(x, max_tokens)
         return self._prepare_image(x, image_size)
 
-    def _check_dk(self, dk_scale, dk_layers):
+    def check_dk(self, dk_scale, dk_layers):
         dk_scale = dk_scale_value(dk_scale, "dk_scale")
         if dk_layers is not None:
             dk_layers = [int(i) for i in dk_layers]

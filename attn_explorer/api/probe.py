@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attn_explorer.api.hooks import heads_first
 from attn_explorer.api.model import Model
 from attn_explorer.core.attention import attention_scale
 from attn_explorer.errors import UserError
@@ -32,12 +33,12 @@ def layer_qkv(model: Model, x, layer: int, **run_kw) -> tuple[torch.Tensor, torc
     unknown = set(run_kw) - {"dk_scale", "dk_layers", "max_tokens", "image_size"}
     if unknown:
         raise UserError(f"layer_qkv does not take {sorted(unknown)[0]!r}")
-    dk_scale, dk_layers = model._check_dk(run_kw.get("dk_scale", 1.0), run_kw.get("dk_layers"))
+    dk_scale, dk_layers = run_kw.get("dk_scale", 1.0), run_kw.get("dk_layers")
     prep = model.prepare(x, max_tokens=run_kw.get("max_tokens"), image_size=run_kw.get("image_size"))
-    cap: dict = {}
-    # Only this layer captures, and no (L, H, N, N) stack is kept: memory stays O(N) per layer at any N.
-    model._forward(prep.inputs, dk_scale, dk_layers, captures={layer: cap}, output_attentions=False)
-    return tuple(cap[name][0].contiguous() for name in ("q", "k", "values"))  # (H, N, d_k) each
+    # Only this layer's q, k and v are kept, and no (L, H, N, N) stack: memory stays O(N) per layer at any N.
+    names = [f"blocks.{layer}.attn.hook_{p}" for p in "qkv"]
+    t = model.trace(prep, names=names, dk_scale=dk_scale, dk_layers=dk_layers)
+    return tuple(heads_first(t.cache[n], model.info.num_heads)[0].contiguous() for n in names)  # (H, N, d_k) each
 
 
 @dataclass
@@ -80,10 +81,11 @@ def head_trace(model: Model, x, layer: int, head: int, query: int, **run_kw) -> 
         raise UserError(f"layer {layer} does not exist; the model has layers 0..{info.num_layers - 1}")
     if not 0 <= head < info.num_heads:
         raise UserError(f"head {head} does not exist; the model has heads 0..{info.num_heads - 1}")
-    dk_scale, dk_layers = model._check_dk(run_kw.get("dk_scale", 1.0), run_kw.get("dk_layers"))
     prep = model.prepare(x, max_tokens=run_kw.get("max_tokens"), image_size=run_kw.get("image_size"))
-    cap: dict = {}
-    out, ms = model._forward(prep.inputs, dk_scale, dk_layers, captures={layer: cap}, output_attentions=True)
+    names = [f"blocks.{layer}.attn.hook_{p}" for p in "qkvz"]
+    t = model.trace(prep, names=names, dk_scale=dk_scale, dk_layers=dk_layers, attentions=True)
+    out, ms = t.out, t.ms
+    dk_scale, dk_layers = model.check_dk(run_kw.get("dk_scale", 1.0), run_kw.get("dk_layers"))
     if info.modality == "text":
         result = model._result(out, ms, prep.tokens, prep.special, dk_scale, False)
     else:
@@ -91,7 +93,7 @@ def head_trace(model: Model, x, layer: int, head: int, query: int, **run_kw) -> 
     n = result.num_tokens
     if not 0 <= query < n:
         raise UserError(f"token {query} does not exist; the input has tokens 0..{n - 1}")
-    q_all, k, v = (cap[name][0, head].double() for name in ("q", "k", "values"))  # (N, d_k) each
+    q_all, k, v, z = (heads_first(t.cache[n], info.num_heads)[0, head].double() for n in names)  # (N, d_k) each
     d_k = q_all.shape[-1]
     used = dk_scale if dk_layers is None or layer in dk_layers else 1.0
     probs = out.attentions[0, layer, head, query].double()  # (N,): this pass's own softmax
@@ -100,6 +102,6 @@ def head_trace(model: Model, x, layer: int, head: int, query: int, **run_kw) -> 
         layer=layer, head=head, query=query, tokens=list(result.tokens), q=q_all[query].cpu().numpy(),
         k=k.cpu().numpy(), v=v.cpu().numpy(), allowed=allowed, logits=(k @ q_all[query]).cpu().numpy(),
         d_k=int(d_k), dk_scale=float(used), scale=attention_scale(d_k, used), probs=probs.cpu().numpy(),
-        output=(probs @ v).cpu().numpy(), head_share=cap["head_outputs"][0, head, query].double().cpu().numpy(),
+        output=(probs @ v).cpu().numpy(), head_share=(z[query] @ model.W_O(layer)[head].double()).cpu().numpy(),
         attention_row=result.attentions[layer, head, query].copy(), trained=bool(info.trained),
     )

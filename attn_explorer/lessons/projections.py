@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention
+from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.textbook import split_words, word_vector
 from attn_explorer.errors import UserError
 
@@ -82,10 +83,12 @@ def run_heads(x, w: Weights, num_heads: int, with_w_o: bool) -> tuple[np.ndarray
     if x.shape[0] == 0:
         raise UserError("give at least one token")
     m = head_module(w.w_q, w.w_k, w.w_v, w.w_o if with_w_o else None, num_heads)
-    cap: dict = {}
+    kept: dict = {}
+    keep = (lambda t, name: kept.__setitem__(name.rsplit("_", 1)[1], t.transpose(1, 2)[0].numpy()))  # (H, n, d_k)
+    hooks = Hooks({f"blocks.0.attn.hook_{p}": (keep,) for p in "qkv"})
     with torch.inference_mode():
-        out, probs = m(torch.as_tensor(x)[None], AttentionOptions(need_weights=True, capture=cap))
-    return out[0].numpy(), probs[0].numpy(), {name: cap[name][0].numpy() for name in ("q", "k", "values")}
+        out, probs = m(torch.as_tensor(x)[None], AttentionOptions(need_weights=True, hooks=hooks.layer(0)))
+    return out[0].numpy(), probs[0].numpy(), {"q": kept["q"], "k": kept["k"], "values": kept["v"]}
 
 
 def project(x, w: Weights) -> Projected:
