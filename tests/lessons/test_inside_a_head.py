@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import attn_explorer as ax
+from attn_explorer.api.hooks import heads_first
 from attn_explorer.api.probe import head_trace
 from attn_explorer.errors import UserError
 from attn_explorer.lessons.inside_a_head import trace_table
@@ -36,11 +37,18 @@ def tiny_gpt2(tmp_path_factory):
 
 
 def captured(model, layer, dk_scale=1.0, dk_layers=None):
-    """That layer's capture and attention from a forward pass of our core, run here on its own."""
+    """That layer's q, k, v and per-head outputs after W_O (B, H, N, ·), read through its hook points, and
+    its attention, from a forward pass of our core, run here on its own."""
     prep = model.prepare(TEXT)
-    cap = {}
-    out, _ = model._forward(prep.inputs, dk_scale, dk_layers, captures={layer: cap}, output_attentions=True)
-    return cap, out.attentions[0, layer]
+    a = f"blocks.{layer}.attn."
+    t = model.trace(prep, names=[a + "hook_q", a + "hook_k", a + "hook_v", a + "hook_z"], dk_scale=dk_scale,
+                    dk_layers=dk_layers, attentions=True)
+    h = model.info.num_heads
+    cap = {key: heads_first(t.cache[a + point], h)
+           for key, point in (("q", "hook_q"), ("k", "hook_k"), ("values", "hook_v"))}
+    cap["head_outputs"] = torch.einsum("bhnd,hde->bhne", heads_first(t.cache[a + "hook_z"], h),
+                                       model.W_O(layer).detach())
+    return cap, t.out.attentions[0, layer]
 
 
 @pytest.mark.parametrize("layer,head,query", [(0, 0, 10), (3, 7, 2), (5, 11, 0)])
