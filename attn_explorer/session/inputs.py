@@ -8,64 +8,19 @@ the job façade (`SessionState`) turns into a run, a re-pooling or a model switc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.session.jobs import DEFAULT_TEXT_MODEL
 from attn_explorer.session.long_view import COLOUR_SCALES
+from attn_explorer.session.stacks import STACKS, StackMaps, stack_maps
 
 SAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
 DK_MIN, DK_MAX = 0.05, 20.0
 VIEW_OPTIONS = ("colormap", "log_scale", "hide_special", "alpha", "stack", "colour_scale")
-# which attention of an encoder-decoder (BART) the explorer pages draw; other models have only "encoder"
-STACKS = ("encoder", "decoder", "cross")
-STACK_NAMES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
-               "cross": "cross-attention (target → source)"}
-
-
-@dataclass(frozen=True)
-class StackMaps:
-    """One stack of a run's maps with the tokens of each axis: rows are the queries, columns the keys.
-    Encoder and decoder maps are square; cross-attention's rows are the target's tokens and its columns
-    the source's."""
-
-    stack: str  # "encoder", "decoder" or "cross"
-    attentions: np.ndarray  # float32 (L, H, R, C)
-    rows: list[str]  # R query tokens
-    cols: list[str]  # C key tokens
-    row_special: np.ndarray  # bool (R,)
-    col_special: np.ndarray  # bool (C,)
-
-    @property
-    def name(self) -> str:
-        return STACK_NAMES[self.stack]
-
-    @property
-    def square(self) -> bool:
-        return self.stack != "cross"
-
-
-def short_kind(kind: str) -> str:
-    """A layer kind as a grid row carries it: "local, window 512" -> "local 512", "global" -> "global"."""
-    return kind.replace(", window", "")
-
-
-def stack_maps(r: RunResult, stack: str = "encoder") -> StackMaps:
-    """The maps of `stack` in r; the encoder's (the only ones) when r has no decoder."""
-    special = np.asarray(r.special, dtype=bool)
-    if stack == "encoder" or r.decoder_attentions is None or r.cross_attentions is None:
-        return StackMaps("encoder", r.attentions, list(r.tokens), list(r.tokens), special, special)
-    dec = np.asarray(r.decoder_special, dtype=bool)
-    if stack == "decoder":
-        return StackMaps("decoder", r.decoder_attentions, list(r.decoder_tokens), list(r.decoder_tokens), dec, dec)
-    return StackMaps("cross", r.cross_attentions, list(r.decoder_tokens), list(r.tokens), dec, special)
-
-
 # a text file longer than this many bytes per position the model reads is cut to that before it reaches the
 # text box (a token is rarely more than a few bytes; the model then cuts the rest to its positions itself)
 FILE_BYTES_PER_POSITION = 32

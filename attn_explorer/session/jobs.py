@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.budget import attention_maps_bytes, human_bytes
+from attn_explorer.session.stacks import stack_maps
 
 DEFAULT_TEXT_MODEL = "minilm"
 # torch's intra-op threads for every model job: every core but one, which stays with the GUI thread.
@@ -120,11 +121,10 @@ def load_job(loader: Loader, src: str | None, device: str, want_image: bool, pro
 
 def pool_job(r: RunResult, hide_special: bool = False, stack: str = "encoder") -> RunResult:
     """`r` with the grid's mosaic (api.display.GridImage) of `stack` ("encoder", "decoder" or "cross" of
-    an encoder-decoder: session.inputs.stack_maps) in `display`, without the special tokens' rows and
+    an encoder-decoder: session.stacks.stack_maps) in `display`, without the special tokens' rows and
     columns when `hide_special`. Alone, it redraws a result on screen whose drawing options changed: a
     new record sharing r's arrays, so the one on screen never changes under a view."""
     from attn_explorer.api.display import grid_image
-    from attn_explorer.session.inputs import stack_maps
 
     configure_torch()
     if getattr(r, "is_lazy", False):

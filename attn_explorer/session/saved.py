@@ -299,7 +299,8 @@ def restore_view(state: Any, view: dict) -> None:
     """Put a saved view (options by name, and layer, head, query, query_chosen when known) into state,
     directly, then announce it (options_changed, selection_changed). A value this version does not know
     is skipped: the state keeps its own."""
-    from attn_explorer.session.inputs import STACKS as STATE_STACKS, VIEW_OPTIONS
+    from attn_explorer.session.inputs import VIEW_OPTIONS
+    from attn_explorer.session.stacks import STACKS as STATE_STACKS
 
     for key, value in view.items():
         now = getattr(state, key, None)

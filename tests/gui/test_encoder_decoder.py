@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attn_explorer.session.inputs import STACKS, stack_maps  # noqa: E402
+from attn_explorer.session.stacks import STACKS, stack_maps  # noqa: E402
 from tests.hub.test_parity_bart import make_bart  # noqa: E402
 
 SOURCE = "the cat sat on a mat"

@@ -17,7 +17,7 @@ from superqt.utils import signals_blocked
 
 from attn_explorer.gui.widgets.heatmap import follow_loading
 from attn_explorer.gui.widgets.stats import head_entropy_and_peak
-from attn_explorer.session.inputs import STACK_NAMES, STACKS
+from attn_explorer.session.stacks import STACK_NAMES, STACKS
 from attn_explorer.session.state import DK_MAX, DK_MIN, SessionState, sample_images
 
 DEBOUNCE_MS = 100

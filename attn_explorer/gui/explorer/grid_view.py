@@ -27,8 +27,8 @@ from PySide6.QtWidgets import QGraphicsRectItem, QHBoxLayout, QLabel, QProgressB
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
                                        style_colorbar, waiting_for_input)
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
-from attn_explorer.session.inputs import STACK_NAMES, short_kind, stack_maps
 from attn_explorer.session.long_view import GRID_LANE, overview_job, result_tag
+from attn_explorer.session.stacks import STACK_NAMES, short_kind, stack_maps
 from attn_explorer.session.state import SessionState
 
 

@@ -29,10 +29,10 @@ from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.gui.explorer.query_strip import QueryStrip
 from attn_explorer.errors import UserError
 from attn_explorer.maths import hidden_tokens, kept_tokens, renormalise_without, without_specials
-from attn_explorer.session.inputs import STACK_NAMES, StackMaps
 from attn_explorer.session.long_view import (COLOUR_NAMES, COLOUR_SCALES, STRIP_LANE, WINDOW_LANE, Window, WindowAsk,
                                              colour_scale, find_token, result_tag, strip_job, strip_of_row,
                                              visible_ask, window_job, windowed)
+from attn_explorer.session.stacks import STACK_NAMES, StackMaps
 from attn_explorer.session.state import SessionState
 
 HOVER_HINT = "Hover over the map: query → key: weight. Wheel zooms, drag pans."

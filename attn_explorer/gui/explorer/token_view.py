@@ -24,8 +24,8 @@ from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGra
                                        display_values, follow_loading, lut_rgb, style_colorbar)
 from attn_explorer.gui.explorer.controls import StackSwitch
 from attn_explorer.maths import kept_tokens, rows_without_specials
-from attn_explorer.session.inputs import STACK_NAMES, short_kind
 from attn_explorer.session.long_view import FOCUS_LANE, query_rows_job, result_tag
+from attn_explorer.session.stacks import STACK_NAMES, short_kind
 from attn_explorer.session.state import SessionState
 
 
