@@ -90,6 +90,10 @@ class Built:
     info: dict  # ModelInfo fields, except device, dtype and num_params
     parts: dict[str, Any] = field(default_factory=dict)  # tokenizer=, preprocess=, labels=, encode=
     placed: bool = False  # the module is already on its device and dtype (read there shard by shard)
+    # what the weights are, for the model picker: "trained" or "untrained" where that is known (the
+    # built-ins, our own checkpoints), else where they came from ("from tiny-bert"): a folder may hold
+    # random weights, and nothing in it says otherwise
+    weights: str = ""
 
     @property
     def num_params(self) -> int:

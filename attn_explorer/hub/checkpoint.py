@@ -80,4 +80,5 @@ def load_checkpoint(path: Path, device: Any = "cpu", dtype: torch.dtype = torch.
                    min_tokens=cfg.num_extra_tokens + 1,
                    max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
     labels = {int(k): v for k, v in json.loads(meta.get("labels", "{}")).items()}
-    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, side), labels=labels), placed=True)
+    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, side), labels=labels), placed=True,
+                 weights="trained" if info_kw["trained"] else "untrained")

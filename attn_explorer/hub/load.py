@@ -90,10 +90,12 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
 
 def load_folder(folder: Path, name: str, progress: Progress | None = None,
                 trained: bool = True, note: str = "", device: Any = "cpu", dtype: torch.dtype = torch.float32,
-                max_memory: dict | None = None, offload_folder: str | os.PathLike | None = None) -> Built:
+                max_memory: dict | None = None, offload_folder: str | os.PathLike | None = None,
+                weights: str | None = None) -> Built:
     """A Hugging Face model folder (config.json + weights) into our modules, on device in dtype: built on
     the meta device, checked against the checkpoint's headers, then read shard by shard. device="auto"
-    with max_memory lets accelerate spread the blocks over GPUs, the CPU and disk (offload_folder)."""
+    with max_memory lets accelerate spread the blocks over GPUs, the CPU and disk (offload_folder).
+    weights: the label of the weights (`Built.weights`); by default "from " and the folder's name."""
     folder = Path(folder)
     cfg_file = folder / "config.json"
     if not cfg_file.exists():
@@ -149,7 +151,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
                        max_positions=(side // cfg.patch_size) ** 2 + cfg.num_extra_tokens)
         if cfg.num_labels:
             kw["labels"] = {int(k): v for k, v in (hf_cfg.get("id2label") or {}).items()}
-    built = Built(module, info_kw, kw, placed=True)
+    built = Built(module, info_kw, kw, placed=True, weights=weights or f"from {folder.resolve().name}")
     report(progress, 1.0, "ready")
     return built
 
@@ -207,7 +209,7 @@ def _textbook(name: str) -> Built:
     info_kw = dict(name=name, family="textbook", modality="text", num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                    hidden_size=cfg.dim, max_positions=cfg.max_positions, trained=False,
                    note="untrained: seeded random weights" + ("" if cfg.positional else ", no positional encoding"))
-    return Built(module, info_kw, dict(encode=encode))
+    return Built(module, info_kw, dict(encode=encode), weights="untrained")
 
 
 def _textbook_vit() -> Built:
@@ -228,7 +230,7 @@ def _textbook_vit() -> Built:
     info_kw = dict(name="textbook-vit", family="vit", modality="image", num_layers=6, num_heads=3, hidden_size=192,
                    trained=False, note=f"untrained: random weights; {hint}", patch_size=16, image_size=224,
                    max_positions=197, min_tokens=cfg.num_extra_tokens + 1)
-    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, 224)))
+    return Built(module, info_kw, dict(preprocess=ImagePreprocess.from_config(None, 224)), weights="untrained")
 
 
 def _hub_folder(repo_id: str, progress: Progress | None) -> Path:
@@ -277,22 +279,22 @@ def build(src: str | os.PathLike, progress: Progress | None = None, device: Any 
         built.info["name"] = s
         return built
     if s == "minilm":
-        return load_folder(minilm_folder(), "minilm", progress, **place)
+        return load_folder(minilm_folder(), "minilm", progress, weights="trained", **place)
     if s == "dinov2-small":
         from attn_explorer.hub.dinov2_onnx import NOTE, dinov2_small_folder
 
         folder = dinov2_small_folder(progress=(lambda f, m: report(progress, 0.5 * f, m)) if progress else None)
-        return load_folder(folder, "dinov2-small", progress, note=NOTE, **place)
+        return load_folder(folder, "dinov2-small", progress, note=NOTE, weights="trained", **place)
     if s == "smollm2-135m":
         from attn_explorer.hub.gguf import NOTE as SMOLLM2_NOTE, smollm2_folder
 
         folder = smollm2_folder(progress=(lambda f, m: report(progress, 0.6 * f, m)) if progress else None)
-        return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE, **place)
+        return load_folder(folder, "smollm2-135m", progress, note=SMOLLM2_NOTE, weights="trained", **place)
     if s == "gemma3-270m":
         from attn_explorer.hub.gguf import GEMMA3_NOTE, gemma3_folder
 
         folder = gemma3_folder(progress=(lambda f, m: report(progress, 0.6 * f, m)) if progress else None)
-        return load_folder(folder, "gemma3-270m", progress, note=GEMMA3_NOTE, **place)
+        return load_folder(folder, "gemma3-270m", progress, note=GEMMA3_NOTE, weights="trained", **place)
     path = Path(s).expanduser()
     if path.is_dir():
         return load_folder(path, s, progress, **place)
@@ -303,7 +305,7 @@ def build(src: str | os.PathLike, progress: Progress | None = None, device: Any 
     if path.exists():
         raise UserError(f"{path} is neither a model folder nor a .safetensors checkpoint")
     if HUB_ID.match(s) and not s.startswith((".", "/", "~")):
-        return load_folder(_hub_folder(s, progress), s, progress, **place)
+        return load_folder(_hub_folder(s, progress), s, progress, weights=f"from {s}", **place)
     raise UserError(f"model {s!r} not found: give a built-in name ({', '.join(BUILTINS)}), a folder, "
                     f"a .safetensors file or a hub id")
 

@@ -236,3 +236,17 @@ def test_hub_id_from_offline_cache(tmp_path):
                         "--out", str(tmp_path / "n.npz")], cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 2 and "not in the local Hugging Face cache" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "n.npz").exists()
+
+
+def test_folder_weights_are_labelled_by_their_folder_never_trained(tmp_path):
+    """A folder's weights may be random (these are): nothing in it says they were trained, so the label
+    names where they came from. The built-ins, whose training is known, keep theirs."""
+    from attn_explorer.hub.load import build
+
+    folder = tiny_bert_folder(tmp_path / "tiny-bert")
+    assert build(str(folder)).weights == "from tiny-bert"
+    assert build(str(folder) + "/").weights == "from tiny-bert"
+    assert build("textbook").weights == "untrained" and build("textbook-vit").weights == "untrained"
+    assert build("minilm").weights == "trained"
+    m = ax.load_model("textbook-vit", device="cpu")
+    assert build(str(ax.save_checkpoint(m, tmp_path / "v.safetensors", trained=False))).weights == "untrained"
