@@ -11,6 +11,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
+from attn_explorer.api.hooks import caching_hook, heads_first, merge  # noqa: E402
+from attn_explorer.core.hooks import Hooks  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
 from attn_explorer.hub.architectures import ARCHITECTURES, translate_config  # noqa: E402
 from tests.hub.test_parity import TOL, _compare, _run_ours, _save, linear_path  # noqa: E402,F401
@@ -96,10 +98,12 @@ def test_gemma2_softcapped_probabilities_are_exact(tmp_path):
     m = ax.load_model(_save(hf, tmp_path, "gemma2"), device="cpu")
     ids = torch.randint(0, 99, (1, N_TOKENS))
     cap = {}
+    keep = {f"blocks.1.attn.hook_{p}": caching_hook(cap) for p in "qk"}
     with torch.inference_mode():
-        ours = m.module(input_ids=ids, output_attentions=True, captures={1: cap})
+        ours = m.module(input_ids=ids, output_attentions=True, hooks=Hooks(merge(keep)))
         fast = m.module(input_ids=ids, output_attentions=False)
-    q, k = cap["q"], cap["k"]  # layer 1 is global: a causal mask only
+    # layer 1 is global: a causal mask only; its 2 key heads serve the 4 query heads
+    q, k = (heads_first(cap[f"blocks.1.attn.hook_{p}"], 4) for p in "qk")
     logits = q @ k.transpose(-1, -2) * 20 ** -0.5
     logits = 2.0 * torch.tanh(logits / 2.0)
     logits = logits.masked_fill(torch.ones(N_TOKENS, N_TOKENS, dtype=torch.bool).triu(1), float("-inf"))
