@@ -13,7 +13,8 @@ Side jobs (a lesson's numbers, an analysis, a second model to compare) run besid
 lanes (`submit(key, task)`): newest wins in each lane, as for runs. A lane has at most one job in
 flight and one waiting; a newer request replaces the waiting one and drops the answer of the one in
 flight, so typing fast never piles jobs up and a page never draws an answer for an input it no longer
-shows. A lane job that uses the model also loses its answer to any load asked for after it started.
+shows. A lane job that uses the model also loses its answer to any load asked for after it started, and
+to the model being let go (`release_model`: a saved run opened without its model).
 
 What comes back is dropped when it is stale: the result of a cancelled job, of any job started before
 the newest load request (it belongs to the old model), and of a run older than the one delivered last.
@@ -72,7 +73,7 @@ class Runner(QObject):
         self._run: tuple[int, Callable[[], Task | None]] | None = None  # newest waiting run request
         self._gen = 0  # number of the newest run request
         self._delivered_gen = 0  # number of the newest run whose result was delivered
-        self._epoch = 0  # bumps on every load request
+        self._epoch = 0  # bumps on every load request, and when the model is let go (release_model)
         self._current: _InFlight | None = None
         self._stopped_run: tuple[int, Callable[[], Task | None]] | None = None  # a run a load stopped
         self._busy = False
@@ -118,6 +119,15 @@ class Runner(QObject):
         self._run = (self._gen, prepare)
         self._next()
         return self._gen
+
+    def release_model(self) -> None:
+        """The model is let go (a saved run is shown without it): every job started on it so far, a side job
+        in a lane included, loses its answer, and a load or run that waits is forgotten."""
+        self._epoch += 1
+        self._load = self._run = self._stopped_run = None
+        if self._current is not None and self._current.kind in ("load", "run"):
+            self._stop(self._current)
+        self._update_busy()
 
     def cancel(self) -> None:
         """Forget the waiting run and stop the one in flight: no result of either arrives."""

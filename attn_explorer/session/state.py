@@ -128,6 +128,16 @@ class SessionState(InputState):
                               on_error=self._on_load_error, on_progress=self.load_progressed.emit))
         self.model_loading.emit(src or "")
 
+    def choose_model(self, src: str) -> bool:
+        """The user chose `src` under Model: load it, unless it is the model loaded now (then nothing changes:
+        its result, sweep and timings stay). Returns True when a load started."""
+        info = self.info
+        if (info is not None and self._model is not None and not self.result_only and not self.runner.loading
+                and src == info.name and info.dtype == self.dtype):
+            return False
+        self.load_model(src, want_image=None)
+        return True
+
     def set_dtype(self, dtype: str) -> None:
         """Read the current model again with its weights in dtype (float32, bfloat16 or float16); later
         loads use it too."""
@@ -305,7 +315,7 @@ class SessionState(InputState):
         from attn_explorer.session.saved import restore_view
 
         self.sweep.cancel()
-        self.runner.cancel()
+        self.runner.release_model()  # no answer of a job started on the old model arrives over the saved run
         self._model, self._shown_from, self._session = None, None, None
         self.result, self._opened, self.result_only = None, run.result, run.label
         self.info = run.info

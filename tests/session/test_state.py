@@ -279,3 +279,45 @@ def test_hiding_specials_brings_a_new_record_with_its_own_mosaic(qtbot, world):
     assert st.grid_image is after.display and after.display is not its_grid
     assert before.display is its_grid  # the old record still holds the mosaic it came with
     assert after.attentions is before.attentions  # the same run: nothing was run again
+
+
+def test_a_side_job_of_the_old_model_is_dropped_when_a_saved_run_opens(qtbot, world):
+    """File → Open saved run lets the model go: an answer of a side job started on it before must not arrive
+    over the saved run's maps (it describes another model and another input)."""
+    from attn_explorer.session.reopen import saved_run_of
+
+    st, models, gate, shown = world
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    saved = saved_run_of(st.result)
+    hold = threading.Event()
+    got, errors = [], []
+
+    def slow(model):
+        assert hold.wait(10)
+        return model.info.name
+
+    assert st.submit(slow, key="analysis", on_result=got.append, on_error=errors.append)
+    st.open_result(saved)
+    hold.set()  # the old model's answer comes after the saved run opened
+    qtbot.waitUntil(lambda: st.result is not None and bool(st.result_only), timeout=10000)
+    qtbot.waitUntil(lambda: not st.job_busy("analysis"), timeout=10000)
+    qtbot.wait(50)  # a queued answer would be delivered by now
+    assert got == [] and errors == []
+
+
+def test_rechoosing_the_loaded_model_keeps_its_state(qtbot, world):
+    """Choosing under Model the model already loaded does not load it again: the sweep's points and the
+    timings stay, and no run starts."""
+    st, models, gate, shown = world
+    st.load_model("alpha")
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=10000)
+    st.sweep_points = [(8, 1.0), (16, 2.0)]
+    timings, result = list(st.timings), st.result
+    assert st.choose_model("alpha") is False
+    qtbot.wait(100)
+    assert not st.busy and st.sweep_points == [(8, 1.0), (16, 2.0)]
+    assert st.timings == timings and st.result is result and len(shown) == 1
+    assert st.choose_model("beta") is True  # another model loads
+    qtbot.waitUntil(lambda: st.info.name == "beta" and not st.busy, timeout=10000)
+    assert st.sweep_points == []

@@ -320,7 +320,7 @@ class WindowActions(SessionActions):
         elif data == HF_ID:
             self.hf_id_dialog()
         elif data:
-            self.state.load_model(data, want_image=None)
+            self.state.choose_model(data)  # the model loaded already: nothing to do
         if self.state.info is not None:
             self._select_model_item(self.state.info.name)
         self.focus_page()  # the arrows step layers and heads again, not through the model list
