@@ -14,7 +14,7 @@ from attn_explorer.errors import UserError
 __all__ = ["AnalysisAnswer", "CustomReport", "HOW_TO_REGISTER", "custom_analysis_job"]
 
 HOW_TO_REGISTER = ("No analyses registered yet: in Python, call ax.register_analysis(\"name\", fn) with "
-                   "fn(result) -> an (L, H), (N,) or (N, N) NumPy array, then open this page again.")
+                   "fn(result) -> an (L, H), (N,) or (N, N) NumPy array, then press Run again.")
 
 
 @dataclass(frozen=True)

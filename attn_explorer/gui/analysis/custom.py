@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton
 
 from attn_explorer.gui.analysis.common import DIVERGING, AnalysisPage, HeatPanel, cell_plot, label_cells, peak
 from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
@@ -34,8 +34,11 @@ class CustomAnalysisPage(AnalysisPage):
         self.chooser.setToolTip("The analyses registered with ax.register_analysis or installed as "
                                 "attn_explorer.analyses entry points")
         self.view_label = QLabel("")
+        self.again = QPushButton("Run again")
+        self.again.setToolTip("Read the registered analyses again and run the chosen one (after you registered "
+                              "or changed one while the window was open)")
         bar = QHBoxLayout()
-        for w in (QLabel("analysis"), self.chooser, self.view_label):
+        for w in (QLabel("analysis"), self.chooser, self.again, self.view_label):
             bar.addWidget(w)
         bar.addStretch(1)
         self.finish_layout(bar)
@@ -48,6 +51,7 @@ class CustomAnalysisPage(AnalysisPage):
         self.shown_problems: tuple[str, ...] = ()  # entry point problems already said in the banner
         self.asked = None  # (result, name) of the job in flight
         self.chooser.currentIndexChanged.connect(lambda *_: self.refresh())
+        self.again.clicked.connect(self.run_again)
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         state.attention_ready.connect(self.refresh)
@@ -56,6 +60,16 @@ class CustomAnalysisPage(AnalysisPage):
     def chosen(self) -> str | None:
         name = self.chooser.currentData()
         return None if name is None else str(name)
+
+    def run_again(self) -> None:
+        """Read the registry again and run the chosen analysis on the current result."""
+        self.asked = self._drawn_for = None
+        self.refresh()
+
+    def showEvent(self, ev):  # noqa: N802 - Qt API
+        super().showEvent(ev)
+        if self.answer is None and self.asked is None and self.state.result is not None:
+            self.run_again()  # nothing drawn yet (none was registered, or it failed): look again when shown
 
     # ------------------------------------------------------------------------------- compute
     def refresh(self, *_):
