@@ -21,8 +21,8 @@ def test_image_size_whose_maps_exceed_the_budget_is_refused(vit, monkeypatch):
 
     photo = str(resource_path("samples", "coffee.jpg"))
     # 2048 px with 16-px patches: 16,385 tokens; 6 layers × 3 heads × 16,385² × 4 B = 19.3 GB
-    need = budget.attention_maps_bytes(128 * 128 + 1, 6, 3)
-    assert 19e9 < need < 20e9
+    need = 6 * 3 * (128 * 128 + 1) ** 2 * 4  # L · H · n² · 4 bytes, written out (not the guard's own sum)
+    assert budget.attention_maps_bytes(128 * 128 + 1, 6, 3) == need and 19e9 < need < 20e9
     monkeypatch.setattr(model_mod, "default_budget", lambda device: 4 * 10**9)
     with pytest.raises(UserError) as e:
         vit.run(photo, image_size=2048, lazy=False)  # the maps themselves (automatic: q and k instead)
@@ -57,7 +57,7 @@ def test_a_two_byte_model_counts_its_maps_and_their_float32_copy(tmp_path, monke
     n = len(m.prepare(text).tokens)
     L, H = m.info.num_layers, m.info.num_heads
     assert m.run(text).attentions.dtype == np.float32  # the copy the guard counts
-    real = budget.attention_maps_bytes(n, L, H, elem=2 + 4)
+    real = L * H * n * n * (2 + 4)  # L · H · n² · (2 bytes held + 4 of the float32 copy), written out
     monkeypatch.setattr(model_mod, "default_budget", lambda device: real - 1)  # 2 bytes an element would fit
     with pytest.raises(UserError, match=f"{n} tokens would need {budget.human_bytes(real)}"):
         m.run(text, lazy=False)
@@ -67,7 +67,8 @@ def test_a_two_byte_model_counts_its_maps_and_their_float32_copy(tmp_path, monke
 
 def test_a_float32_model_counts_4_bytes_an_element(monkeypatch):
     m = ax.load_model("textbook", device="cpu")
-    need = budget.attention_maps_bytes(3, m.info.num_layers, m.info.num_heads, elem=4)
+    assert (m.info.num_layers, m.info.num_heads, len(m.prepare("a few words").tokens)) == (2, 4, 3)
+    need = 2 * 4 * 3 ** 2 * 4  # L · H · n² · 4 bytes = 288, written out (not the guard's own function)
     monkeypatch.setattr(model_mod, "default_budget", lambda device: need)
     assert m.run("a few words").attentions.shape[-1] == 3
     monkeypatch.setattr(model_mod, "default_budget", lambda device: need - 1)
