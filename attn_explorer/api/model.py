@@ -208,7 +208,10 @@ class Model:
         prep = self.prepare(x, max_tokens=kw["max_tokens"], image_size=kw["image_size"])
         dec = prepare_target(self, prep, kw["target"], kw["max_tokens"])
         hidden = kw["hidden"]
-        keep = self._keep_lazily(prep, kw["lazy"], hidden, dec is not None)
+        from attn_explorer.api.prefix import reusable
+
+        kv = kw["reuse_prefix"] and dec is None and reusable(self)  # this run keeps its KV cache for the next
+        keep = self._keep_lazily(prep, kw["lazy"], hidden, dec is not None, kv_cache=kv)
         table = merge(ablate, *self._context_hooks, hooks)
         if cache is not None:
             names, store, every = cache
@@ -243,9 +246,12 @@ class Model:
         extra = len(self._extra_tokens())
         return (pixels.shape[-2] // p) * (pixels.shape[-1] // p) + extra
 
-    def _keep_lazily(self, prep: Prepared, lazy: bool | None, hidden: bool, seq2seq: bool) -> bool:
+    def _keep_lazily(self, prep: Prepared, lazy: bool | None, hidden: bool, seq2seq: bool,
+                     kv_cache: bool = False) -> bool:
         """Whether this run keeps q, k and lse instead of the maps (see run's `lazy`), after the memory guard
-        for what it will really keep: the maps (dense), or every layer's q, k, lse and the hidden state."""
+        for what it will really keep: the maps (dense), or every layer's q, k, lse and the hidden state; and
+        with kv_cache (reuse_prefix on a decoder) the keys and values it keeps for the next run (a lazy run's
+        keys are the cache's own: only the values add)."""
         if lazy is not None and not isinstance(lazy, bool):
             raise UserError(f"lazy must be True, False or None (automatic), got {lazy!r}")
         if seq2seq or self.info.encoder_decoder:
@@ -257,15 +263,17 @@ class Model:
         n = self.token_count(prep)
         dense = self._dense_bytes(n)
         budget = default_budget(self.device)
-        if lazy is False or (lazy is None and dense <= min(budget, DENSE_MAX_BYTES)):
-            self._check_memory(prep)
-            return False
         i = self.info
         H, H_kv, d = self._head_shape()
+        kv_one = i.num_layers * H_kv * n * d * self.dtype.itemsize if kv_cache else 0  # the cache's k (or v)
+        if lazy is False or (lazy is None and dense + 2 * kv_one <= min(budget, DENSE_MAX_BYTES)):
+            self._check_memory(prep, 2 * kv_one)
+            return False
         need = kept_bytes(n, n, i.num_layers, H, H_kv, d, self.dtype.itemsize) + (n * i.hidden_size * 4 if hidden else 0)
-        if need > budget:
-            raise UserError(f"{n:,} tokens would keep {human_bytes(need)} of queries and keys for {i.num_layers} "
-                            f"layers × {H} heads (the maps themselves: {human_bytes(dense)}); only "
+        if need + kv_one > budget:
+            cache = f" and {human_bytes(kv_one)} of values for the KV cache a reused prefix keeps" if kv_one else ""
+            raise UserError(f"{n:,} tokens would keep {human_bytes(need)} of queries and keys{cache} for "
+                            f"{i.num_layers} layers × {H} heads (the maps themselves: {human_bytes(dense)}); only "
                             f"{human_bytes(budget)} can be spared now: use fewer tokens or a smaller image size")
         return True
 
@@ -283,20 +291,22 @@ class Model:
             return i.num_heads, i.num_heads, i.hidden_size // max(1, i.num_heads)
         return attn.num_heads, attn.num_kv_heads, attn.head_dim
 
-    def _check_memory(self, prep: Prepared) -> None:
+    def _check_memory(self, prep: Prepared, cache_bytes: int = 0) -> None:
         """Refuse, before running, an input whose attention maps would not fit in memory (the same
         budget the Cost page uses: half of the free memory on the CPU, 80 % on a GPU). The module holds
         the maps in its own dtype, and a RunResult's are float32: a float16 or bfloat16 model holds both
-        at once while the copy is made, 2 + 4 bytes an element; a float32 model shares one buffer, 4."""
+        at once while the copy is made, 2 + 4 bytes an element; a float32 model shares one buffer, 4.
+        cache_bytes: the keys and values a decoder's run keeps for the next one (reuse_prefix), beside the maps."""
         n = self.token_count(prep)
         i = self.info
         elem = self.dtype.itemsize + (0 if self.dtype == torch.float32 else 4)
-        need = attention_maps_bytes(n, i.num_layers, i.num_heads, elem=elem)
+        maps = attention_maps_bytes(n, i.num_layers, i.num_heads, elem=elem)
         budget = default_budget(self.device)
-        if need > budget:
-            raise UserError(f"{n:,} tokens would need {human_bytes(need)} for the attention maps of "
-                            f"{i.num_layers} layers × {i.num_heads} heads; only {human_bytes(budget)} can be spared "
-                            f"now: use fewer tokens or a smaller image size")
+        if maps + cache_bytes > budget:
+            cache = f" and {human_bytes(cache_bytes)} for the KV cache a reused prefix keeps" if cache_bytes else ""
+            raise UserError(f"{n:,} tokens would need {human_bytes(maps + cache_bytes)}: {human_bytes(maps)} for the "
+                            f"attention maps of {i.num_layers} layers × {i.num_heads} heads{cache}; only "
+                            f"{human_bytes(budget)} can be spared now: use fewer tokens or a smaller image size")
 
     def generate(self, prompt: str, max_new_tokens=32, temperature=0.0, top_k=None, chat: bool = False, seed=None):
         """Steps of generating text after prompt, each with its attention (decoders; see api.generate)."""

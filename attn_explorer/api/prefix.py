@@ -105,7 +105,7 @@ def run(model, prep, dk_scale: float, dk_layers, hidden: bool, hooks: Hooks | No
         forget()
         out, ms, _ = model._forward(prep.inputs, dk_scale, dk_layers, hooks, output_attentions=not lazy)
         n = len(prep.tokens)
-        why = "hooks or interventions on" if hooked else "this model keeps no KV cache"
+        why = "interventions on" if hooked else "this model keeps no KV cache"
         line = encoder_line(n) if not model.info.causal else f"reused 0 of {n:,} tokens ({why})"
         return model._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
                              notes=prep.notes, total_tokens=prep.total_tokens, reuse=line)
