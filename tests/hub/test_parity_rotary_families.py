@@ -232,3 +232,34 @@ def test_pythia_style_config_fields_are_read(tmp_path):
     assert m.module.cfg.rotary_dim == 4 and m.module.cfg.rope_theta == 500.0
     att, hidden, _ = max_differences(hf, m, torch.randint(3, VOCAB, (1, N)))
     assert att <= TOL and hidden <= TOL
+
+
+@pytest.mark.parametrize("family,max_window_layers,windows", [
+    ("qwen2", 2, [None, None, 5]),  # the window from layer 2 up
+    ("qwen2", 0, [5, 5, 5]),
+    ("qwen3", 1, [None, 5, 5]),
+    ("qwen2", None, None),  # no key either: transformers' default 28 is past the last layer
+])
+def test_qwen_config_without_layer_types_reads_max_window_layers(tmp_path, family, max_window_layers, windows):
+    """A config.json written before transformers added layer_types: which layers are windowed comes from
+    use_sliding_window, sliding_window and max_window_layers alone, as transformers derives it."""
+    cfg_cls, model_cls = {"qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}[family]
+    old = dict(use_sliding_window=True, sliding_window=5, num_key_value_heads=2)
+    if max_window_layers is not None:
+        old["max_window_layers"] = max_window_layers
+    torch.manual_seed(31)
+    hf = getattr(transformers, model_cls)(getattr(transformers, cfg_cls)(**{**COMMON, **old})).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg.pop("layer_types")
+    if max_window_layers is None:
+        cfg.pop("max_window_layers", None)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert [t == "sliding_attention" for t in hf.config.layer_types] == [w is not None for w in windows or [None] * 3]
+    m = ax.load_model(str(tmp_path), device="cpu")
+    assert m.module.cfg.sliding_windows == windows
+    att, hidden, _ = max_differences(hf, m, torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(9)))
+    assert att <= TOL and hidden <= TOL, (att, hidden)
