@@ -9,6 +9,7 @@ import torch
 
 from attn_explorer.analysis.norms import (model_norms, out_projections, special_share, transformed_value_norms,
                                           value_weighted_norms)
+from attn_explorer.api.hooks import heads_first
 from attn_explorer.errors import UserError
 from tests.analysis.conftest import SENTENCES
 
@@ -54,17 +55,18 @@ def test_model_norms_match_the_forward_pass(minilm):
     assert d.layers == [0, 3] and d.tokens == r.tokens and d.norms.shape == (2, 12, 16, 16)
     np.testing.assert_allclose(d.attentions, r.attentions[[0, 3]], atol=1e-6)
     # ‖f_h(x_j)‖ again, the slow way: the layer's own value projection and W_O slice on its input
-    cap = {3: {}}
-    prep = minilm.prepare(text)
-    minilm._forward(prep.inputs, captures=cap, output_attentions=False)
+    t = minilm.trace(minilm.prepare(text), names=["blocks.3.attn.hook_v", "blocks.3.attn.hook_z"])
     mha = out_projections(minilm.module)[3]
     w_o = mha.out.weight.view(-1, mha.num_heads, mha.head_dim)
+    values = heads_first(t.cache["blocks.3.attn.hook_v"], mha.num_heads)[0]  # (H, N, d)
+    z = heads_first(t.cache["blocks.3.attn.hook_z"], mha.num_heads)[0]  # (H, N, d): before W_O
     with torch.inference_mode():
-        fx = torch.einsum("hnd,ehd->hne", cap[3]["values"][0], w_o).norm(dim=-1).numpy()
+        fx = torch.einsum("hnd,ehd->hne", values, w_o).norm(dim=-1).numpy()
+        head_outputs = torch.einsum("hnd,ehd->hne", z, w_o)  # (H, N, D): each head's output after W_O
     np.testing.assert_allclose(d.value_norms[1], fx, rtol=1e-4)
     np.testing.assert_allclose(d.norms[1], d.attentions[1] * fx[:, None, :], rtol=1e-4, atol=1e-6)
     # the head's output is the sum of the vectors whose lengths these are
-    out = cap[3]["head_outputs"][0].norm(dim=-1).numpy()  # (H, N)
+    out = head_outputs.norm(dim=-1).numpy()  # (H, N)
     assert np.all(out <= d.norms[1].sum(-1) + 1e-4)
 
 
