@@ -20,6 +20,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QSizePolicy, QSlider, QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
 
+from attn_explorer.gui.widgets.tokens import token_text
 from attn_explorer.session.generation import SUGGESTED_MODEL, GenerationSession
 
 TEMPERATURE_STEPS = 40  # the slider: 0 .. 2 in steps of 0.05
@@ -280,7 +281,7 @@ class GeneratePage(QWidget):
         cursor.movePosition(cursor.MoveOperation.End)
         cursor.insertText(step.text)
         k = min(BARS, len(step.top_probs))
-        labels = [repr(t)[1:-1] for t in step.top_tokens[:k]]
+        labels = [token_text(t, 16) for t in step.top_tokens[:k]]  # ␣ a leading space, ↵ a newline
         self.bars.setOpts(x0=np.zeros(k), y=np.arange(k), width=np.asarray(step.top_probs[:k]), height=0.7)
         self.bars_plot.getAxis("left").setTicks([list(enumerate(labels))])
         self.bars_plot.setXRange(0, max(1e-3, max(step.top_probs[:k], default=1.0)) * 1.05)
@@ -291,7 +292,7 @@ class GeneratePage(QWidget):
         self.sink_curve.setData(np.arange(1, len(sink) + 1), np.asarray(sink))
         self.sink_label.setText(f"step {len(sink)}: {sink[-1]:.0%} of the attention is on the first token "
                                 f"({self.session.prompt.tokens[0] if self.session.prompt else ''!r})")
-        self.status.setText(f"step {step.index + 1}: {step.token!r} (p = {step.top_probs[0]:.2f} for the top "
+        self.status.setText(f"step {step.index + 1}: {token_text(step.token)} (p = {step.top_probs[0]:.2f} for the top "
                             f"token), {step.ms:.0f} ms")
         self._draw_attention()
 

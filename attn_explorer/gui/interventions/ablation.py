@@ -15,7 +15,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeade
                                QPushButton, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, cell_centre,
-                                               cell_under, colormap, short)
+                                               cell_under, colormap)
+from attn_explorer.gui.widgets.tokens import TokenPicker, token_text
 from attn_explorer.session.interventions import SCANS, ablation_job, compare_job, patching_job
 from attn_explorer.session.state import SessionState
 
@@ -71,19 +72,21 @@ class AblationPage(LazyPage, QWidget):
             self.scan_kind.addItem(text, key)
             self.scan_kind.setItemData(self.scan_kind.count() - 1, title, Qt.ToolTipRole)
         self.scan_kind.currentIndexChanged.connect(self._kind_changed)
-        self.target = QLineEdit()
+        self.target = TokenPicker()  # the bars' tokens to pick from, so the target is the exact token measured
         self.target.setPlaceholderText("target (top token)")
-        self.target.setToolTip("Decoders: the next token to measure, one token with its leading space (' Mary'); "
-                               "empty: the clean run's most likely token. Classifiers: the class (empty: the top one)")
-        self.foil = QLineEdit()
+        self.target.setToolTip("Decoders: the next token to measure; pick one of the bars' tokens or type one, its "
+                               "leading space as ␣ (␣Mary is ' Mary', Mary another token); empty: the clean run's "
+                               "most likely token. Classifiers: the class (empty: the top one)")
+        self.foil = TokenPicker()
         self.foil.setPlaceholderText("foil (optional)")
-        self.foil.setToolTip("Decoders: measure logit(target) − logit(foil) instead of log p(target)")
+        self.foil.setToolTip("Decoders: measure logit(target) − logit(foil) instead of log p(target); ␣ is a "
+                             "leading space")
         self.corrupt = QLineEdit()
         self.corrupt.setPlaceholderText("corrupt text, as many tokens")
         self.corrupt.setToolTip("Patching: the clean text is the input; this is the corrupt one, with the same number "
                                 "of tokens (e.g. the two names swapped)")
         for box in (self.target, self.foil):
-            box.setMaximumWidth(110)
+            box.setMaximumWidth(130)
         self.run_button = QPushButton("Run scan")
         self.run_button.clicked.connect(self.run_scan)
         self.progress = QProgressBar()
@@ -116,6 +119,7 @@ class AblationPage(LazyPage, QWidget):
         self.canvas.setMinimumWidth(170)
         self.bars_canvas = PaintedGraphicsWidget()  # horizontal bars: the labels read across, unrotated
         self.bar_axis = TokenAxis("left")
+        self.bar_axis.fit_every_label = True  # a dozen bars at most: each is named, in a smaller font if need be
         self.bars_plot = self.bars_canvas.addPlot(row=0, col=0, axisItems={"left": self.bar_axis})
         self.bars_plot.setMenuEnabled(False)
         self.bars_plot.hideButtons()
@@ -159,7 +163,7 @@ class AblationPage(LazyPage, QWidget):
         right = QSplitter(Qt.Vertical)
         right.addWidget(self.bars_canvas)
         right.addWidget(results)
-        right.setSizes([210, 290])
+        right.setSizes([250, 250])
         split = _Splitter(Qt.Horizontal)
         self.stack = CanvasStack(self.canvas, "Load a model to switch its heads off.")
         split.addWidget(self.stack)
@@ -219,7 +223,10 @@ class AblationPage(LazyPage, QWidget):
         self.stack.show_message("Type some text (or open a picture) to switch heads off.")
 
     def _kind_changed(self, *_) -> None:
-        patching = self.scan_kind.currentData() != "ablation"
+        kind = self.scan_kind.currentData()
+        if self.scan is not None and self.scan.kind != kind:  # its rows and columns belong to the other kind
+            self._drop_scan("")
+        patching = kind != "ablation"
         self.corrupt.setVisible(patching)
         self.run_button.setText("Run patching" if patching else "Run scan")
 
@@ -306,8 +313,9 @@ class AblationPage(LazyPage, QWidget):
         else:
             labels, before, after = list(c.labels), np.asarray(c.before), np.asarray(c.after)
             b, a = int(np.argmax(before)), int(np.argmax(after))
+            name = token_text if c.kind == "decoder" else str
             text = (f"{off}: top {'next token' if c.kind == 'decoder' else 'class'} "
-                    f"<b>{labels[b]!r}</b> {before[b]:.3f} → <b>{labels[a]!r}</b> {after[a]:.3f} (clean grey, "
+                    f"<b>{name(labels[b])}</b> {before[b]:.3f} → <b>{name(labels[a])}</b> {after[a]:.3f} (clean grey, "
                     f"heads off orange).")
             ylabel = c.metric
         if not c.heads:
@@ -316,11 +324,16 @@ class AblationPage(LazyPage, QWidget):
         y = np.arange(n) + 0.5
         self.before_bars.setOpts(x0=np.zeros(n), y=y - 0.2, height=0.38, width=before)
         self.after_bars.setOpts(x0=np.zeros(n), y=y + 0.2, height=0.38, width=after)
-        self.bar_axis.set_labels([short(t) for t in labels])
+        shown = [token_text(t) for t in labels] if c.kind == "decoder" else labels
+        self.bar_axis.set_labels(shown)
+        if c.kind != "similarity":  # the targets to pick from: the bars' tokens or classes, most likely first
+            order = [int(i) for i in np.argsort(-before, kind="stable")]
+            for box in (self.target, self.foil):
+                box.set_tokens([labels[i] for i in order], None if c.kind == "decoder" else [labels[i] for i in order])
         top = float(max(before.max(initial=0), after.max(initial=0), 1e-6))
         self.bars_plot.setRange(xRange=(0, top * 1.05), yRange=(0, n), padding=0)
-        self.bars_plot.setLabel("bottom", ylabel)
-        self.bars_plot.setTitle("clean (grey) vs heads off (orange)")
+        # no title: its line is the room the bars' labels need at 1024×700; the colours are named below them
+        self.bars_plot.setLabel("bottom", f"{ylabel}: clean grey, heads off orange")
         self.effect_text.setText(text)
 
     def _switch_clicked(self, ev) -> None:
@@ -400,6 +413,8 @@ class AblationPage(LazyPage, QWidget):
         self.scan = self._scan_for = None
         self.scan_stack.show_message(why or "Run a scan to see every head's effect here.")
         self.table.setRowCount(0)
+        self.table.setHorizontalHeaderLabels(["#", "L", "H", "effect"])  # a per-position scan's "pos" goes too
+        self.scan_plot.setTitle("")
         self.scan_text.setText(why)
 
     def _draw_scan(self) -> None:
@@ -410,7 +425,7 @@ class AblationPage(LazyPage, QWidget):
         self.scan_image.setImage(e.astype(np.float32), levels=(-v, v), autoLevels=False)
         self.scan_image.setRect(0, 0, cols, rows)
         per_position = s.kind == "patch-position"
-        _label_cells(self.scan_plot, rows, cols, [short(t, 8) for t in s.tokens] if per_position else None)
+        _label_cells(self.scan_plot, rows, cols, [token_text(t, 8) for t in s.tokens] if per_position else None)
         self.scan_plot.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
         self.scan_plot.setTitle(SCANS[s.kind][0])
         self.scan_stack.show_canvas()

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QFontMetrics
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QLabel, QStackedWidget, QWidget
 
 from attn_explorer.maths import display_values
@@ -107,7 +107,8 @@ def cell_centre(plot: pg.PlotItem, i: int, j: int):
 
 
 def short(token: str, width: int = 14) -> str:
-    t = token.replace("\n", "⏎")
+    """A label cut to `width` characters; a newline drawn as ↵, as `tokens.token_text` draws it."""
+    t = token.replace("\n", "↵")
     return t if len(t) <= width else t[: width - 1] + "…"
 
 
@@ -120,6 +121,7 @@ class TokenAxis(pg.AxisItem):
     """
 
     TICK_SPACE = 110  # most pixels the tick labels take across the axis (14 characters)
+    MIN_POINT_SIZE = 6.0  # `fit_every_label`: the smallest font the labels shrink to
 
     def __init__(self, orientation: str, rotate: bool = False, **kw):
         super().__init__(orientation, **kw)
@@ -129,11 +131,27 @@ class TokenAxis(pg.AxisItem):
         # long inputs: while a token cannot have a line of its own, label positions (0, 500, 1000...) instead
         # of every k-th token; once there is room for one a line, every token is named
         self.numbers_when_crowded = False
+        # a few labels that must all be read (the bars of a chart): a smaller font rather than every k-th label
+        self.fit_every_label = False
         self._tick_space = 20
         self.setTicks([[], []])
 
     def _font(self):
-        return self.style["tickFont"] or self.font()
+        base = self.style["tickFont"] or self.font()
+        if not self.fit_every_label or not self._labels:
+            return base
+        lo, hi = sorted(self.range)
+        length = self._along()
+        if hi <= lo or length <= 0:
+            return base
+        per_label = length / (hi - lo)  # pixels along the axis for one token
+        line = QFontMetrics(base).height() + 1
+        if line <= per_label:
+            return base
+        font = QFont(base)
+        size = base.pointSizeF() if base.pointSizeF() > 0 else base.pixelSize() * 0.75
+        font.setPointSizeF(max(self.MIN_POINT_SIZE, size * (per_label - 1) / (line - 1)))
+        return font
 
     def set_labels(self, labels: list[str]) -> None:
         self._labels = [short(t) for t in labels]
@@ -241,9 +259,20 @@ class TokenAxis(pg.AxisItem):
             else:  # left
                 right = rect.width()
                 p.drawLine(QPointF(right - 3, px), QPointF(right, px))
-                p.drawText(QRectF(right - 6 - box, px - fh / 2, box, fh), int(Qt.AlignRight | Qt.AlignVCenter),
-                           text)
+                box_rect, shown = self.left_label_box(px, text)
+                p.drawText(box_rect, int(Qt.AlignRight | Qt.AlignVCenter), shown)
             p.restore()
+
+    def left_label_box(self, px: float, text: str) -> tuple[QRectF, str]:
+        """Where a left axis draws a label, and the text it draws: inside the axis, right-aligned to the tick;
+        a label wider than the axis is given (a layout that squeezes the axis) loses its end to "…", never its
+        first characters past the axis' left edge."""
+        fm = QFontMetrics(self._font())
+        right = self.mapRectFromParent(self.geometry()).width()
+        box = max(0.0, min(self._tick_space - 8, right - 6))
+        if fm.horizontalAdvance(text) > box:
+            text = fm.elidedText(text, Qt.ElideRight, int(box))
+        return QRectF(right - 6 - box, px - fm.height() / 2, box, fm.height()), text
 
 
 def nice_step(at_least: float) -> int:
