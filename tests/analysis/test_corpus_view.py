@@ -128,12 +128,10 @@ def test_memory_stays_bounded_by_the_sample(bert):
     # a uniform sample: late sentences are in it too, not only the first tokens seen
     assert pts.sentence.max() > 30
     # each kept point's q is the token's real query
-    r_q = {}
-    caps = {0: {}}
     i = int(np.argmax(pts.sentence))
     prep = bert.prepare(c.sentences[pts.sentence[i]])
-    bert._forward(prep.inputs, captures=caps, output_attentions=False)
-    r_q = caps[0]["q"][0, 0, pts.position[i]].numpy()
+    t = bert.trace(prep, names=["blocks.0.attn.hook_q"])
+    r_q = t.cache["blocks.0.attn.hook_q"][0, pts.position[i], 0].numpy()  # (B, N, H, d): head 0
     np.testing.assert_allclose(pts.q[i], r_q, atol=1e-6)
 
 
