@@ -13,15 +13,14 @@ def test_analysis_pages_share_one_tab(make_window, qtbot):
     assert titles.count("Analyses") == 1
     # eight tabs plus Interventions (its tools' sub-tabs); test_window's every-tab-visible test checks they fit 1024 px
     assert w.tabs.count() <= 9, titles
-    names = [name for name, _, _ in ANALYSIS_PAGES]
-    for name in names:
-        assert name in w.pages
-        assert all(t != title for t in titles for n, title, _ in ANALYSIS_PAGES if n == name)
+    for row in ANALYSIS_PAGES:
+        assert row.name in w.pages
+        assert row.title not in titles  # a sub-tab, not a top-level tab
 
 
 def test_show_page_opens_a_sub_tab_and_names_it(make_window, qtbot):
     w = make_window(model="textbook")
-    name = ANALYSIS_PAGES[-1][0]
+    name = ANALYSIS_PAGES[-1].name
     w.show_page(name)
     outer = w.tabs.currentWidget()
     assert isinstance(outer, QTabWidget) and w.tabs.tabText(w.tabs.currentIndex()) == "Analyses"
@@ -29,5 +28,5 @@ def test_show_page_opens_a_sub_tab_and_names_it(make_window, qtbot):
     assert w.current_page_name == name
     w.show_page("head")
     assert w.current_page_name == "head"
-    w.show_page(ANALYSIS_PAGES[0][0])
-    assert w.current_page_name == ANALYSIS_PAGES[0][0]
+    w.show_page(ANALYSIS_PAGES[0].name)
+    assert w.current_page_name == ANALYSIS_PAGES[0].name

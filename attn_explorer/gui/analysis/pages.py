@@ -1,8 +1,12 @@
-"""The analysis pages, in tab order: (name for --view, tab title, factory(state)).
+"""The analysis pages, in tab order: rows of the window's page table (widgets.pages.Page).
 
 Each page's module is imported when the window builds its page (plain imports, so import-linter sees them).
 """
 from __future__ import annotations
+
+from attn_explorer.gui.widgets.pages import Page
+
+GROUP = "Analyses"  # one top-level tab, each page a sub-tab in it
 
 
 def _overview(state):
@@ -53,13 +57,13 @@ def _custom(state):
     return CustomAnalysisPage(state)
 
 
-ANALYSIS_PAGES = [
-    ("overview", "Head overview", _overview),
-    ("rollout", "Rollout", _rollout),
-    ("norms", "Value norms", _norms),
-    ("search", "Head search", _search),
-    ("compare", "Compare", _compare),
-    ("lines", "Lines", _lines),
-    ("corpus", "Corpus", _corpus),
-    ("custom", "Your analyses", _custom),  # ax.register_analysis(name, fn): one page, a chooser
+ANALYSIS_PAGES: list[Page] = [
+    Page("overview", "Head overview", _overview, GROUP),
+    Page("rollout", "Rollout", _rollout, GROUP),
+    Page("norms", "Value norms", _norms, GROUP),
+    Page("search", "Head search", _search, GROUP),
+    Page("compare", "Compare", _compare, GROUP),
+    Page("lines", "Lines", _lines, GROUP),
+    Page("corpus", "Corpus", _corpus, GROUP),
+    Page("custom", "Your analyses", _custom, GROUP),  # ax.register_analysis(name, fn): one page, a chooser
 ]

@@ -1,10 +1,13 @@
-"""The Interventions tab's pages, in tab order: (name for --view, tab title, factory(state)).
+"""The Interventions tab's pages, in tab order: rows of the window's page table (widgets.pages.Page).
 
 Each page's module is imported when the window builds its page (plain imports, so import-linter sees them).
 Each tool's engineer adds its page's factory and its row below.
 """
 from __future__ import annotations
 
+from attn_explorer.gui.widgets.pages import Page
+
+GROUP = "Interventions"  # one top-level tab, each page a sub-tab in it
 
 
 def _ablation(state):
@@ -37,10 +40,10 @@ def _why(state):
     return WhyPage(state)
 
 
-INTERVENTION_PAGES: list = [
-    ("ablation", "Switch off", _ablation),
-    ("relevance", "Relevance", _relevance),
-    ("lens", "Logit lens", _lens),
-    ("flow", "Contributions", _flow),
-    ("why", "Why this head", _why),
+INTERVENTION_PAGES: list[Page] = [
+    Page("ablation", "Switch off", _ablation, GROUP),
+    Page("relevance", "Relevance", _relevance, GROUP),
+    Page("lens", "Logit lens", _lens, GROUP),
+    Page("flow", "Contributions", _flow, GROUP),
+    Page("why", "Why this head", _why, GROUP),
 ]

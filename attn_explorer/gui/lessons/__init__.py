@@ -1,41 +1,105 @@
 """The Lessons page: a list of the primer's lessons on the left, the chosen lesson on the right.
 
-Each lesson is a module here named after it ("by-hand" -> `by_hand.py`) that defines `LessonPage(state)`,
-a QWidget. Pages are built the first time they are shown, so the window does not pay for them at start.
+Each lesson is a module here named after it ("by-hand" -> `by_hand.py`) that defines its page, a QWidget
+named after it too (`ByHandLesson(state)`), listed in `LESSON_CLASSES`. `LESSON_PAGES` are the lessons'
+rows of the window's page table (widgets.pages.Page, group "Lessons"): `--lesson` and `show_page` find a
+lesson there. Pages are built the first time they are shown, so the window does not pay for them at start.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QStackedWidget, QWidget
 from superqt.utils import signals_blocked
 
+from attn_explorer.gui.widgets.pages import Page
 from attn_explorer.session.lesson_list import LESSONS
 from attn_explorer.session.state import SessionState
+
+LESSONS_GROUP = "Lessons"  # the Lessons tab: its pages are listed on its left, not sub-tabs
+
+
+def _by_hand():
+    from attn_explorer.gui.lessons.by_hand import ByHandLesson
+
+    return ByHandLesson
+
+
+def _inside_a_head():
+    from attn_explorer.gui.lessons.inside_a_head import InsideAHeadLesson
+
+    return InsideAHeadLesson
+
+
+def _projections():
+    from attn_explorer.gui.lessons.projections import ProjectionsLesson
+
+    return ProjectionsLesson
+
+
+def _multi_head():
+    from attn_explorer.gui.lessons.multi_head import MultiHeadLesson
+
+    return MultiHeadLesson
+
+
+def _order():
+    from attn_explorer.gui.lessons.order import OrderLesson
+
+    return OrderLesson
+
+
+def _scaling():
+    from attn_explorer.gui.lessons.scaling import ScalingLesson
+
+    return ScalingLesson
+
+
+def _block():
+    from attn_explorer.gui.lessons.block import BlockLesson
+
+    return BlockLesson
+
+
+def _coreference():
+    from attn_explorer.gui.lessons.coreference import CoreferenceLesson
+
+    return CoreferenceLesson
+
+
+def _train_vit():
+    from attn_explorer.gui.lessons.train_vit import TrainViTLesson
+
+    return TrainViTLesson
+
+
+# lesson name -> its page's class, imported when asked (plain imports, so import-linter sees them)
+LESSON_CLASSES: dict[str, Callable[[], type[QWidget]]] = {
+    "by-hand": _by_hand,
+    "inside-a-head": _inside_a_head,
+    "projections": _projections,
+    "multi-head": _multi_head,
+    "order": _order,
+    "scaling": _scaling,
+    "block": _block,
+    "coreference": _coreference,
+    "train-vit": _train_vit,
+}
 
 
 def page_class(name: str) -> type[QWidget]:
     """The page of lesson `name`, imported now (a lesson page imports `session.lessons`, and with it torch)."""
-    if name == "by-hand":
-        from attn_explorer.gui.lessons.by_hand import LessonPage
-    elif name == "inside-a-head":
-        from attn_explorer.gui.lessons.inside_a_head import LessonPage
-    elif name == "projections":
-        from attn_explorer.gui.lessons.projections import LessonPage
-    elif name == "multi-head":
-        from attn_explorer.gui.lessons.multi_head import LessonPage
-    elif name == "order":
-        from attn_explorer.gui.lessons.order import LessonPage
-    elif name == "scaling":
-        from attn_explorer.gui.lessons.scaling import LessonPage
-    elif name == "block":
-        from attn_explorer.gui.lessons.block import LessonPage
-    elif name == "coreference":
-        from attn_explorer.gui.lessons.coreference import LessonPage
-    elif name == "train-vit":
-        from attn_explorer.gui.lessons.train_vit import LessonPage
-    else:
-        raise KeyError(name)
-    return LessonPage
+    return LESSON_CLASSES[name]()
+
+
+def _factory(name: str) -> Callable[[SessionState], QWidget]:
+    return lambda state: page_class(name)(state)
+
+
+# the lessons' rows of the window's page table, in the primer's order (session.lesson_list)
+LESSON_PAGES: tuple[Page, ...] = tuple(Page(name, title, _factory(name), LESSONS_GROUP)
+                                       for name, title in LESSONS.items())
 
 
 class LessonsPage(QWidget):
@@ -46,10 +110,11 @@ class LessonsPage(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.names = list(LESSONS)
+        self.rows = {p.name: p for p in LESSON_PAGES}
+        self.names = list(self.rows)
         self.pages: dict[str, QWidget] = {}
         self.nav = QListWidget()
-        self.nav.addItems([LESSONS[n] for n in self.names])
+        self.nav.addItems([p.title for p in self.rows.values()])
         self.nav.setFixedWidth(self.nav.sizeHintForColumn(0) + 24)
         self.stack = QStackedWidget()
         lay = QHBoxLayout(self)
@@ -69,7 +134,7 @@ class LessonsPage(QWidget):
         """The lesson's page, built on first use (a page that fails to build says why, in its place)."""
         if name not in self.pages:
             try:
-                page = page_class(name)(self.state)
+                page = self.rows[name].factory(self.state)
             except Exception as exc:  # noqa: BLE001 - one broken lesson must not break the others
                 page = QLabel(f"This lesson failed to start: {type(exc).__name__}: {exc}")
                 page.setWordWrap(True)
@@ -79,7 +144,7 @@ class LessonsPage(QWidget):
         return self.pages[name]
 
     def show_lesson(self, name: str) -> QWidget:
-        if name not in LESSONS:
+        if name not in self.rows:
             raise KeyError(name)
         page = self.page(name)
         self.stack.setCurrentWidget(page)

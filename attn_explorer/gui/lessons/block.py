@@ -128,7 +128,7 @@ class BlockDiagram(QGraphicsView):
         return r.size().toSize()
 
 
-class LessonPage(QWidget):
+class BlockLesson(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state

@@ -35,7 +35,7 @@ LANE = "lesson-by-hand"
 MAX_KEYS, MAX_DIM = 12, 8
 
 
-class LessonPage(QWidget):
+class ByHandLesson(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state

@@ -44,7 +44,7 @@ def _compared(others: float, query: float) -> str:
     return ": about as much, so this head looks at it from everywhere, not only from the query."
 
 
-class LessonPage(QWidget):
+class CoreferenceLesson(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state

@@ -32,7 +32,7 @@ LANE = "lesson-inside-a-head"
 COLUMNS = ["token", "q·k", "× scale", "exp(s − max)", "weight"]
 
 
-class LessonPage(QWidget):
+class InsideAHeadLesson(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state

@@ -23,7 +23,7 @@ INTRO = (
 )
 
 
-class LessonPage(WordsPage):
+class MultiHeadLesson(WordsPage):
     LANE = "lesson-multi-head"
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):

@@ -52,7 +52,7 @@ def _heat_plot(title: str, x_label: str, y_label: str) -> tuple[pg.PlotWidget, p
     return w, img, bar
 
 
-class LessonPage(QWidget):
+class OrderLesson(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state

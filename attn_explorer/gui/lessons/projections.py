@@ -23,7 +23,7 @@ INTRO = (
 )
 
 
-class LessonPage(WordsPage):
+class ProjectionsLesson(WordsPage):
     LANE = "lesson-projections"
 
     def __init__(self, state: SessionState, parent: QWidget | None = None):

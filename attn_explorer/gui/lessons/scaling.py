@@ -83,7 +83,7 @@ def _plot(title: str, y_label: str, log_y: bool, legend_at: tuple[int, int]) -> 
     return w
 
 
-class LessonPage(QWidget):
+class ScalingLesson(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state

@@ -57,7 +57,7 @@ def _label(text: str = "") -> QLabel:
     return lab
 
 
-class LessonPage(QWidget):
+class TrainViTLesson(QWidget):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state

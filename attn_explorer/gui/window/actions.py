@@ -19,7 +19,7 @@ from attn_explorer.files import save_npz
 from attn_explorer.gui.window.export import FORMATS, export_view
 from attn_explorer.gui.window.export import HTML_FILTER, export_html as start_html_export
 from attn_explorer.gui.widgets.heatmap import COLORMAPS
-from attn_explorer.gui.window.pages import PAGES
+from attn_explorer.gui.window.pages import page_named
 from attn_explorer.gui.window.sessions import SessionActions, saved_view
 from attn_explorer.session.inputs import read_text_for
 from attn_explorer.session.jobs import dtype_error_job
@@ -145,7 +145,7 @@ class WindowActions(SessionActions):
         self._action(file, "&Quit", self.close, [QKeySequence.Quit, "Ctrl+Q"])
         view = mb.addMenu("&View")
         for i, name in enumerate(self.pages):
-            title = PAGES[name][0]
+            title = page_named(name).title
             self._action(view, title, lambda n=name: self.show_page(n), f"Ctrl+{i + 1}" if i < 9 else None)
         view.addSeparator()
         self._action(view, "Previous layer", lambda: self.state.step_layer(-1), "Up")

@@ -79,14 +79,13 @@ def build_window(args, settings: QSettings | None = None, loader=None):
         window.show_page(view, pin=True)
     lesson = getattr(args, "lesson", None)
     if lesson:
-        from attn_explorer.session.lessons import LESSONS
+        from attn_explorer.gui.window.pages import LESSON_NAMES
 
-        if lesson not in LESSONS:
+        if lesson not in LESSON_NAMES:
             from attn_explorer.errors import UserError
 
-            raise UserError(f"unknown lesson {lesson!r}: choose from {', '.join(LESSONS)}")
-        window.show_page("lessons", pin=True)
-        window.pages["lessons"].show_lesson(lesson)
+            raise UserError(f"unknown lesson {lesson!r}: choose from {', '.join(LESSON_NAMES)}")
+        window.show_page(lesson, pin=True)
     elif image and not view:
         window.show_page("overlay")
     state.load_model(src, want_image=bool(image))

@@ -1,7 +1,7 @@
 """The main window: pages registered by name, the side panels, status bar and error banner.
 
-Pages are looked up in `window.pages.PAGES` (name -> title and factory), and so reachable from the
-View menu and `--view`.
+Pages are built from `window.pages.PAGES` (one `Page(name, title, factory, group)` row each), and so
+reachable by name from the View menu, `--view` and `--lesson`.
 The window never runs a model: it forwards intent to `SessionState` (toolbar, menus and files are in
 `gui/window/actions.py`) and draws what comes back.
 """
@@ -15,10 +15,10 @@ from PySide6.QtWidgets import (QDockWidget, QLabel, QMainWindow, QProgressBar, Q
 from superqt.utils import signals_blocked
 
 from attn_explorer.gui.window.actions import Banner, WindowActions
-from attn_explorer.gui.window.pages import FITTED_PAGES, GROUP_OF, PAGES, register_all
+from attn_explorer.gui.window.pages import FITTED_PAGES, LESSON_NAMES, PAGES
 from attn_explorer.gui.explorer.controls import DkPanel, InputPanel
 from attn_explorer.gui.widgets.heatmap import COLORMAPS, PaintedGraphicsWidget
-from attn_explorer.gui.explorer.seq_panel import SeqLenPanel
+from attn_explorer.gui.explorer.seq_panel import SeqLenPanel, human_duration
 from attn_explorer.session.state import SessionState
 
 FIRST_SHARE = 0.8  # the first window (no saved geometry) takes this share of the screen's free area
@@ -49,7 +49,6 @@ class MainWindow(WindowActions, QMainWindow):
         self._page_pinned = False  # the command line chose the page: the first model load keeps it
 
         # pages
-        register_all()
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         # nine top-level tabs: a little less padding than the style's, so all of them show at 1024 px
@@ -57,9 +56,13 @@ class MainWindow(WindowActions, QMainWindow):
         self.pages: dict[str, QWidget] = {}
         self._tab_of: dict[str, QWidget] = {}  # page name -> the tab holding it
         self._groups: dict[str, QTabWidget] = {}  # group title -> its tab of sub-tabs
-        for name, (title, factory) in PAGES.items():
+        self._group_of: dict[str, str] = {}  # page name -> the title of the tab it shares with others
+        for row in PAGES:
+            name, title, group = row.name, row.title, row.group
+            if name in LESSON_NAMES:
+                continue  # the Lessons tab lists them and builds each the first time it is shown
             try:
-                page = factory(state)
+                page = row.factory(state)
             except Exception as exc:  # noqa: BLE001 - one broken page must not break the window
                 page = QLabel(f"This page failed to start: {type(exc).__name__}: {exc}")
             page.setObjectName(f"page-{name}")
@@ -75,10 +78,10 @@ class MainWindow(WindowActions, QMainWindow):
                 holder.setFrameShape(QScrollArea.NoFrame)
                 holder.setWidget(page)
             self._tab_of[name] = holder
-            group = GROUP_OF.get(name)
             if group is None:
                 self.tabs.addTab(holder, title)
             else:
+                self._group_of[name] = group
                 if group not in self._groups:
                     inner = self._groups[group] = QTabWidget()
                     inner.setDocumentMode(True)
@@ -159,11 +162,16 @@ class MainWindow(WindowActions, QMainWindow):
 
     # ------------------------------------------------------------------------------- pages
     def show_page(self, name: str, pin: bool = False) -> None:
-        """Show page `name`; pin=True (the command line's --view) keeps it when the first model loads."""
+        """Show page `name` (a lesson's name opens the Lessons tab at it); pin=True (the command line's --view
+        or --lesson) keeps it when the first model loads."""
+        if name in LESSON_NAMES:
+            self.show_page("lessons", pin)
+            self.pages["lessons"].show_lesson(name)
+            return
         if name not in self.pages:
             raise KeyError(name)
         self._page_pinned = self._page_pinned or pin
-        group = GROUP_OF.get(name)
+        group = self._group_of.get(name)
         if group is not None:
             self._groups[group].setCurrentWidget(self._tab_of[name])
             self.tabs.setCurrentWidget(self._groups[group])
@@ -172,8 +180,9 @@ class MainWindow(WindowActions, QMainWindow):
 
     def open_lesson(self, name: str) -> None:
         """Show the Lessons tab at lesson `name` (the views' "look inside this head" path)."""
-        self.show_page("lessons")
-        self.pages["lessons"].show_lesson(name)
+        if name not in LESSON_NAMES:
+            raise KeyError(name)
+        self.show_page(name)
 
     def _page_switched(self, _index: int) -> None:
         # the render time is measured from a result to the current page's paint; a switch breaks that
@@ -194,7 +203,7 @@ class MainWindow(WindowActions, QMainWindow):
             self.banner.hide()  # it described a failure before this run was asked for
         s = self.status_labels
         s["tokens"].setText(f"n = {r.num_tokens}")
-        s["forward"].setText(f"forward {r.forward_ms:.1f} ms" + (" (first run: includes warm-up)" if r.warm_up else ""))
+        s["forward"].setText(f"forward {human_duration(r.forward_ms)}" + (" (first run: includes warm-up)" if r.warm_up else ""))
         # what an edit reused of the last run (prefix reuse), or why nothing could be: the reason in brackets
         # goes to the tooltip, so the bar still fits at 1024 px
         s["reuse"].setText(r.reuse.split(" (")[0])

@@ -1,90 +1,61 @@
-"""The window's pages, by name: `PAGES` (name -> tab title and factory), in tab order.
+"""The window's pages: `PAGES`, one table of `Page(name, title, factory, group)` rows, in tab order.
 
-The explorer's four pages are registered here at import; the others (cost, generate, lessons,
-analyses) by `register_all`, which the window calls, so their modules load with the window, not with
-`gui`. `actions` reads the titles for the View menu from here, and so does not import the window.
+Every page is a row here: the explorer's four views, the cost lab, Generate, the Lessons tab and each
+lesson, the analyses and the interventions. The feature folders write their own rows (`ANALYSIS_PAGES`,
+`INTERVENTION_PAGES`, `LESSON_PAGES`); this module only puts them in order. The window builds its tabs
+from the table (rows with a group share one tab of sub-tabs; the lessons' rows are listed in the Lessons
+tab and built when shown), `show_page`, `--view` and `--lesson` find a page by name in it, and `actions`
+reads the View menu's titles from it without importing the window. A page's module is imported when
+its factory runs, so the cost, generate and lessons modules load with the window, not with `gui`.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from PySide6.QtWidgets import QWidget
-
+from attn_explorer.gui.analysis.pages import ANALYSIS_PAGES
 from attn_explorer.gui.explorer.grid_view import HeadGridView
 from attn_explorer.gui.explorer.head_view import HeadView
 from attn_explorer.gui.explorer.overlay_view import PatchOverlayView
 from attn_explorer.gui.explorer.token_view import TokenFocusView
-from attn_explorer.session.state import SessionState
+from attn_explorer.gui.interventions.pages import INTERVENTION_PAGES
+from attn_explorer.gui.lessons import LESSON_PAGES, LESSONS_GROUP
+from attn_explorer.gui.widgets.pages import Page
 
 FITTED_PAGES = ("grid", "head", "tokens", "overlay")  # laid out to fit 1024×700 as they are; others scroll
 
-# name -> (tab title, factory(state) -> QWidget). Insertion order is tab order.
-PAGES: dict[str, tuple[str, Callable[[SessionState], QWidget]]] = {}
-# name -> the title of the tab that groups it with others (a tab of sub-tabs), for pages that share one
-GROUP_OF: dict[str, str] = {}
+
+def _cost(state):
+    from attn_explorer.gui.cost.page import CostPage
+
+    return CostPage(state)
 
 
-def register_page(name: str, title: str, factory: Callable[[SessionState], QWidget], group: str | None = None) -> None:
-    """Add a page; pages with the same `group` share one top-level tab, each a sub-tab in it."""
-    PAGES[name] = (title, factory)
-    if group:
-        GROUP_OF[name] = group
+def _generate(state):
+    from attn_explorer.gui.generate.page import GeneratePage
+
+    return GeneratePage(state)
 
 
-register_page("grid", "All heads", HeadGridView)
-register_page("head", "One head", HeadView)
-register_page("tokens", "Tokens", TokenFocusView)  # "Token focus": the page's own title says so
-register_page("overlay", "Overlay", PatchOverlayView)  # short titles: every tab shows at 1024 px
+def _lessons(state):
+    from attn_explorer.gui.lessons import LessonsPage
+
+    return LessonsPage(state)
 
 
-def _register_cost_page() -> None:
-    """The cost lab: one tab."""
-    if "cost" not in PAGES:
-        from attn_explorer.gui.cost.page import CostPage
-
-        register_page("cost", "Cost", CostPage)
-
-
-def _register_generate_page() -> None:
-    """Generation with each new token's attention, for decoders: one tab."""
-    if "generate" not in PAGES:
-        from attn_explorer.gui.generate.page import GeneratePage
-
-        register_page("generate", "Generate", GeneratePage)
-
-
-def _register_lessons_page() -> None:
-    """The primer's lessons, one tab; each lesson's module loads when it is first shown."""
-    if "lessons" not in PAGES:
-        from attn_explorer.gui.lessons import LessonsPage
-
-        register_page("lessons", "Lessons", LessonsPage)
+PAGES: tuple[Page, ...] = (
+    Page("grid", "All heads", HeadGridView),
+    Page("head", "One head", HeadView),
+    Page("tokens", "Tokens", TokenFocusView),  # "Token focus": the page's own title says so
+    Page("overlay", "Overlay", PatchOverlayView),  # short titles: every tab shows at 1024 px
+    Page("cost", "Cost", _cost),  # the cost lab
+    Page("generate", "Generate", _generate),  # generation with each new token's attention, for decoders
+    Page("lessons", "Lessons", _lessons),  # the primer's lessons: the list and the lesson shown
+    *LESSON_PAGES,  # each lesson, in the Lessons tab (group LESSONS_GROUP), built when first shown
+    *ANALYSIS_PAGES,  # sub-tabs of one "Analyses" tab, so the tab bar stays readable at 1024 px
+    *INTERVENTION_PAGES,  # switch off, patching, logit lens, contributions, relevance, why: one "Interventions" tab
+)
+BY_NAME: dict[str, Page] = {p.name: p for p in PAGES}
+LESSON_NAMES: tuple[str, ...] = tuple(p.name for p in PAGES if p.group == LESSONS_GROUP)
 
 
-def _register_analysis_pages() -> None:
-    """The analyses (overview, rollout, norms, search, compare, lines): sub-tabs of one "Analyses" tab,
-    so the tab bar stays readable at 1024 px."""
-    from attn_explorer.gui.analysis.pages import ANALYSIS_PAGES
-
-    for name, title, factory in ANALYSIS_PAGES:
-        if name not in PAGES:
-            register_page(name, title, factory, group="Analyses")
-
-
-def _register_intervention_pages() -> None:
-    """Interventions (switch heads off, patching, logit lens, contributions, relevance, why a head looks
-    there): sub-tabs of one "Interventions" tab."""
-    from attn_explorer.gui.interventions.pages import INTERVENTION_PAGES
-
-    for name, title, factory in INTERVENTION_PAGES:
-        if name not in PAGES:
-            register_page(name, title, factory, group="Interventions")
-
-
-def register_all() -> None:
-    """Every page, in tab order (idempotent: the window calls it each time it is built)."""
-    _register_cost_page()
-    _register_generate_page()
-    _register_lessons_page()
-    _register_analysis_pages()
-    _register_intervention_pages()
+def page_named(name: str) -> Page:
+    """The row of page `name` (KeyError for an unknown name)."""
+    return BY_NAME[name]

@@ -167,10 +167,10 @@ def test_no_lesson_runs_torch_on_the_gui_thread(make_window, qtbot, tmp_path):
 def test_the_recorder_sees_a_planted_gui_thread_call_and_no_worker_call(qtbot, monkeypatch):
     """The check above can fail: a torch call planted in a page's GUI-thread handler is recorded; the
     same lesson computing in its worker is not."""
-    from attn_explorer.gui.lessons.by_hand import LessonPage
+    from attn_explorer.gui.lessons.by_hand import ByHandLesson
     from attn_explorer.session.state import SessionState
 
-    planted = LessonPage._computed
+    planted = ByHandLesson._computed
 
     def computed_with_torch(self, answer):
         torch.as_tensor(np.asarray(answer[0].weights)).sum()  # a tiny tensor, on the GUI thread
@@ -179,11 +179,11 @@ def test_the_recorder_sees_a_planted_gui_thread_call_and_no_worker_call(qtbot, m
     recorder = TorchCalls()
     state = SessionState(device="cpu")
     with recorder:
-        page = LessonPage(state)  # its first numbers come from L.hand_steps, in a worker
+        page = ByHandLesson(state)  # its first numbers come from L.hand_steps, in a worker
         qtbot.addWidget(page)
         qtbot.waitUntil(lambda: page.steps is not None, timeout=30000)
         assert recorder.calls == []  # the worker's torch is not the GUI thread's
-        monkeypatch.setattr(LessonPage, "_computed", computed_with_torch)
+        monkeypatch.setattr(ByHandLesson, "_computed", computed_with_torch)
         page.keys.set_cell(0, 0, "5")
         qtbot.waitUntil(lambda: lanes_idle(page), timeout=30000)
     state.shutdown()
