@@ -70,7 +70,7 @@ def out_projections(module) -> list:
     return [block.attn for block in stack.layers]
 
 
-def model_norms(model, x, layers=None, **run_kw) -> LayerNorms:
+def model_norms(model: Model, x, layers=None, **run_kw) -> LayerNorms:
     """Run `model` (an api Model) once on x and measure the value-weighted norms of `layers` (all when None).
 
     run_kw: dk_scale, dk_layers, max_tokens, image_size, as for Model.run."""
@@ -86,9 +86,10 @@ def model_norms(model, x, layers=None, **run_kw) -> LayerNorms:
     bad = [i for i in want if not 0 <= i < info.num_layers]
     if bad or not want:
         raise UserError(f"layer {bad[0] if bad else '?'} does not exist; the model has layers 0..{info.num_layers - 1}")
+    dk_scale, dk_layers = model.check_dk(run_kw.get("dk_scale", 1.0), run_kw.get("dk_layers"))
     prep = model.prepare(x, max_tokens=run_kw.get("max_tokens"), image_size=run_kw.get("image_size"))
-    t = model.trace(prep, names=[f"blocks.{i}.attn.hook_v" for i in want], dk_scale=run_kw.get("dk_scale", 1.0),
-                    dk_layers=run_kw.get("dk_layers"), attentions=True)
+    t = model.trace(prep, names=[f"blocks.{i}.attn.hook_v" for i in want], dk_scale=dk_scale, dk_layers=dk_layers,
+                    attentions=True)
     out = t.out
     attns = out_projections(model.module)
     att, nrm, fxn = [], [], []

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_explorer.analysis.lens import FrozenNorm, head_pieces, residual_run
+from attn_explorer.analysis.residual import FrozenNorm, head_pieces, residual_run
 from attn_explorer.errors import UserError
 
 if TYPE_CHECKING:  # the model is api's (import-linter sees this arrow); torch is imported in the functions

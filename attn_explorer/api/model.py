@@ -19,7 +19,7 @@ from attn_explorer.api.lazy import LazyAttention, kept_bytes
 from attn_explorer.api.result import ModelInfo, NotKept, RunResult
 from attn_explorer.core.hooks import HookError, Hooks
 from attn_explorer.hub.text import TextTokenizer
-from attn_explorer.validate import (dk_scale_value, existing_head, finite_attention, positive_int, text_size_ok,
+from attn_explorer.validate import (dk_scale_value, finite_attention, positive_int, text_size_ok,
                                     visible_text)
 
 

@@ -81,11 +81,11 @@ def head_trace(model: Model, x, layer: int, head: int, query: int, **run_kw) -> 
         raise UserError(f"layer {layer} does not exist; the model has layers 0..{info.num_layers - 1}")
     if not 0 <= head < info.num_heads:
         raise UserError(f"head {head} does not exist; the model has heads 0..{info.num_heads - 1}")
+    dk_scale, dk_layers = model.check_dk(run_kw.get("dk_scale", 1.0), run_kw.get("dk_layers"))
     prep = model.prepare(x, max_tokens=run_kw.get("max_tokens"), image_size=run_kw.get("image_size"))
     names = [f"blocks.{layer}.attn.hook_{p}" for p in "qkvz"]
     t = model.trace(prep, names=names, dk_scale=dk_scale, dk_layers=dk_layers, attentions=True)
     out, ms = t.out, t.ms
-    dk_scale, dk_layers = model.check_dk(run_kw.get("dk_scale", 1.0), run_kw.get("dk_layers"))
     if info.modality == "text":
         result = model._result(out, ms, prep.tokens, prep.special, dk_scale, False)
     else:
