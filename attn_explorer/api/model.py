@@ -315,36 +315,10 @@ class Model:
         return generate(self, prompt, max_new_tokens, temperature, top_k, chat, seed)
 
     def dtype_error(self, x, **run_kw) -> dict:
-        """How far this model's maps and last hidden state are from float32 on input x (one run of each).
+        """How far this model's maps and last hidden state are from float32 on input x (api.precision)."""
+        from attn_explorer.api.precision import dtype_error
 
-        The reference is the same checkpoint loaded again in float32 on the CPU, so the error counts both
-        the rounded weights and the 16-bit arithmetic; a model without a source to reload is compared with
-        a float32 copy of its own (already rounded) weights. Returns plain numbers: dtype, reference,
-        tokens, max_abs_attention, max_abs_hidden and hidden_scale (the largest |value| of the float32
-        hidden state, to read max_abs_hidden against)."""
-        if self.dtype == torch.float32:
-            r = self.run(x, hidden=True, **run_kw)
-            return dict(dtype="float32", reference="itself (the model is float32)", tokens=r.num_tokens,
-                        max_abs_attention=0.0, max_abs_hidden=0.0, hidden_scale=float(np.abs(r.hidden).max()))
-        mine = self.run(x, hidden=True, **run_kw)
-        ref, what = self._float32_reference()
-        base = ref.run(x, hidden=True, **run_kw)
-        if mine.attentions.shape != base.attentions.shape:  # pragma: no cover - same tokenizer, same cut
-            raise UserError("the float32 reference saw a different input; cannot compare")
-        return dict(dtype=str(self.dtype).replace("torch.", ""), reference=what, tokens=mine.num_tokens,
-                    max_abs_attention=float(np.abs(mine.attentions - base.attentions).max()),
-                    max_abs_hidden=float(np.abs(mine.hidden - base.hidden).max()),
-                    hidden_scale=float(np.abs(base.hidden).max()))
-
-    def _float32_reference(self) -> tuple["Model", str]:
-        import copy
-
-        reload = getattr(self, "reload_float32", None)  # set by api.load for a model loaded from a source
-        if reload is not None:
-            return reload(), "the checkpoint in float32"
-        module = copy.deepcopy(self.module).to("cpu", torch.float32)
-        return (Model(module, self.info, self.tokenizer, self.preprocess, self.labels, self._encode),
-                "a float32 copy of these weights")
+        return dtype_error(self, x, **run_kw)
 
     def prepare(self, x, max_tokens: int | None = None, image_size: int | None = None) -> Prepared:
         """x made ready for the module, as run makes it (for analyses that run the module themselves)."""
