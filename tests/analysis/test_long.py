@@ -14,6 +14,7 @@ from attn_explorer.analysis.rollout import attention_rollout
 from attn_explorer.analysis.stats import head_stats
 from attn_explorer.core.encoder import EncoderConfig, TextEncoder
 from attn_explorer.core.gpt2 import GPT2, GPT2Config
+from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
@@ -185,10 +186,11 @@ def test_a_runs_lazy_store_gives_the_same_numbers(small_tiles):
     att, _ = _dense_and_layers("llama-windows", dk_scale=0.6)
     torch.manual_seed(0)
     module = _scaled(MODELS["llama-windows"]())
-    captures = {i: {"keep": True} for i in range(3)}
+    hooks = Hooks(keep=True)  # every layer keeps q, k and lse in hooks.kept
     with torch.inference_mode():
-        module(dk_scale=0.6, captures=captures, **_inputs("llama-windows"))
-    layers = long.layers_of(LazyAttention.from_captures(captures))
+        module(dk_scale=0.6, hooks=hooks, **_inputs("llama-windows"))
+    assert sorted(hooks.kept) == [0, 1, 2]
+    layers = long.layers_of(LazyAttention.from_kept(hooks.kept))
     special = np.zeros(N, dtype=bool)
     got, want = long.tiled_head_stats(layers, special), head_stats(att, special)
     for stat in ("entropy", "sink", "distance", "prev", "next"):
