@@ -204,6 +204,38 @@ def test_run_lazy_matches_dense_through_the_api(llama):
     np.testing.assert_allclose(lazy.hidden, llama.run(TEXT_IN * 4, hidden=True, lazy=False).hidden, atol=1e-5)
 
 
+def test_a_lazy_causal_runs_first_row_and_last_column_equal_the_dense_map(llama):
+    """The edges of a causal map, where an off-by-one in the causal band or a row/column kernel shows: query 0
+    sees only key 0 (its row is [1, 0, ...]); key N-1 is seen only by query N-1 (its column is 0 above the
+    last row). Asked as an int, as a one-wide span and inside a pool, in every head of every layer."""
+    dense, lazy = llama.run(TEXT_IN * 2, lazy=False), llama.run(TEXT_IN * 2, lazy=True)
+    assert lazy.is_lazy and llama.info.causal
+    L, H, N, _ = dense.attentions.shape
+    one_hot = np.zeros(N, np.float32)
+    one_hot[0] = 1
+    for layer in range(L):
+        for h in range(H):
+            first, last = dense.attentions[layer, h, 0], dense.attentions[layer, h, :, N - 1]
+            np.testing.assert_allclose(first, one_hot, atol=ATOL, rtol=0)  # the dense map itself: causal
+            assert (last[:-1] == 0).all() and last[-1] > 0
+            for got in (lazy.attention(layer, h, rows=0), lazy.attention(layer, h, rows=(0, 1))[0]):
+                np.testing.assert_allclose(got, first, atol=ATOL, rtol=RTOL, err_msg=f"L{layer} H{h} row 0")
+            for got in (lazy.attention(layer, h, cols=N - 1), lazy.attention(layer, h, cols=(N - 1, N))[:, 0]):
+                np.testing.assert_allclose(got, last, atol=ATOL, rtol=RTOL, err_msg=f"L{layer} H{h} column {N - 1}")
+            np.testing.assert_allclose(lazy.attention(layer, h, pool=(N, 1))[:, 0], dense.attentions[layer, h].max(1),
+                                       atol=ATOL, rtol=RTOL)  # pooled to one column: each row's largest
+
+
+def test_one_weight_of_a_lazy_run_is_the_dense_weight(llama):
+    """rows and cols both ints: one weight, as RunResult.attention gives it for a dense run (a 0-d array).
+    The corners of a causal map: (0, 0) is 1, (0, N-1) is 0, (N-1, N-1) is the last token's own weight."""
+    dense, lazy = llama.run(TEXT_IN, lazy=False), llama.run(TEXT_IN, lazy=True)
+    N = dense.num_tokens
+    for i, j in ((0, 0), (0, N - 1), (N - 1, N - 1), (N - 1, 0)):
+        want = dense.attention(1, 4, rows=i, cols=j)
+        np.testing.assert_allclose(lazy.attention(1, 4, rows=i, cols=j), want, atol=ATOL, rtol=RTOL)
+
+
 def test_attentions_of_a_lazy_run_refuse_in_one_line_but_keep_their_shape(llama):
     r = llama.run(TEXT_IN, lazy=True)
     assert isinstance(r.attentions, NotKept) and r.attentions.shape == (2, 6, r.num_tokens, r.num_tokens)
