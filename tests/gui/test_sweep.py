@@ -180,7 +180,7 @@ def test_the_panel_draws_the_one_time_fit(make_window, qtbot):
     assert f"the n² term is {fit.quadratic_share:.0%} of the fitted time" in text
     st.sweep_points = [(n, 1.0) for n in ns[:3]]
     panel.redraw_plot()
-    assert panel.fit is None and panel.no_fit.toPlainText() == time_fit(st.sweep_points).reason
+    assert panel.fit is None and panel.no_fit.text() == time_fit(st.sweep_points).reason
 
 
 def test_sweep_lengths_are_log_spaced_to_the_model_limit():

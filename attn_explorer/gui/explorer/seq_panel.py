@@ -20,6 +20,20 @@ from attn_explorer.session.state import SessionState
 from attn_explorer.session.sweep import time_fit
 
 
+def human_duration(ms: float) -> str:
+    """A time as a person reads it: "12.3 ms" under a second, "4.2 s" under a minute, "4 min 11 s" under
+    an hour, then "3 h 2 min" (a forward pass over a long input takes minutes)."""
+    ms = float(ms)
+    if ms < 1000:
+        return f"{ms:.1f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    s = int(round(ms / 1000))
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
 def smallest_n(info, result) -> int:
     """The smallest n that still holds one real token: ModelInfo.min_tokens, or (while a model does not
     state it) the special tokens the result carries plus one."""
@@ -69,8 +83,11 @@ class SeqLenPanel(QGroupBox):
         self.plot.setLabel("left", "forward ms")
         self.plot.setLabel("bottom", "n (tokens)")
         self.plot.hide()  # until the first result: empty axes would only show made-up ranges
-        self.no_fit = pg.TextItem("", color="#555", anchor=(0, 0))  # why no curve is drawn
-        self.plot.addItem(self.no_fit, ignoreBounds=True)
+        # why no curve is drawn: a line above the plot, never over it (over the plot it hid the slowest point)
+        self.no_fit = QLabel("")
+        self.no_fit.setWordWrap(True)
+        self.no_fit.setStyleSheet("color: #555;")
+        self.no_fit.hide()
         self.live_points = pg.ScatterPlotItem(size=5, brush="#bbbbbb", pen=None)  # the user's own runs
         self.sweep_scatter = pg.ScatterPlotItem(size=7, brush="#4c78a8", pen=None)  # sweep medians
         self.curve = pg.PlotCurveItem(pen=pg.mkPen("#e45756", width=2))
@@ -96,6 +113,7 @@ class SeqLenPanel(QGroupBox):
         lay.addLayout(row)
         lay.addWidget(self.readout)
         lay.addLayout(sweep_row)
+        lay.addWidget(self.no_fit)
         lay.addWidget(self.plot)
         lay.addWidget(self.sweep_readout)
 
@@ -193,7 +211,7 @@ class SeqLenPanel(QGroupBox):
         self.readout.setText(
             f"<b>{n:,}×{n:,}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
             + memory +
-            f" · forward <b>{r.forward_ms:.1f} ms</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else ""))
+            f" · forward <b>{human_duration(r.forward_ms)}</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else ""))
         self.redraw_plot()
 
     # ------------------------------------------------------------------------------ sweep
@@ -246,7 +264,6 @@ class SeqLenPanel(QGroupBox):
             self.curve.setData([], [])
             self.no_fit.setText(self.no_fit_reason if len(both) else "")
             self.no_fit.setVisible(bool(len(both)))
-        self.no_fit.setPos(0, max(top_ms * 1.12, 1e-3))  # top-left corner of the plot
         # from 0, so the curve's shape reads right; padded, so one point is not a degenerate range
         self.plot.setXRange(0, max(top_n * 1.08, top_n + 3), padding=0)
         self.plot.setYRange(0, max(top_ms * 1.12, 1e-3), padding=0)
