@@ -1,7 +1,7 @@
 """The transformer block, pre-LN (the primer's x = x + MHA(LN(x))) and post-LN (BERT), and the stack of them."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -13,6 +13,33 @@ from attn_explorer.core.layers import MLP, LayerScale, SwiGLU, make_norm
 
 def _no_hook(point: str, x: torch.Tensor) -> torch.Tensor:
     return x
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """Everything one block is built from (a family's config says it per layer: `cfg.block(layer)`)."""
+
+    dim: int  # D
+    num_heads: int  # H
+    mlp_hidden: int  # the feed-forward width
+    norm_first: bool = True  # pre-LN (GPT-2, ViT, Llama); False: post-LN (BERT)
+    act: str = "gelu"  # the MLP's activation
+    eps: float = 1e-5  # the norms' epsilon
+    norm: str = "layer"  # "layer", "rms" or "rms1p" (Gemma's (1 + w))
+    mlp: str = "mlp"  # "mlp" (fc1, act, fc2) or "swiglu" (gate, up, down)
+    qkv_bias: bool = True
+    mlp_bias: bool = True
+    attn_out_bias: bool = True  # W_O's bias, apart from the MLP's
+    fused_qkv: bool = False  # one (D -> 3·D) projection `qkv` (GPT-2, Phi-3, GPT-NeoX)
+    layerscale: float | None = None  # DINOv2's per-channel branch scale (its initial value)
+    num_kv_heads: int | None = None  # grouped-query attention (None: H)
+    head_dim: int | None = None  # d_k when it is not D / H
+    qk_norm: bool = False  # q and k normalised per head (Qwen3, Gemma 3), with the block's norm kind
+    sandwich: bool = False  # Gemma 2/3: each branch normalised again before the residual sum
+    mlp_act: str = "silu"  # the gated MLP's activation
+    parallel: bool = False  # GPT-NeoX's parallel residual
+    qkv_layout: str = "stacked"  # a fused qkv's rows: "stacked" or "per_head" (GPT-NeoX)
+    fused_gate_up: bool = False  # the SwiGLU's gate and up as one projection (Phi-3)
 
 
 class TransformerBlock(nn.Module):
@@ -30,48 +57,28 @@ class TransformerBlock(nn.Module):
     (with the block's norm kind, over d_k); mlp_act is the gated MLP's activation.
     parallel=True (GPT-NeoX, Pythia) sums both branches, each read from the block's input:
         x = x + MHA(LN1(x)) + MLP(LN2(x))
+    Built from one BlockConfig; `layer` is its index in the stack.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        mlp_hidden: int,
-        norm_first: bool = True,
-        act: str = "gelu",
-        eps: float = 1e-5,
-        norm: str = "layer",
-        mlp: str = "mlp",
-        qkv_bias: bool = True,
-        mlp_bias: bool = True,
-        attn_out_bias: bool = True,
-        fused_qkv: bool = False,
-        layerscale: float | None = None,
-        num_kv_heads: int | None = None,
-        head_dim: int | None = None,
-        qk_norm: bool = False,
-        sandwich: bool = False,
-        mlp_act: str = "silu",
-        parallel: bool = False,
-        qkv_layout: str = "stacked",
-        fused_gate_up: bool = False,
-    ):
+    def __init__(self, cfg: BlockConfig, layer: int = 0):
         super().__init__()
-        self.norm_first = norm_first
-        self.parallel = parallel
-        self.norm1 = make_norm(norm, dim, eps)
+        c = cfg
+        self.cfg, self.layer = cfg, layer
+        self.norm_first = c.norm_first
+        self.parallel = c.parallel
+        self.norm1 = make_norm(c.norm, c.dim, c.eps)
         self.attn = MultiHeadAttention(
-            dim, num_heads, qkv_bias=qkv_bias, out_bias=attn_out_bias, fused_qkv=fused_qkv, num_kv_heads=num_kv_heads,
-            qkv_layout=qkv_layout,
-            head_dim=head_dim, qk_norm=(lambda d: make_norm(norm, d, eps)) if qk_norm else None,
+            c.dim, c.num_heads, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias, fused_qkv=c.fused_qkv,
+            num_kv_heads=c.num_kv_heads, qkv_layout=c.qkv_layout, head_dim=c.head_dim,
+            qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm else None,
         )
-        self.norm2 = make_norm(norm, dim, eps)
-        self.mlp = (SwiGLU(dim, mlp_hidden, bias=mlp_bias, act=mlp_act, fused=fused_gate_up) if mlp == "swiglu"
-                    else MLP(dim, mlp_hidden, act, mlp_bias))
-        self.ls1 = LayerScale(dim, layerscale) if layerscale is not None else nn.Identity()
-        self.ls2 = LayerScale(dim, layerscale) if layerscale is not None else nn.Identity()
-        if sandwich:
-            self.post_attn_norm, self.post_mlp_norm = make_norm(norm, dim, eps), make_norm(norm, dim, eps)
+        self.norm2 = make_norm(c.norm, c.dim, c.eps)
+        self.mlp = (SwiGLU(c.dim, c.mlp_hidden, bias=c.mlp_bias, act=c.mlp_act, fused=c.fused_gate_up)
+                    if c.mlp == "swiglu" else MLP(c.dim, c.mlp_hidden, c.act, c.mlp_bias))
+        self.ls1 = LayerScale(c.dim, c.layerscale) if c.layerscale is not None else nn.Identity()
+        self.ls2 = LayerScale(c.dim, c.layerscale) if c.layerscale is not None else nn.Identity()
+        if c.sandwich:
+            self.post_attn_norm, self.post_mlp_norm = make_norm(c.norm, c.dim, c.eps), make_norm(c.norm, c.dim, c.eps)
         else:
             self.post_attn_norm = self.post_mlp_norm = nn.Identity()
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, key_padding_mask
-from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.hooks import Hooks
 
@@ -44,8 +44,8 @@ class ClipTextTransformer(nn.Module):
         self.position_embedding = nn.Embedding(cfg.max_positions, cfg.dim)
         self.blocks = BlockStack(
             [
-                TransformerBlock(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=True, act=cfg.act, eps=cfg.eps)
-                for _ in range(cfg.num_layers)
+                TransformerBlock(BlockConfig(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=True, act=cfg.act, eps=cfg.eps), i)
+                for i in range(cfg.num_layers)
             ]
         )
         self.final_layer_norm = nn.LayerNorm(cfg.dim, eps=cfg.eps)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions
-from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.hooks import Hooks
 
@@ -66,8 +66,8 @@ class TextEncoder(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.blocks = BlockStack(
             [
-                TransformerBlock(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=False, act=cfg.act, eps=cfg.eps)
-                for _ in range(cfg.num_layers)
+                TransformerBlock(BlockConfig(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=False, act=cfg.act, eps=cfg.eps), i)
+                for i in range(cfg.num_layers)
             ]
         )
         self.pooler = nn.Linear(cfg.dim, cfg.dim) if cfg.pooler else None

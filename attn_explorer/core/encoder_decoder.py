@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention, key_padding_mask
-from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.layers import MLP
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.hooks import Hooks
@@ -96,8 +96,8 @@ class EncoderDecoder(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)  # BART's `shared`, both stacks read it
         self.encoder = Stack(cfg)
         self.encoder.blocks = BlockStack(
-            [TransformerBlock(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=False, act=cfg.act, eps=cfg.eps)
-             for _ in range(cfg.num_layers)]
+            [TransformerBlock(BlockConfig(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=False, act=cfg.act, eps=cfg.eps), i)
+             for i in range(cfg.num_layers)]
         )
         self.decoder = Stack(cfg)
         self.decoder.layers = nn.ModuleList(

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_start, key_padding_mask
-from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.linear import Linear
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.hooks import Hooks
@@ -56,11 +56,11 @@ class GPT2(nn.Module):
         self.project_in = Linear(embed, cfg.dim, bias=False) if embed != cfg.dim else None
         self.blocks = BlockStack(
             [
-                TransformerBlock(
+                TransformerBlock(BlockConfig(
                     cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=cfg.norm_first, act=cfg.act, eps=cfg.eps,
                     fused_qkv=cfg.fused_qkv, qkv_bias=cfg.bias, mlp_bias=cfg.bias, attn_out_bias=cfg.bias,
-                )
-                for _ in range(cfg.num_layers)
+                ), i)
+                for i in range(cfg.num_layers)
             ]
         )
         self.ln_f = nn.LayerNorm(cfg.dim, eps=cfg.eps) if cfg.final_norm else None

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_start, key_padding_mask
-from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.layers import make_norm
 from attn_explorer.core.linear import Linear
 from attn_explorer.core.output import ModelOutput
@@ -81,6 +81,18 @@ class LlamaConfig:
         """How many of each head's dimensions RoPE rotates (the first ones): all but in GPT-NeoX."""
         return int(self.head_dim * self.rotary_fraction)
 
+    def block(self, layer: int) -> BlockConfig:
+        """What block `layer` is built from (the same for every layer today; a per-layer field goes here)."""
+        return BlockConfig(
+            self.dim, self.num_heads, self.mlp_hidden, norm_first=True, eps=self.eps, norm=self.norm, mlp=self.mlp,
+            act=self.act, mlp_act=self.act, qkv_bias=self.attention_bias or self.qkv_bias,
+            attn_out_bias=self.attention_bias, mlp_bias=self.mlp_bias, num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_size, qk_norm=self.qk_norm, parallel=self.parallel_residual,
+            fused_qkv=self.qkv_layout != "separate",
+            qkv_layout="stacked" if self.qkv_layout == "separate" else self.qkv_layout,
+            fused_gate_up=self.fused_gate_up, sandwich=self.sandwich_norms,
+        )
+
     def layer_kinds(self) -> list[str]:
         """Per layer, for people: "local, window 512" (a sliding window) or "global"."""
         windows = self.sliding_windows or [None] * self.num_layers
@@ -96,17 +108,7 @@ class Llama(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.blocks = BlockStack(
             [
-                TransformerBlock(
-                    cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=True, eps=cfg.eps, norm=cfg.norm,
-                    mlp=cfg.mlp, act=cfg.act, mlp_act=cfg.act, qkv_bias=cfg.attention_bias or cfg.qkv_bias,
-                    attn_out_bias=cfg.attention_bias, mlp_bias=cfg.mlp_bias, num_kv_heads=cfg.num_kv_heads,
-                    head_dim=cfg.head_size, qk_norm=cfg.qk_norm, parallel=cfg.parallel_residual,
-                    fused_qkv=cfg.qkv_layout != "separate",
-                    qkv_layout="stacked" if cfg.qkv_layout == "separate" else cfg.qkv_layout,
-                    fused_gate_up=cfg.fused_gate_up,
-                    sandwich=cfg.sandwich_norms,
-                )
-                for _ in range(cfg.num_layers)
+TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
             ]
         )
         self.norm = make_norm(cfg.norm, cfg.dim, cfg.eps)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions
-from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import sinusoidal_positions
 from attn_explorer.core.hooks import Hooks
@@ -54,7 +54,8 @@ class TextbookTransformer(nn.Module):
         with torch.random.fork_rng(devices=[]):  # seeded projections, without touching the caller's RNG
             torch.manual_seed(cfg.seed)
             self.blocks = BlockStack(
-                [TransformerBlock(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=True, eps=1e-5) for _ in range(cfg.num_layers)]
+                [TransformerBlock(BlockConfig(cfg.dim, cfg.num_heads, cfg.mlp_hidden, norm_first=True, eps=1e-5), i)
+                 for i in range(cfg.num_layers)]
             )
         self.norm = nn.LayerNorm(cfg.dim)
         self.register_buffer("pe", sinusoidal_positions(cfg.max_positions, cfg.dim), persistent=False)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions
-from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.layers import make_norm
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.patches import PatchEmbed, resize_position_grid
@@ -71,11 +71,11 @@ class VisionTransformer(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(*lead, cfg.native_grid**2 + cfg.num_extra_tokens, D))
         self.blocks = BlockStack(
             [
-                TransformerBlock(
+                TransformerBlock(BlockConfig(
                     D, cfg.num_heads, cfg.mlp_hidden, norm_first=True, act=cfg.act, eps=cfg.eps,
                     qkv_bias=cfg.qkv_bias, layerscale=cfg.layerscale,
-                )
-                for _ in range(cfg.num_layers)
+                ), i)
+                for i in range(cfg.num_layers)
             ]
         )
         self.norm = make_norm("layer", D, cfg.eps)  # LayerNorm: core.explain's rule applies

@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from attn_explorer.core.blocks import TransformerBlock
+from attn_explorer.core.blocks import BlockConfig, TransformerBlock
 from attn_explorer.core.positional import sinusoidal_positions
 from attn_explorer.core.textbook import split_words, word_vector
 from attn_explorer.errors import UserError
@@ -62,7 +62,7 @@ def lesson_block(dim: int = 64, num_heads: int = 4, mlp_hidden: int = 256, seed:
     """One untrained pre-LN block with seeded weights (the same every time)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return TransformerBlock(dim, num_heads, mlp_hidden, norm_first=True, eps=1e-5).eval()
+        return TransformerBlock(BlockConfig(dim, num_heads, mlp_hidden, norm_first=True, eps=1e-5)).eval()
 
 
 def embed_words(text: str, dim: int) -> tuple[list[str], torch.Tensor]:
