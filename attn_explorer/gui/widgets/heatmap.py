@@ -30,8 +30,8 @@ def configure_pyqtgraph() -> None:
 def colormap(name: str) -> pg.ColorMap:
     try:
         return pg.colormap.get(name)
-    except Exception:  # noqa: BLE001 - unknown name from old settings
-        return pg.colormap.get("viridis")
+    except (OSError, ValueError, IndexError):  # an unknown name from old settings: no such file, an empty name,
+        return pg.colormap.get("viridis")  # or a path ("./x") to a file that is no colour map
 
 
 @lru_cache(maxsize=32)
