@@ -136,18 +136,47 @@ class ImagePreprocess:
             return ImagePreprocess(round(side * ratio), None, (side, side), self.resample, self.rescale, self.mean, self.std)
         return ImagePreprocess(None, (side, side), None, self.resample, self.rescale, self.mean, self.std)
 
+    def resized(self, size: tuple[int, int]) -> tuple[int, int]:
+        """(width, height) of a picture of `size` (width, height) after the resize step, before the crop."""
+        w, h = size
+        if self.resize_to:
+            return self.resize_to[1], self.resize_to[0]
+        if self.resize_shortest:
+            s = self.resize_shortest / min(w, h)
+            return (max(1, int(w * s)) if w > h else self.resize_shortest,
+                    max(1, int(h * s)) if h > w else self.resize_shortest)
+        return w, h
+
+    def crop_note(self, size: tuple[int, int]) -> str:
+        """One line saying how a picture of `size` (width, height) loses its shape on the way in: the part of
+        it a centre crop keeps, in the picture's own pixels ("centre-cropped 640×427 to 427×427 (the model
+        reads square images)"), or a stretch to a fixed size; "" when it keeps its shape."""
+        w, h = size
+        rw, rh = self.resized(size)
+        square = "square images" if not self.crop or self.crop[0] == self.crop[1] else "images of this shape"
+        if self.resize_to and abs(rw / rh - w / h) > 0.01 * (w / h):
+            shape = "square images" if rw == rh else f"{rw}×{rh} images"
+            return f"stretched {w}×{h} to {rw}×{rh} (the model reads {shape})"
+        if not self.crop:
+            return ""
+        ch, cw = self.crop
+        if cw >= rw and ch >= rh:
+            return ""
+        # the kept part, in the picture's own pixels (the shortest-edge scale exactly: the resize truncates)
+        sx, sy = ((self.resize_shortest / min(w, h),) * 2 if self.resize_shortest and not self.resize_to
+                  else (rw / w, rh / h))
+        kw, kh = min(w, round(min(cw, rw) / sx)), min(h, round(min(ch, rh) / sy))
+        if abs(kw / kh - w / h) <= 0.01 * (w / h):
+            return ""  # a border trimmed all round keeps the picture's shape: nothing is lost from one side
+        return f"centre-cropped {w}×{h} to {kw}×{kh} (the model reads {square})"
+
     def __call__(self, img) -> tuple[np.ndarray, np.ndarray]:
         """RGB PIL image -> (pixels float32 (3, H, W) normalised, seen uint8 (H, W, 3))."""
         from PIL import Image
 
         resample = Image.Resampling(self.resample)
-        if self.resize_to:
-            img = img.resize((self.resize_to[1], self.resize_to[0]), resample)
-        elif self.resize_shortest:
-            w, h = img.size
-            s = self.resize_shortest / min(w, h)
-            img = img.resize((max(1, int(w * s)) if w > h else self.resize_shortest,
-                              max(1, int(h * s)) if h > w else self.resize_shortest), resample)
+        if self.resize_to or self.resize_shortest:
+            img = img.resize(self.resized(img.size), resample)
         if self.crop:
             ch, cw = self.crop
             w, h = img.size
