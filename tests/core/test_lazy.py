@@ -187,35 +187,41 @@ def test_progress_and_stop():
         lazy.head_pooled(q, k, lse, lo, 0, 64, stop=lambda: True)
 
 
-def test_keep_capture_holds_q_k_lse_and_options():
+def test_keep_hooks_hold_q_k_lse_and_options():
     """MultiHeadAttention's keep branch: q (B, H, N, d), k before GQA repetition, lse, options; no maps."""
     from attn_explorer.core.attention import MultiHeadAttention
+    from attn_explorer.core.hooks import Hooks
 
     torch.manual_seed(0)
     m = MultiHeadAttention(24, 6, num_kv_heads=2).eval()
     x = torch.randn(1, 33, 24)
-    cap = {"keep": True}
+    hooks = Hooks(keep=True)
     o = AttentionOptions(causal=True, window=8, dk_scale=1.5)
     with torch.inference_mode():
-        out, probs = m(x, AttentionOptions(**{**o.__dict__, "capture": cap}))
+        out, probs = m(x, AttentionOptions(**{**o.__dict__, "hooks": hooks.layer(0)}))
         ref, want = m(x, AttentionOptions(**{**o.__dict__, "need_weights": True}))
-    assert probs is None and cap["q"].shape == (1, 6, 33, 4) and cap["k"].shape == (1, 2, 33, 4)
+    kept = hooks.kept[0]
+    assert probs is None and kept.q.shape == (1, 6, 33, 4) and kept.k.shape == (1, 2, 33, 4)
+    assert kept.lse.shape == (1, 6, 33)
     torch.testing.assert_close(out, ref, atol=OUT_TOL, rtol=0)
-    got = lazy.head_probs(cap["q"], cap["k"], cap["lse"], cap["options"], 5)
+    got = lazy.head_probs(kept.q, kept.k, kept.lse, kept.options, 5)
     torch.testing.assert_close(got, want[0, 5], atol=TOL, rtol=RTOL)
 
 
 def test_a_kept_layer_refuses_to_return_maps_it_never_computed():
     """keep fills no probability buffer: asking for the maps as well must fail, not return uninitialised memory."""
-    from attn_explorer.core.blocks import BlockStack, TransformerBlock
+    from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
+    from attn_explorer.core.hooks import Hooks
 
     torch.manual_seed(0)
-    stack = BlockStack([TransformerBlock(16, 2, 32) for _ in range(2)]).eval()
+    stack = BlockStack([TransformerBlock(BlockConfig(16, 2, 32), i) for i in range(2)]).eval()
     x = torch.randn(1, 5, 16)
     with torch.inference_mode():
         _, maps = stack(x, output_attentions=True)
         assert maps.shape == (1, 2, 2, 5, 5)
-        with pytest.raises(ValueError, match="layer 1 keeps q, k and lse"):
-            stack(x, output_attentions=True, captures={1: {"keep": True}})
-        out, none = stack(x, captures={0: {"keep": True}, 1: {"keep": True}})
+        with pytest.raises(ValueError, match="layer 0 keeps q, k and lse"):
+            stack(x, output_attentions=True, hooks=Hooks(keep=True))
+        hooks = Hooks(keep=True)
+        out, none = stack(x, hooks=hooks)
+        assert sorted(hooks.kept) == [0, 1]
         assert none is None and out.shape == x.shape
