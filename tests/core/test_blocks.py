@@ -7,16 +7,18 @@ import pytest
 import torch
 
 from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention
-from attn_explorer.core.blocks import BlockStack, TransformerBlock
+from attn_explorer.api.hooks import caching_hook, heads_first, merge
+from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
+from attn_explorer.core.hooks import Hooks
 
 
 @pytest.mark.parametrize("mlp_bias,attn_out_bias", [(False, True), (True, False), (False, False), (True, True)])
 def test_attention_output_bias_has_its_own_flag(mlp_bias, attn_out_bias):
     """mlp_bias used to switch W_O's bias too: a block without MLP biases lost its attention bias."""
-    block = TransformerBlock(16, 2, 32, mlp_bias=mlp_bias, attn_out_bias=attn_out_bias)
+    block = TransformerBlock(BlockConfig(16, 2, 32, mlp_bias=mlp_bias, attn_out_bias=attn_out_bias))
     assert (block.attn.out.bias is not None) == attn_out_bias
     assert (block.mlp.fc1.bias is not None) == mlp_bias and (block.mlp.fc2.bias is not None) == mlp_bias
-    swiglu = TransformerBlock(16, 2, 32, mlp="swiglu", mlp_bias=mlp_bias, attn_out_bias=attn_out_bias)
+    swiglu = TransformerBlock(BlockConfig(16, 2, 32, mlp="swiglu", mlp_bias=mlp_bias, attn_out_bias=attn_out_bias))
     assert (swiglu.attn.out.bias is not None) == attn_out_bias and (swiglu.mlp.down.bias is not None) == mlp_bias
 
 
@@ -59,19 +61,39 @@ def test_grouped_query_attention_matches_per_head_reference(heads, kv_heads, cau
     torch.testing.assert_close(fast[0], want_out, atol=1e-5, rtol=0)
 
 
-def test_captures_hold_per_head_q_k_v_that_give_the_attention():
+def _keep_all(store: dict, layers) -> Hooks:
+    """Hooks that keep q, k, v and z of the given layers in store[name]."""
+    return Hooks(merge({f"blocks.{i}.attn.hook_{p}": caching_hook(store) for i in layers for p in "qkvz"}))
+
+
+def test_hooks_hold_per_head_q_k_v_that_give_the_attention():
     torch.manual_seed(0)
-    stack = BlockStack([TransformerBlock(24, 3, 40) for _ in range(3)]).eval()
+    stack = BlockStack([TransformerBlock(BlockConfig(24, 3, 40), i) for i in range(3)]).eval()
     x = torch.randn(2, 6, 24)
-    caps: list = []
+    caps: dict = {}
     with torch.no_grad():
-        _, att = stack(x, AttentionOptions(dk_scale=1.7), output_attentions=True, captures=caps)
-        only: dict = {1: {}}
-        _, none = stack(x, AttentionOptions(dk_scale=1.7), captures=only)
-    assert len(caps) == 3 and none is None
-    for i, cap in enumerate(caps):
-        assert cap["q"].shape == cap["k"].shape == cap["values"].shape == (2, 3, 6, 8)
-        want = torch.softmax(cap["q"] @ cap["k"].transpose(-1, -2) * 1.7 / math.sqrt(8), dim=-1)
+        _, att = stack(x, AttentionOptions(dk_scale=1.7), output_attentions=True, hooks=_keep_all(caps, range(3)))
+        only: dict = {}
+        _, none = stack(x, AttentionOptions(dk_scale=1.7), hooks=_keep_all(only, [1]))
+    assert len(caps) == 3 * 4 and none is None
+    assert sorted(only) == sorted(f"blocks.1.attn.hook_{p}" for p in "qkvz")
+    for i in range(3):
+        a = f"blocks.{i}.attn."
+        assert caps[a + "hook_q"].shape == caps[a + "hook_k"].shape == caps[a + "hook_v"].shape == (2, 6, 3, 8)
+        assert caps[a + "hook_z"].shape == (2, 6, 3, 8)
+        q, k, v = (heads_first(caps[a + p], 3) for p in ("hook_q", "hook_k", "hook_v"))  # (B, H, N, d)
+        want = torch.softmax(q @ k.transpose(-1, -2) * 1.7 / math.sqrt(8), dim=-1)
         torch.testing.assert_close(att[:, i], want, atol=1e-5, rtol=0)
-    for name in ("q", "k", "values", "head_outputs"):  # one layer asked for, the same numbers
-        torch.testing.assert_close(only[1][name], caps[1][name], atol=1e-5, rtol=0)
+        # z is each head's weighted sum of the values, before W_O
+        torch.testing.assert_close(heads_first(caps[a + "hook_z"], 3), att[:, i] @ v, atol=1e-5, rtol=0)
+    w_o = stack.layers[1].attn.out.weight.view(24, 3, 8)
+
+    def head_outputs(z):  # (B, N, H, d) -> each head's output after W_O, (B, H, N, D)
+        return torch.einsum("bhnd,ehd->bhne", heads_first(z, 3), w_o)
+
+    for p in "qkvz":  # one layer asked for, the same numbers
+        name = f"blocks.1.attn.hook_{p}"
+        torch.testing.assert_close(only[name], caps[name], atol=1e-5, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(head_outputs(only["blocks.1.attn.hook_z"]), head_outputs(caps["blocks.1.attn.hook_z"]),
+                                   atol=1e-5, rtol=0)
