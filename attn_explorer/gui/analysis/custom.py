@@ -135,6 +135,7 @@ class CustomAnalysisPage(AnalysisPage):
         i = self.chooser.findData(want) if want is not None else -1
         self.chooser.setCurrentIndex(max(i, 0))
         self.chooser.blockSignals(False)
+        self.chooser.setEnabled(bool(names))
 
     # ------------------------------------------------------------------------------- drawing
     def _levels(self, v: np.ndarray) -> tuple[tuple[float, float], str]:
@@ -185,7 +186,7 @@ class CustomAnalysisPage(AnalysisPage):
             strip = a.view == "tokens"
             m = v[None, :] if strip else v
             self.panel.show(m, [a.name] if strip else a.rows, a.cols, levels, cmap, title=a.name, label=a.name)
-            self.panel.plot.setLabel("left", "" if strip else "row")
+            self.panel.plot.setLabel("left", "" if strip else "patch row" if a.rows[:1] == ["r0"] else "row")
             self.panel.plot.setLabel("bottom", "token" if strip or a.rows[:1] != ["r0"] else "patch column")
             self.canvas.ci.layout.setRowMaximumHeight(0, STRIP_HEIGHT if strip else 1e6)
             hint = "Hover a cell for its value."
