@@ -6,7 +6,9 @@ import math
 import pytest
 import torch
 
+from attn_explorer.api.hooks import caching_hook, heads_first, merge
 from attn_explorer.core.attention import AttentionOptions, MultiHeadAttention, scaled_dot_product_attention
+from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.positional import apply_rope, rope_tables, sinusoidal_positions
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 
@@ -77,15 +79,20 @@ def test_mha_fast_path_matches_explicit(fused):
         torch.testing.assert_close(fast, slow, atol=1e-5, rtol=0)
 
 
-def test_mha_capture_head_outputs_sum_to_output():
-    """Each head's share after W_O, summed over heads plus the bias, is the module's output."""
+def test_mha_hook_z_head_outputs_sum_to_output():
+    """Each head's share after W_O (hook_z through its slice of W_O), summed over heads plus the bias, is the
+    module's output."""
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(1, 5, 16)
     cap = {}
-    out, _ = mha(x, AttentionOptions(capture=cap))
-    assert cap["values"].shape == (1, 4, 5, 4)
-    torch.testing.assert_close(cap["head_outputs"].sum(1) + mha.out.bias, out, atol=1e-5, rtol=0)
+    hooks = Hooks(merge({f"blocks.0.attn.hook_{p}": caching_hook(cap) for p in "vz"}))
+    out, _ = mha(x, AttentionOptions(hooks=hooks.layer(0)))
+    assert cap["blocks.0.attn.hook_v"].shape == cap["blocks.0.attn.hook_z"].shape == (1, 5, 4, 4)  # (B, N, H, d)
+    ctx = heads_first(cap["blocks.0.attn.hook_z"], 4)  # (B, H, N, d)
+    w_o = mha.out.weight.view(16, 4, 4)  # (D, H, d)
+    head_outputs = torch.einsum("bhnd,ehd->bhne", ctx, w_o)  # (B, H, N, D)
+    torch.testing.assert_close(head_outputs.sum(1) + mha.out.bias, out, atol=1e-5, rtol=0)
 
 
 def test_grouped_query_attention_shapes():
