@@ -17,3 +17,23 @@ def test_rechoosing_the_current_model_keeps_the_sweep_and_the_status_bar(make_wi
     assert {k: w.status_labels[k].text() for k in labels} == labels
     assert len(w.seq_panel.sweep_scatter.getData()[0]) == 3
     assert w.model_combo.currentData() == "textbook"
+
+
+def test_at_start_up_the_pages_do_not_ask_for_text_the_box_already_holds(make_window, qtbot):
+    """Seen for about a second at start-up: "textbook is loaded: type or paste some text" over the pages while
+    the box held the sample sentence and its first run was on its way."""
+    w = make_window(model="textbook", wait=False)
+    st = w.state
+    assert st.has_input and w.input_panel.text.toPlainText() == st.text
+    seen = {}
+
+    def look(_info):
+        seen["grid"] = w.grid.stack.placeholder.text()
+        seen["head"] = w.head_view.stack.placeholder.text()
+        seen["dk"] = w.dk_panel.readout.text()
+
+    st.model_loaded.connect(look)
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=30000)
+    assert seen, "the model loaded before the test could look"
+    for where, text in seen.items():
+        assert "type or paste" not in text and text.startswith("Running textbook"), (where, text)
