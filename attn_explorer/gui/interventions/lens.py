@@ -11,12 +11,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel,
                                QProgressBar, QPushButton, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout,
                                QWidget)
 
-from attn_explorer.gui.widgets.heatmap import CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, short
+from attn_explorer.gui.widgets.heatmap import CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis
 from attn_explorer.gui.widgets.tables import shade
+from attn_explorer.gui.widgets.tokens import TokenPicker, token_text
 from attn_explorer.session.lens import CONVENTION, OWN, attribution_job, lens_job
 from attn_explorer.session.state import SessionState
 
@@ -27,10 +28,8 @@ BARS = 14  # pieces drawn in the attribution chart
 
 
 def visible(token: str, width: int = 10) -> str:
-    """A token as a cell can show it: white space drawn (␣ space, ⏎ newline, ⇥ tab, ∅ nothing), cut to width."""
-    if token.strip() == "":
-        token = token.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
-    return short(token, width)
+    """A token as a cell can show it: white space drawn (␣ space, ↵ newline, ⇥ tab, ∅ nothing), cut to width."""
+    return token_text(token, width)
 
 
 def is_decoder(info) -> bool:
@@ -44,6 +43,7 @@ class ToolPage(LazyPage, QWidget):
     WHAT = "This page"  # for the not-a-decoder message
     follow_up_lanes: tuple = ()  # lanes of jobs that hang off the main one (cancelled with it)
     AGAIN = "Press Run to measure again."  # what brings the numbers back after a cancel
+    MEASURED = "Measured: drawing…"  # the page's line once the bar reaches 100 % (the result is on its way)
 
     def __init__(self, state: SessionState, content: QWidget, parent: QWidget | None = None):
         super().__init__(parent)
@@ -54,7 +54,9 @@ class ToolPage(LazyPage, QWidget):
         self.bar = QHBoxLayout()
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
-        self.progress.setMaximumWidth(140)
+        self.progress.setMaximumWidth(180)
+        # tall enough for its text ("Logit lens 40%"), whatever the row's other controls ask for
+        self.progress.setMinimumHeight(self.progress.fontMetrics().height() + 8)
         self.progress.hide()
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
@@ -105,6 +107,8 @@ class ToolPage(LazyPage, QWidget):
 
     def _progressed(self, fraction: float, _message: str) -> None:
         self.progress.setValue(int(round(100 * fraction)))
+        if fraction >= 1 and self.stack.currentWidget() is self.stack.placeholder:
+            self.stack.show_message(self.MEASURED)  # the bar says 100 %: the line no longer says "reading"
 
     def _arrived(self, key: str, on_result, value) -> None:
         self._job_ended(key)
@@ -193,7 +197,16 @@ class LensTable(QTableWidget):
         self.setSelectionMode(QAbstractItemView.SingleSelection)
         self.verticalHeader().setDefaultSectionSize(20)
         self.horizontalHeader().setDefaultSectionSize(66)
-        self.horizontalHeader().setSectionResizeMode(QHeaderView.Fixed)
+        # the positions share the width there is (a cell elides its token), so 1024 px needs no sideways scroll;
+        # only a text too long for 20 px a column scrolls (at 1024 px about 16 positions fit)
+        self.horizontalHeader().setMinimumSectionSize(20)
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        self.setTextElideMode(Qt.ElideRight)
+        self.setWordWrap(False)
+        font = self.font()  # a point smaller: a narrow cell keeps a few characters of its token before the "…"
+        font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
+        self.setFont(font)
+        self.horizontalHeader().setFont(font)
         self.verticalHeader().setSectionResizeMode(QHeaderView.Fixed)
         self.lens = None
 
@@ -208,7 +221,9 @@ class LensTable(QTableWidget):
         self.setRowCount(L1)
         self.setColumnCount(N)
         self.setVerticalHeaderLabels(rows)
-        self.setHorizontalHeaderLabels([f"{j}: {visible(t, 9)}" for j, t in enumerate(lens.tokens)])
+        self.setHorizontalHeaderLabels([visible(t, 9) for t in lens.tokens])  # the position: in the tooltip
+        for j, t in enumerate(lens.tokens):
+            self.horizontalHeaderItem(j).setToolTip(f"position {j}: {visible(t, 40)}")
         for r in range(L1):
             level = self.level_of_row(r)
             for j in range(N):
@@ -238,7 +253,8 @@ class LensPage(ToolPage):
         self.bars_plot.setMenuEnabled(False)
         self.bars_plot.hideButtons()
         self.bars_plot.setMouseEnabled(x=False, y=False)
-        self.bars_plot.setLabel("bottom", "direct contribution to the logit")
+        self.bars_plot.setLabel("bottom", "logit contribution")  # short: the pane is narrow at 1024 px
+        self.bars_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self.bars = pg.BarGraphItem(x0=[], y=[], height=0.7, width=[])
         self.bars_plot.addItem(self.bars)
         self.bars_plot.addItem(pg.InfiniteLine(pos=0, angle=90, pen=pg.mkPen("#888")))
@@ -255,15 +271,16 @@ class LensPage(ToolPage):
         self.splitter.addWidget(right)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        self.splitter.setSizes([620, 380])  # the table gets the larger share until the user moves the handle
+        self.splitter.setSizes([700, 300])  # the table gets the larger share until the user moves the handle
         super().__init__(state, self.splitter, parent)
         self.norm_box = QComboBox()
         self.norm_box.addItem("frozen scale (adds up)", "frozen")
         self.norm_box.addItem("each layer's own scale", "own")
         self.norm_box.setToolTip("How each layer's residual stream goes through the final norm before W_U")
-        self.target_edit = QLineEdit()
+        self.target_edit = TokenPicker()  # the lens's top tokens at the attributed position, to pick from
         self.target_edit.setPlaceholderText("the model's own next token")
-        self.target_edit.setToolTip("The token whose logit is split into its pieces: text such as ' Paris', or an id")
+        self.target_edit.setToolTip("The token whose logit is split into its pieces: pick one of the lens's top "
+                                    "tokens or type one, a leading space as ␣ (␣Paris is ' Paris'), or an id")
         self.target_edit.setMaximumWidth(200)
         self.run_button = QPushButton("Run")
         self.run_button.setToolTip("Measure the lens and the attribution again")
@@ -276,6 +293,7 @@ class LensPage(ToolPage):
         self.norm_box.currentIndexChanged.connect(lambda *_: self.measure())
         self.target_edit.returnPressed.connect(self.measure_attribution)
         self.run_button.clicked.connect(self.measure)
+        state.model_loaded.connect(lambda *_: self.target_edit.clear())  # another vocabulary: its tokens go
         self.table.cellClicked.connect(self._cell_clicked)
         self.bars_canvas.scene().sigMouseClicked.connect(self._bar_clicked)
 
@@ -335,6 +353,9 @@ class LensPage(ToolPage):
             return
         self.attribution = a
         self.position = a.position
+        lens = self.table.lens
+        if lens is not None and 0 <= a.position < len(lens.tokens):  # the final layer's top tokens here
+            self.target_edit.set_tokens(list(lens.top_tokens[-1][a.position]))
         pieces = a.top(BARS)
         self.pieces = pieces
         vals = np.array([v for _, v in pieces])
@@ -347,11 +368,11 @@ class LensPage(ToolPage):
                                 yRange=(0, max(n, 1)), padding=0)
         tok = a.tokens[a.position]
         self.dla_title.setText(
-            f"<b>Direct logit attribution</b> of {visible(a.target, 16)!r} after position {a.position} "
-            f"({visible(tok, 16)!r}), frozen final norm: the {n} largest of {a.heads.size + a.mlps.size + 2} pieces. "
+            f"<b>Direct logit attribution</b> of <b>{visible(a.target, 16)}</b> after position {a.position} "
+            f"({visible(tok, 16)}), frozen final norm: the {n} largest of {a.heads.size + a.mlps.size + 2} pieces. "
             f"Click a head to open its map.")
         self.readout.setText(
-            f"All pieces sum to <b>{a.total:.4f}</b>; the model's logit of {a.target!r} is <b>{a.logit:.4f}</b> "
+            f"All pieces sum to <b>{a.total:.4f}</b>; the model's logit of {visible(a.target, 16)} is <b>{a.logit:.4f}</b> "
             f"(p = {a.prob:.3f}). Heads: {a.heads.sum():+.3f}, MLPs: {a.mlps.sum():+.3f}, embeddings: "
             f"{a.embeddings:+.3f}, biases: {a.biases:+.3f}.")
         self.table.setCurrentCell(0, a.position)
