@@ -30,8 +30,17 @@ AX_DINOV2_DIR="$PWD/$dinov2" AX_SELFTEST_EXPECTED="$PWD/$work/selftest_expected.
 app=dist/attn-explorer
 cp packaging/attn-explorer.desktop "$app/"
 cp resources/icon.png "$app/attn-explorer.png"
-size=$(du -sm "$app" | cut -f1)
-echo "== bundle: $app ($size MB unpacked)"
+# the bound: the unpacked CPU bundle stays under 1.0 GB (10^9 bytes, counted as the files' own sizes, which is
+# what a user's file manager shows; du's default counts whole disk blocks, and -m gives MiB)
+max_bytes=${AX_BUNDLE_MAX_BYTES:-1000000000}
+bytes=$(du -sb "$app" | cut -f1)
+echo "== bundle: $app ($((bytes / 1000000)) MB unpacked, $bytes bytes; bound $((max_bytes / 1000000)) MB)"
+echo "   largest parts (MB):"
+(cd "$app/_internal" && du -sb -- * | sort -rn | head -8 | awk '{printf "     %6d  %s\n", $1 / 1000000, $2}')
+if [ "$bytes" -gt "$max_bytes" ]; then
+  echo "FAIL the bundle is $((bytes / 1000000)) MB unpacked, over the $((max_bytes / 1000000)) MB bound" >&2
+  exit 1
+fi
 
 echo "== self-test of the frozen app"
 "$app/attn-explorer" --self-test
