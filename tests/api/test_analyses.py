@@ -210,6 +210,9 @@ r = fake_run(L=2, H=3, N=7)
 for n in ("prev_token", "first_col", "prev_dict"):
     a = run_analysis(n, r)
     print("ran", n, a.view, a.values.shape)
+from attn_explorer.session.custom import custom_analysis_job  # what the window's page runs in its worker
+rep = custom_analysis_job("first_col", r)
+print("window", [n for n, _ in rep.names], rep.answer.view, len(rep.problems), repr(rep.error))
 ax.register_analysis("prev_token", lambda r: r.attentions.mean((0, 1)), view="map")  # replaces the installed one
 print("replaced", run_analysis("prev_token", r).view)
 '''
@@ -224,6 +227,7 @@ def test_entry_points_are_found_in_a_new_process(tmp_path):
     assert "views [('first_col', 'tokens'), ('prev_dict', 'grid'), ('prev_token', '-')]" in lines, lines
     assert "ran prev_token grid (2, 3)" in lines and "ran first_col tokens (7,)" in lines
     assert "ran prev_dict grid (2, 3)" in lines and "replaced map" in lines
+    assert "window ['prev_token', 'first_col', 'prev_dict'] tokens 2 ''" in lines, lines
     problems = [ln for ln in lines if ln.startswith("problem ")]
     assert len(problems) == 2, lines
     assert any("'broken' from axmine" in p and "ModuleNotFoundError" in p for p in problems), problems
