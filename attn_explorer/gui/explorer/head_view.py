@@ -21,7 +21,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QSizePolicy, QWidget
+from superqt import QElidingLabel
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        cell_under, colormap, follow_loading, set_bar_label, style_colorbar)
@@ -34,6 +35,21 @@ from attn_explorer.session.long_view import (COLOUR_NAMES, COLOUR_SCALES, STRIP_
                                              visible_ask, window_job, windowed)
 from attn_explorer.session.stacks import STACK_NAMES, StackMaps
 from attn_explorer.session.state import SessionState
+
+class HoverLine(QElidingLabel):
+    """The hover read-out: one line elided to the room there is, its whole text in the tooltip. It never asks
+    for more width (at 1024 px a long input's line widened the window and cut off the colour bar)."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.setMinimumWidth(0)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(text)
+        self.setToolTip(text)
+
 
 HOVER_HINT = "Hover over the map: query → key: weight. Wheel zooms, drag pans."
 
@@ -99,7 +115,7 @@ class HeadView(LazyPage, QWidget):
         self.state = state
         self.title = QLabel("")
         self.title.setWordWrap(True)  # a long header (stack, layer kind, counts) wraps instead of widening the window
-        self.readout = QLabel(HOVER_HINT)
+        self.readout = HoverLine(HOVER_HINT)
         self.readout.setStyleSheet("font-family: monospace;")
         self.canvas = PaintedGraphicsWidget()
         self.stack = CanvasStack(self.canvas)

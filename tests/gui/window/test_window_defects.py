@@ -37,3 +37,24 @@ def test_at_start_up_the_pages_do_not_ask_for_text_the_box_already_holds(make_wi
     assert seen, "the model loaded before the test could look"
     for where, text in seen.items():
         assert "type or paste" not in text and text.startswith("Running textbook"), (where, text)
+
+
+LONG_HOVER = ("queries 20,000–20,047 → keys 19,976–20,023: largest weight 0.123 (pooled: zoom in for each "
+              "weight)")
+
+
+def test_the_one_head_hover_line_never_widens_a_small_window(make_window, qtbot):
+    """Seen at 1024×700: hovering the one-head map of a long input widened the window to 1082 px, cutting
+    off the colour bar. The line is elided to the room there is; its whole text stays readable (tooltip)."""
+    w = make_window(model="textbook")
+    w.resize(1024, 700)
+    w.show_page("head")
+    qtbot.waitUntil(lambda: w.head_view.isVisible(), timeout=10000)
+    qtbot.wait(100)
+    assert w.width() <= 1024
+    readout = w.head_view.readout
+    readout.setText(LONG_HOVER)
+    assert readout.text() == LONG_HOVER and readout.toolTip() == LONG_HOVER
+    qtbot.wait(200)
+    assert w.width() <= 1024
+    assert readout.geometry().right() <= w.head_view.width()
