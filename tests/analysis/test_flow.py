@@ -103,3 +103,30 @@ def test_too_long_for_memory_is_one_line(decoders, monkeypatch):  # noqa: F811
     monkeypatch.setattr(budget, "default_budget", lambda device="cpu": 1000)
     with pytest.raises(UserError, match="tokens would need .* for every layer's attention maps"):
         flow.contribution_graph(decoders("gpt2"), IDS)
+
+
+def _graph(shares, resid):
+    """A one-layer graph by hand: token 2's attention shares over tokens 0..2 and its residual share."""
+    N = len(shares)
+    attn = np.zeros((1, N, N), np.float32)
+    attn[0, N - 1] = shares
+    res = np.zeros((1, N), np.float32)
+    res[0, N - 1] = resid
+    heads = np.ones((1, 1, N, N), np.float16)
+    return flow.FlowGraph([f"t{i}" for i in range(N)], attn, res, np.zeros((1, N), np.float32), heads)
+
+
+@pytest.mark.parametrize("tau", [0.25, 0.04, 0.1, 0.3])
+def test_an_edge_exactly_at_the_threshold_is_kept(tau):
+    """trace keeps "each edge whose share reaches a threshold" (flow's docstring, Ferrando & Voita's
+    Algorithm 1): share >= threshold. An edge whose share is the threshold, as the graph stores shares
+    (float32), is kept, attention and residual alike; the next float32 below it is not. 0.04 (the default),
+    0.1 and 0.3 have no exact binary form: the share stored for them is float32(tau), below the float64 tau
+    for 0.04 (0.0399999991) and above it for 0.1 and 0.3; the user set 0.04, the edge reads 0.04, and it must
+    stay (a comparison in float64 would drop it)."""
+    at = np.float32(tau)
+    below = np.nextafter(at, np.float32(0))
+    edges, nodes = flow.trace(_graph([at, below, 1 - at - below], at), -1, threshold=tau)
+    kept = {(e.kind, e.src) for e in edges}
+    assert ("attn", 0) in kept and ("resid", 2) in kept, kept  # exactly at: kept
+    assert ("attn", 1) not in kept and (0, 1) not in nodes  # just below: pruned
