@@ -102,22 +102,22 @@ def _load(tmp_path, build):
 
 
 def _both(m, inputs, dk_scale=1.0, dk_layers=None):
-    """The module's dense maps (B, L, H, N, N) and hidden state, and what a lazy forward kept."""
-    dense, _ = m._forward(inputs, dk_scale, dk_layers, output_attentions=True)
-    caps = api_model.lazy_captures(m.info.num_layers)
-    lazy, _ = m._forward(inputs, dk_scale, dk_layers, captures=caps, output_attentions=False)
-    assert lazy.attentions is None
-    return dense, lazy, caps
+    """The module's dense maps (B, L, H, N, N) and hidden state, and what a lazy forward kept (its store)."""
+    dense = m.trace(inputs, dk_scale=dk_scale, dk_layers=dk_layers, attentions=True).out
+    t = m.trace(inputs, dk_scale=dk_scale, dk_layers=dk_layers, lazy=True)
+    assert t.out.attentions is None and isinstance(t.lazy, LazyAttention)
+    assert t.lazy.num_layers == m.info.num_layers
+    return dense, t.out, t.lazy
 
 
-def _assert_same_maps(dense, caps, rows_of=None):
+def _assert_same_maps(dense, store, rows_of=None):
     """Every head of every layer, every batch row, against the dense maps (rows_of[b]: the real query rows)."""
     B, L, H, N, M = dense.attentions.shape
     for layer in range(L):
-        c = caps[layer]
+        c = store.layers[layer]
         for b in range(B):
             for h in range(H):
-                got = core_lazy.head_probs(c["q"], c["k"], c["lse"], c["options"], h, batch=b)
+                got = core_lazy.head_probs(c.q, c.k, c.lse, c.options, h, batch=b)
                 want = dense.attentions[b, layer, h]
                 n = N if rows_of is None else rows_of[b]
                 torch.testing.assert_close(got[:n], want[:n], atol=ATOL, rtol=RTOL, msg=f"L{layer} H{h} batch {b}")
@@ -133,8 +133,8 @@ def test_lazy_equals_dense_for_every_text_family(tmp_path, family):
     mask = torch.ones_like(ids)
     mask[1, 21:] = 0
     inputs = {"input_ids": ids, "attention_mask": mask}
-    dense, lazy, caps = _both(m, inputs, dk_scale=0.7, dk_layers=[1])
-    _assert_same_maps(dense, caps, rows_of=[29, 21])  # padded query rows are never read
+    dense, lazy, store = _both(m, inputs, dk_scale=0.7, dk_layers=[1])
+    _assert_same_maps(dense, store, rows_of=[29, 21])  # padded query rows are never read
     torch.testing.assert_close(lazy.hidden[0], dense.hidden[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lazy.hidden[1, :21], dense.hidden[1, :21], atol=1e-5, rtol=1e-5)
 
@@ -144,8 +144,8 @@ def test_lazy_equals_dense_for_every_image_family(tmp_path, family):
     m = _load(tmp_path, IMAGE[family])
     torch.manual_seed(2)
     side = 56 if family == "dinov2" else 16
-    dense, lazy, caps = _both(m, {"pixels": torch.randn(1, 3, side, side)})
-    _assert_same_maps(dense, caps)
+    dense, lazy, store = _both(m, {"pixels": torch.randn(1, 3, side, side)})
+    _assert_same_maps(dense, store)
     torch.testing.assert_close(lazy.hidden, dense.hidden, atol=1e-5, rtol=1e-5)
 
 
@@ -160,8 +160,7 @@ def test_a_2048_token_gemma3_with_local_and_global_layers(tmp_path):
                  attn_implementation="eager", num_hidden_layers=3, query_pre_attn_scalar=12, sliding_window_pattern=3)
     m = _load(tmp_path, lambda: _spread(transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**gemma))))
     ids = torch.randint(3, 99, (1, 2048), generator=torch.Generator().manual_seed(3))
-    dense, _, caps = _both(m, {"input_ids": ids})
-    store = LazyAttention.from_captures(caps)
+    dense, _, store = _both(m, {"input_ids": ids})
     assert [store.window(i) for i in range(3)] == [300, 300, None]
     band = ~core_lazy._band_mask(slice(0, 2048), slice(0, 2048), 2048, 2048, True, 300, None)
     for layer in range(3):
