@@ -7,8 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attn_explorer.api.hooks import caching_hook, merge
+from attn_explorer.api.model import Model
+from attn_explorer.api.result import ModelInfo
 from attn_explorer.core.encoder import EncoderConfig, TextEncoder
 from attn_explorer.core.gpt2 import GPT2, GPT2Config
+from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 
@@ -47,6 +51,16 @@ def tiny(family: str, seed: int = 0):
     return m.eval(), {"input_ids": torch.randint(0, 40, (2, 7))}
 
 
+def wrap(module, family: str = "vit") -> Model:
+    """A bare core module as an api Model (what analysis.relevance.token_relevance takes)."""
+    blocks = module.blocks.layers
+    info = ModelInfo(name=f"tiny-{family}", family=family,
+                     modality="image" if family in ("vit", "deit") else "text", num_layers=len(blocks),
+                     num_heads=blocks[0].attn.num_heads, hidden_size=blocks[0].attn.out.out_features,
+                     max_positions=64, device="cpu", dtype="float32", trained=False)
+    return Model(module, info)
+
+
 FAMILIES = ["llama", "gemma", "gpt2", "bert", "vit", "deit"]
 
 
@@ -57,9 +71,10 @@ def test_attention_differentiable_after_an_inference_run(family):
     m, inputs = tiny(family)
     with torch.inference_mode():
         ref = m(output_attentions=True, **inputs).attentions
-    caps = {i: {"save_probs": True, "quiet": True} for i in range(2)}
-    out = m(output_attentions=True, captures=caps, **inputs)
-    grads = torch.autograd.grad(out.hidden.square().sum(), [caps[i]["probs"] for i in range(2)])
+    probs: dict = {}
+    out = m(output_attentions=True, hooks=_keep_patterns(probs), **inputs)
+    grads = torch.autograd.grad(out.hidden.square().sum(),
+                                [probs[f"blocks.{i}.attn.hook_pattern"] for i in range(2)])
     assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
     torch.testing.assert_close(out.attentions.detach(), ref, atol=1e-6, rtol=0)
 
@@ -78,6 +93,12 @@ def test_lrp_rules_leave_the_forward_unchanged(family):
     torch.testing.assert_close(out.detach(), ref, atol=2e-6, rtol=1e-5)
 
 
+def _keep_patterns(store: dict, layers=(0, 1)) -> Hooks:
+    """Hooks that keep each layer's hook_pattern in store[name], in the autograd graph (asking for the pattern
+    also forces the explicit, differentiable path)."""
+    return Hooks(merge({f"blocks.{i}.attn.hook_pattern": caching_hook(store, detach=False) for i in layers}))
+
+
 def _log_prob(m, inputs, token=5, **kw):
     out = m(**inputs, **kw)
     return F.log_softmax(m.logits(out.hidden[:, -1]), -1)[:, token].sum()
@@ -90,20 +111,22 @@ def test_gradient_of_an_attention_entry_matches_central_differences():
     m, inputs = tiny("gpt2")
     m.double()
     layer, h, i, j, eps = 0, 3, 5, 2, 1e-6
-    caps = {layer: {"save_probs": True}}
-    grad = torch.autograd.grad(_log_prob(m, inputs, captures=caps), caps[layer]["probs"])[0][:, h, i, j]
+    probs: dict = {}
+    lp = _log_prob(m, inputs, hooks=_keep_patterns(probs, [layer]))
+    grad = torch.autograd.grad(lp, probs[f"blocks.{layer}.attn.hook_pattern"])[0][:, h, i, j]
 
     def moved(e):
         cap = {}
 
-        def hook(ctx):
-            ctx = ctx.clone()
-            ctx[:, h, i] += e * cap["values"][:, h, j]
-            return ctx
+        def hook(z, name):  # z (B, N, H, d): every head's output before W_O
+            z = z.clone()
+            z[:, i, h] += e * cap[f"blocks.{layer}.attn.hook_v"][:, j, h]  # GPT-2: a value head per head
+            return z
 
-        cap["head_hook"] = hook
+        a = f"blocks.{layer}.attn."
+        hooks = Hooks(merge({a + "hook_v": caching_hook(cap), a + "hook_z": hook}))
         with torch.no_grad():
-            return _log_prob(m, inputs, captures={layer: cap})
+            return _log_prob(m, inputs, hooks=hooks)
 
     fd = (moved(eps) - moved(-eps)) / (2 * eps)
     assert grad.sum().abs() > 1e-4  # a real signal, not two zeros agreeing
@@ -115,12 +138,13 @@ def test_gradient_of_dk_scale_matches_central_differences():
     m, inputs = tiny("gpt2")
     m.double()
     dk = torch.tensor(1.3, dtype=torch.float64, requires_grad=True)
-    caps = {i: {"save_probs": True, "quiet": True} for i in range(2)}  # the explicit, differentiable path
-    (grad,) = torch.autograd.grad(_log_prob(m, inputs, dk_scale=dk, captures=caps), dk)
+    # a hook on the pattern (changing nothing) forces the explicit, differentiable path
+    explicit = Hooks(merge({f"blocks.{i}.attn.hook_pattern": lambda p, name: None for i in range(2)}))
+    (grad,) = torch.autograd.grad(_log_prob(m, inputs, dk_scale=dk, hooks=explicit), dk)
     eps = 1e-6
     with torch.no_grad():
-        fd = (_log_prob(m, inputs, dk_scale=1.3 + eps, captures=caps)
-              - _log_prob(m, inputs, dk_scale=1.3 - eps, captures=caps)) / (2 * eps)
+        fd = (_log_prob(m, inputs, dk_scale=1.3 + eps, hooks=explicit)
+              - _log_prob(m, inputs, dk_scale=1.3 - eps, hooks=explicit)) / (2 * eps)
     assert abs(float(grad)) > 1e-4
     torch.testing.assert_close(grad, fd, atol=1e-7, rtol=1e-6)
 
@@ -148,11 +172,11 @@ def test_planted_patch_is_ranked_first(method):
     m, inputs = planted_vit(11)
     with torch.no_grad():
         cls = m(**inputs).logits.argmax(-1)
-    rel, _ = token_relevance(m, inputs, class_logit(cls), method, [0])
+    rel, _ = token_relevance(wrap(m), inputs, class_logit(cls), method, [0])
     patches = rel[0, 1:]
     assert int(abs(patches).argmax()) == 11 and patches[11] > 0
     assert abs(patches[11]) > 10 * abs(np.delete(patches, 11)).max(initial=0)
-    att, _ = token_relevance(m, inputs, class_logit(cls), "attention", [0])
+    att, _ = token_relevance(wrap(m), inputs, class_logit(cls), "attention", [0])
     assert np.ptp(att[0, 1:]) < 1e-6  # raw attention is uniform here: it cannot tell
 
 
@@ -164,9 +188,10 @@ def test_a_batch_gives_what_each_input_gives_alone(method):
     torch.manual_seed(1)
     pixels = torch.randn(3, 3, 8, 8)
     classes = torch.tensor([2, 0, 1])
-    together, y = token_relevance(m, {"pixels": pixels}, class_logit(classes), method, [0, 1])
+    together, y = token_relevance(wrap(m), {"pixels": pixels}, class_logit(classes), method, [0, 1])
     for b in range(3):
-        alone, y1 = token_relevance(m, {"pixels": pixels[b:b + 1]}, class_logit(classes[b:b + 1]), method, [0, 1])
+        alone, y1 = token_relevance(wrap(m), {"pixels": pixels[b:b + 1]}, class_logit(classes[b:b + 1]), method,
+                                    [0, 1])
         np.testing.assert_allclose(together[b], alone[0], atol=1e-5, rtol=1e-4)
         np.testing.assert_allclose(y[b], y1[0], atol=1e-5)
     with torch.inference_mode():  # the score of the differentiable pass is the dense in-place path's
