@@ -26,9 +26,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from attn_explorer.analysis.metrics import Metric, embedding, is_classifier, is_decoder, make_metric
 from attn_explorer.api.hooks import ABLATIONS, head_hook, head_mask
-from attn_explorer.analysis.metrics import (Metric, class_index, embedding, is_classifier, is_decoder,  # noqa: F401
-                                            make_metric, token_id)
 from attn_explorer.api.model import Model
 from attn_explorer.budget import default_budget
 from attn_explorer.errors import UserError

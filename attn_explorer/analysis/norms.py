@@ -106,7 +106,7 @@ def model_norms(model: Model, x, layers=None, **run_kw) -> LayerNorms:
     if info.modality == "text":
         tokens, special = list(prep.tokens), np.asarray(prep.special, dtype=bool)
     else:
-        r = model._image_result(out, 0.0, prep, dk_scale, False)
+        r = model.result_of(t, prep, dk_scale)
         tokens, special = list(r.tokens), np.asarray(r.special, dtype=bool)
     return LayerNorms(want, np.stack(att), np.stack(nrm), np.stack(fxn), tokens, special)
 

@@ -277,7 +277,7 @@ def explain(model: Model, x, method: str = "gradient_rollout", target=None, refe
 
 def _explain_image(model: Model, prep, method, target, dk_scale, progress) -> Relevance:
     cls = None if target in (None, "") else torch.tensor([class_index(model, target)])
-    extra = model._extra_tokens()
+    extra = model.extra_tokens()
     p = model.info.patch_size
     r, c = (int(s) // p for s in prep.inputs["pixels"].shape[-2:])  # the patch grid
     rows = list(range(min(len(extra), int(getattr(model.module.cfg, "classifier_tokens", 1))))) or \

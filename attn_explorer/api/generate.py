@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attn_explorer.core.hooks import Hooks
 from attn_explorer.errors import UserError
 from attn_explorer.validate import positive_int, visible_text
 
@@ -148,15 +149,22 @@ class Generation:
 
     def _run(self):
         module, dev = self.model.module, self.model.device
+        table = self.model.active_hooks()  # `with m.hooks({...}):` around the generation: each step runs them
+        hooks = Hooks(table) if table else None
         cache = module.new_cache()
         feed = self.prompt_ids
         shown = self.top_k or SHOWN
         for index in range(self.max_new_tokens):
             with torch.inference_mode():
                 t0 = time.perf_counter()
-                out = module(input_ids=torch.tensor([feed], device=dev), output_attentions=True, cache=cache)
+                out = module(input_ids=torch.tensor([feed], device=dev), output_attentions=True, cache=cache,
+                             hooks=hooks)
+                hidden = out.hidden if hooks is None else hooks("hook_final", out.hidden)
+                logits = module.logits(hidden[:, -1:])  # (1, 1, vocab): hook_logits sees the newest position
+                if hooks is not None:
+                    logits = hooks("hook_logits", logits)
                 # sampled on the CPU, with the CPU generator, whatever device the model is on
-                logits = module.logits(out.hidden[0, -1]).float().cpu()
+                logits = logits[0, -1].float().cpu()
                 probs = self.distribution(logits)
                 ms = (time.perf_counter() - t0) * 1000
                 row = out.attentions[0, :, :, -1, :].float().cpu().numpy()  # (L, H, n so far)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
 
+from attn_explorer.api.lazy import LazyAttention
 from attn_explorer.core.hooks import HookFn, hook_names
 from attn_explorer.errors import UserError
 from attn_explorer.validate import existing_head
@@ -87,6 +89,19 @@ def heads_first(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     t = t.transpose(1, 2)
     r = num_heads // t.shape[1]
     return t if r == 1 else t.repeat_interleave(r, dim=1)
+
+
+@dataclass
+class Trace:
+    """What `Model.trace` returns: the module's output (hidden after hook_final; attentions when asked),
+    the activations kept, the forward's time, the next-token logits where hook_logits was hooked or kept,
+    and a lazy forward's store (api.lazy.LazyAttention)."""
+
+    out: object
+    cache: ActivationCache
+    ms: float
+    logits: torch.Tensor | None = None
+    lazy: LazyAttention | None = None
 
 
 def caching_hook(store: dict, detach: bool = True) -> HookFn:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -13,7 +13,7 @@ import torch
 from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
-from attn_explorer.api.hooks import (ActivationCache, ablation_hooks, caching_hook, check_names, merge,
+from attn_explorer.api.hooks import (ActivationCache, Trace, ablation_hooks, caching_hook, check_names, merge,
                                      model_hook_names, select_names)
 from attn_explorer.api.lazy import LazyAttention, kept_bytes
 from attn_explorer.api.result import ModelInfo, NotKept, RunResult
@@ -27,24 +27,6 @@ from attn_explorer.validate import (dk_scale_value, finite_attention, positive_i
 # more memory than they are worth (SmolLM2 ~1,400 tokens, Gemma 3 270M ~2,700, DINOv2-S at 1036 px), and the
 # lazy forward is no slower than the plain one (benchmarks/bench_long.py)
 DENSE_MAX_BYTES = 2 * 10**9
-
-
-@contextmanager
-def _nothing():
-    yield
-
-
-@dataclass
-class Trace:
-    """What `Model.trace` returns: the module's output (hidden after hook_final; attentions when asked),
-    the activations kept, the forward's time, the next-token logits where hook_logits was hooked or kept,
-    and a lazy forward's store (api.lazy.LazyAttention)."""
-
-    out: object
-    cache: ActivationCache
-    ms: float
-    logits: torch.Tensor | None = None
-    lazy: LazyAttention | None = None
 
 
 @dataclass
@@ -167,8 +149,12 @@ class Model:
             with self._hook_lock:
                 self._context_hooks = [t for t in self._context_hooks if t is not table]
 
+    def active_hooks(self) -> dict:
+        """The hooks of the `with m.hooks(...)` blocks open now, as one {name: (fns...)} table."""
+        return merge(*self._context_hooks)
+
     def trace(self, inputs, hooks: Mapping[str, Callable] | None = None, names=(), *, dk_scale: float = 1.0,
-              dk_layers=None, attentions: bool = False, grad: bool = False, lazy: bool = False) -> "Trace":
+              dk_layers=None, attentions: bool = False, grad: bool = False, lazy: bool = False) -> Trace:
         """One forward pass of prepared inputs (`prepare(x)`, or its `.inputs`: the module's keyword
         arguments, which may hold a batch of copies) with hooks {name: fn}, keeping the activations named
         by `names` (a list, None for all, or a callable). What analyses build on: no RunResult, no memory
@@ -186,6 +172,15 @@ class Model:
         out, ms, logits = self._forward(inputs, dk_scale, dk_layers, Hooks(table, keep=lazy),
                                         output_attentions=attentions, grad=grad)
         return Trace(out, ActivationCache(store, valid), ms, logits, getattr(out, "lazy", None))
+
+    def result_of(self, trace: Trace, prep: Prepared, dk_scale: float = 1.0) -> RunResult:
+        """The RunResult a run of `prep` gives, from a trace of it that kept the maps (attentions=True)."""
+        if trace.out.attentions is None and trace.lazy is None:
+            raise UserError("this trace kept no maps: trace(..., attentions=True)")
+        if self.info.modality == "text":
+            return self._result(trace.out, trace.ms, prep.tokens, prep.special, dk_scale, False,
+                                truncated=prep.truncated, notes=prep.notes, total_tokens=prep.total_tokens)
+        return self._image_result(trace.out, trace.ms, prep, dk_scale, False)
 
     def W_O(self, layer: int) -> torch.Tensor:
         """Layer `layer`'s output projection per head, (H, d_head, D) (TransformerLens's W_O[layer]): head h
@@ -243,7 +238,7 @@ class Model:
             return len(prep.tokens)
         pixels = prep.inputs["pixels"]
         p = self.info.patch_size
-        extra = len(self._extra_tokens())
+        extra = len(self.extra_tokens())
         return (pixels.shape[-2] // p) * (pixels.shape[-1] // p) + extra
 
     def _keep_lazily(self, prep: Prepared, lazy: bool | None, hidden: bool, seq2seq: bool,
@@ -342,7 +337,7 @@ class Model:
         forward (hooks.keep) leaves its store in out.lazy."""
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         logits = None
-        with torch.inference_mode(not grad), torch.enable_grad() if grad else _nothing():
+        with torch.inference_mode(not grad), torch.enable_grad() if grad else nullcontext():
             t0 = time.perf_counter()
             try:
                 out = self.module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions,
@@ -423,7 +418,7 @@ class Model:
         x = torch.from_numpy(pixels)[None].to(self.device, self.dtype)
         return Prepared({"pixels": x}, notes=notes, image=seen)
 
-    def _extra_tokens(self) -> list[str]:
+    def extra_tokens(self) -> list[str]:
         """The image model's tokens before its patches: [CLS] (none in SigLIP), then DeiT's [DIST]."""
         cfg = getattr(self.module, "cfg", None)
         cls, dist = getattr(cfg, "class_token", True), getattr(cfg, "distillation_token", self.info.family == "deit")
@@ -431,7 +426,7 @@ class Model:
 
     def _image_result(self, out, ms, prep: Prepared, dk_scale, hidden) -> RunResult:
         rows, cols = out.grid
-        extra = self._extra_tokens()
+        extra = self.extra_tokens()
         tokens = extra + [f"r{r}c{c}" for r in range(rows) for c in range(cols)]
         special = [True] * len(extra) + [False] * (rows * cols)
         top5 = None

@@ -85,11 +85,8 @@ def head_trace(model: Model, x, layer: int, head: int, query: int, **run_kw) -> 
     prep = model.prepare(x, max_tokens=run_kw.get("max_tokens"), image_size=run_kw.get("image_size"))
     names = [f"blocks.{layer}.attn.hook_{p}" for p in "qkvz"]
     t = model.trace(prep, names=names, dk_scale=dk_scale, dk_layers=dk_layers, attentions=True)
-    out, ms = t.out, t.ms
-    if info.modality == "text":
-        result = model._result(out, ms, prep.tokens, prep.special, dk_scale, False)
-    else:
-        result = model._image_result(out, ms, prep, dk_scale, False)
+    out = t.out
+    result = model.result_of(t, prep, dk_scale)
     n = result.num_tokens
     if not 0 <= query < n:
         raise UserError(f"token {query} does not exist; the input has tokens 0..{n - 1}")

@@ -237,3 +237,37 @@ def test_trace_is_what_analyses_use(llama):
     torch.testing.assert_close(t.cache["hook_logits"], t.logits)
     lazy = llama.trace(prep, lazy=True)
     assert lazy.lazy is not None and lazy.out.attentions is None
+
+
+def test_generation_runs_the_hooks_of_an_open_block(llama):
+    """`with m.hooks(...)` around a generation steers every step (here: hook_logits pushes one token up)."""
+    plain = [s.token_id for s in llama.generate(TEXT, max_new_tokens=4)]
+    target = next(t for t in range(10, 100) if t not in plain)
+
+    def boost(logits, name):
+        logits[..., target] += 1e4
+
+    with llama.hooks({"hook_logits": boost}):
+        steered = [s.token_id for s in llama.generate(TEXT, max_new_tokens=4)]
+    assert steered == [target] * 4
+    assert [s.token_id for s in llama.generate(TEXT, max_new_tokens=4)] == plain  # the block closed: as before
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra", "gpt2", "opt", "llama", "qwen2-window",
+                                    "qwen3", "mistral", "phi3", "gpt_neox", "gemma2 (soft-capping, windows)",
+                                    "gemma3 (qk-norm, windows)", "clip_text"])
+def test_every_text_family_names_its_pattern_and_output(tmp_path, family):
+    """For every family: hook_pattern is the map the forward returned, and zeroing every head of hook_z in the
+    last layer leaves its maps as they were while the hidden state moves."""
+    from tests.api.test_lazy import TEXT as FAMILIES_TEXT, _load
+
+    m = _load(tmp_path, FAMILIES_TEXT[family])
+    assert m.hook_names()[:2] == ["hook_embed", "blocks.0.hook_resid_pre"]
+    inputs = {"input_ids": torch.randint(3, 99, (1, 17), generator=torch.Generator().manual_seed(0))}
+    t = m.trace(inputs, names=lambda n: n.endswith("hook_pattern"), attentions=True)
+    for i in range(m.info.num_layers):
+        torch.testing.assert_close(t.cache[f"blocks.{i}.attn.hook_pattern"], t.out.attentions[:, i], atol=0, rtol=0)
+    last = m.info.num_layers - 1
+    off = m.trace(inputs, {f"blocks.{last}.attn.hook_z": lambda z, n: torch.zeros_like(z)}, attentions=True)
+    torch.testing.assert_close(off.out.attentions, t.out.attentions, atol=0, rtol=0)
+    assert (off.out.hidden - t.out.hidden).abs().max() > 1e-4
