@@ -20,6 +20,8 @@ from attn_explorer.gui.widgets.overlay import blend, heat_levels
 from attn_explorer.session.relevance import LANE, METHOD_TITLES, METHODS, relevance_job, target_hint, target_kind
 
 POSITIVE, NEGATIVE = "#c44e52", "#4c72b0"  # for the target / against it
+# families whose logits are soft-capped (tanh): ModelInfo does not say so yet, so the family is the sign
+SOFT_CAPPED = ("gemma2",)
 SHORT_TITLES = {"gradient_rollout": "Gradient rollout", "attnlrp": "AttnLRP (subset)", "rollout": "Rollout",
                 "attention": "Raw attention"}
 
@@ -241,7 +243,8 @@ class RelevancePage(LazyPage, QWidget):
             "attnlrp": "gradient × input at the first block's input, with AttnLRP's uniform rule on q·kᵀ, A·V and "
                        "the gated MLP, the identity rule on norms and activations"
                        + ("" if image else "; signed: blue bars speak against the target")
-                       + ". A subset of AttnLRP: Gemma 2's logit soft-cap keeps its plain gradient",
+                       + ". A subset of AttnLRP" + (
+                           ": the logit soft-cap of Gemma 2 keeps its plain gradient" if self._soft_capped() else ""),
             "rollout": "attention rollout, heads averaged, residual as half of every layer; no gradient",
             "attention": "the last layer's attention from the row(s) the score reads, mean over heads; no gradient",
         }[d.method]
@@ -262,6 +265,11 @@ class RelevancePage(LazyPage, QWidget):
         return (f"<b>Relevance</b> of each input {'patch' if image else 'token'} for <b>{d.target}</b> "
                 f"(= {d.value:.3f} on this input), read at {reads}. {METHOD_TITLES[d.method]}: {what}." + neg
                 + untrained)
+
+    def _soft_capped(self) -> bool:
+        """The loaded model soft-caps its logits (only then does the caption speak of it)."""
+        info = self.state.info
+        return info is not None and info.family in SOFT_CAPPED
 
     def _hovered(self, pos) -> None:
         d = self.data
