@@ -36,6 +36,15 @@ from attn_explorer.session.long_view import (COLOUR_NAMES, COLOUR_SCALES, STRIP_
 from attn_explorer.session.stacks import STACK_NAMES, StackMaps
 from attn_explorer.session.state import SessionState
 
+def common_prefix(a: list[str], b: list[str]) -> int:
+    """How many leading tokens a and b share (an edit at the end keeps all but the last few)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 class HoverLine(QElidingLabel):
     """The hover read-out: one line elided to the room there is, its whole text in the tooltip. It never asks
     for more width (at 1024 px a long input's line widened the window and cut off the colour bar)."""
@@ -156,6 +165,8 @@ class HeadView(LazyPage, QWidget):
         self.goto.setMinimumWidth(200)
         self.goto.setMaximumWidth(240)
         self.goto_note = QLabel("")
+        self._goto_at: int | None = None  # the token the "Go to" line names (None: it names none)
+        self._goto_text = ""  # what the box said when it went there
         self.scale_combo = QComboBox()
         for key in COLOUR_SCALES:
             self.scale_combo.addItem(COLOUR_NAMES[key], key)
@@ -234,18 +245,39 @@ class HeadView(LazyPage, QWidget):
         self._refresh_strip()
 
     def _set_axes(self, rows: list[str], cols: list[str]) -> bool:
-        """Label the axes with these tokens and show the whole map; False when they were already these."""
+        """Label the axes with these tokens; False when they were already these. A zoomed view of an edited
+        input (the tokens before the window unchanged) keeps its window, clamped to the new length, and the
+        "Go to" line while its token is unchanged; any other new input is shown whole."""
         if rows == self.tokens and cols == self.col_tokens:
             return False
+        (x0, x1), (y0, y1) = self.plot.vb.viewRange()
+        old_r, old_c = len(self.tokens), len(self.col_tokens)
+        zoomed = old_r > 0 and (y1 - y0 < old_r - 0.5 or x1 - x0 < old_c - 0.5)
+        same_r, same_c = common_prefix(self.tokens, rows), common_prefix(self.col_tokens, cols)
+        keep = zoomed and same_r >= max(2, int(y0)) and same_c >= max(2, int(x0))
         self.tokens, self.col_tokens = rows, cols
-        self.goto_note.setText("")  # it named a token of the old input
+        if not (keep and self._goto_at is not None and self._goto_at < same_r):
+            self._forget_goto()  # it named a token of the old input
         self.left_axis.set_labels(rows)
         self.bottom_axis.set_labels(cols)
         R, C = len(rows), len(cols)
         vb = self.plot.getViewBox()
         vb.setLimits(xMin=0, xMax=C, yMin=0, yMax=R, minXRange=min(C, 4), minYRange=min(R, 4))
-        self.plot.setRange(xRange=(0, C), yRange=(0, R), padding=0)
+        if keep:
+            h, w = min(y1 - y0, R), min(x1 - x0, C)
+            y0, x0 = max(0.0, min(y0, R - h)), max(0.0, min(x0, C - w))
+            self.plot.setRange(xRange=(x0, x0 + w), yRange=(y0, y0 + h), padding=0)
+        else:
+            self.plot.setRange(xRange=(0, C), yRange=(0, R), padding=0)
         return True
+
+    def _forget_goto(self) -> None:
+        """The "Go to" line names no token any more: the box loses what it went to (what the user is typing
+        there stays), so that box and line never disagree."""
+        if self._goto_at is not None and self.goto.text() == self._goto_text:
+            self.goto.clear()
+        self._goto_at, self._goto_text = None, ""
+        self.goto_note.setText("")
 
     def _draw_dense(self, m: StackMaps, l: int, h: int) -> None:
         """A short input: the whole map from the run, as it is."""
@@ -472,6 +504,7 @@ class HeadView(LazyPage, QWidget):
         x0 = min(max(0, pos - cols // 2), max(0, C - cols))
         self.plot.setRange(xRange=(x0, x0 + cols), yRange=(y0, y0 + rows), padding=0)
         self.goto_note.setText(f'token {i:,} "{html.escape(m.rows[i])}"')
+        self._goto_at, self._goto_text = i, self.goto.text()
         return i
 
     # --------------------------------------------------------------------------------- header
@@ -514,7 +547,7 @@ class HeadView(LazyPage, QWidget):
         self.window = self.base = self._asked = None
         self._head = None
         self.strip.clear()
-        self.goto_note.setText("")
+        self._forget_goto()
         self.readout.setText(HOVER_HINT)
 
     # --------------------------------------------------------------------------------- pointer

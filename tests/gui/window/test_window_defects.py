@@ -1,6 +1,8 @@
 """Defects a new user met in a real window: each test failed on the code before its fix."""
 from __future__ import annotations
 
+import pytest
+
 
 def test_rechoosing_the_current_model_keeps_the_sweep_and_the_status_bar(make_window, qtbot):
     w = make_window(model="textbook", text="the cat sat on the mat")
@@ -58,3 +60,26 @@ def test_the_one_head_hover_line_never_widens_a_small_window(make_window, qtbot)
     qtbot.wait(200)
     assert w.width() <= 1024
     assert readout.geometry().right() <= w.head_view.width()
+
+
+def test_an_edit_keeps_the_one_head_zoom_and_its_go_to_label(make_window, qtbot):
+    """Seen on a 28k-token input: Go to token 20000, zoom in, type " hello" at the end: the map jumped back to
+    the whole input and the go-to label went while the box still said 20000. An edit keeps the window
+    (clamped to the new length), and the box and its label keep agreeing."""
+    text = " ".join(["the cat sat on the mat and looked at the dog"] * 20)
+    w = make_window(model="textbook", text=text)
+    st, view = w.state, w.head_view
+    w.show_page("head")
+    qtbot.waitUntil(lambda: view.isVisible() and len(view.tokens) == st.result.num_tokens, timeout=20000)
+    R = len(view.tokens)
+    assert R > 150
+    view.goto.setText("150")
+    assert view.go_to("150") == 150
+    (_, _), (y0, y1) = view.plot.vb.viewRange()
+    assert y1 - y0 < R / 2 and y0 <= 150 <= y1
+    st.set_text(text + " hello")
+    qtbot.waitUntil(lambda: not st.busy and len(view.tokens) == st.result.num_tokens > R, timeout=20000)
+    qtbot.wait(100)
+    (_, _), (z0, z1) = view.plot.vb.viewRange()
+    assert (z0, z1) == pytest.approx((y0, y1), abs=0.5), "the zoom window was lost"
+    assert view.goto.text() == "150" and "token 150" in view.goto_note.text()
