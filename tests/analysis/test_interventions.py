@@ -24,12 +24,12 @@ def llama(tmp_path_factory):
 
 
 def _one_run(m, x, ablate, metric):
-    """The metric of m.run's own ablation, from a plain forward with api's captures (the reference)."""
-    from attn_explorer.api.model import ablation_captures
+    """The metric of m.run's own ablation, from a plain forward with its hooks on attn.hook_z (the reference)."""
+    from attn_explorer.api.hooks import ablation_hooks
 
     prep = m.prepare(x)
-    out, _ = m._forward(prep.inputs, captures=ablation_captures(ablate, m.info), output_attentions=False)
-    return float(metric(m.module, out)[0])
+    t = m.trace(prep, hooks=ablation_hooks(ablate, m.info))
+    return float(metric(m.module, t.out)[0])
 
 
 @pytest.mark.parametrize("how", ["zero", "mean"])
