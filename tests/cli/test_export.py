@@ -146,10 +146,10 @@ def test_nan_attention_is_never_written(tmp_path, cli, monkeypatch, ext):
     real = Model._forward
 
     def overflowing(self, *a, **k):
-        out, ms = real(self, *a, **k)
+        out, ms, logits = real(self, *a, **k)
         with torch.inference_mode():
             out.attentions[0][0, 0, 1, :] = float("nan")
-        return out, ms
+        return out, ms, logits
 
     monkeypatch.setattr(Model, "_forward", overflowing)
     code, _, err = cli("export", "--model", "textbook", "--text", TEXT, "--out", tmp_path / f"x.{ext}")
