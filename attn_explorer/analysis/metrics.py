@@ -62,7 +62,7 @@ def token_id(model: Model, token: str) -> int:
     """The id of `token`, which must be one token of the model's vocabulary (" Mary", with its space)."""
     if model.tokenizer is None:
         raise UserError(f"{model.info.name} has no tokenizer: give the target as text it can read")
-    return model.tokenizer.single_token_id(token, model=model.info.name)
+    return model.tokenizer.single_token_id(token)
 
 
 def class_index(model: Model, target) -> int:

@@ -225,7 +225,7 @@ def token_id(model: Model, target: str) -> int:
     """The one token id of target (a decoder's next token); a UserError when it is not exactly one token."""
     if model.tokenizer is None:
         raise UserError(f"{model.info.name} has no tokenizer to read the target token with")
-    return model.tokenizer.single_token_id(target, model=model.info.name)
+    return model.tokenizer.single_token_id(target)
 
 
 def class_index(model: Model, target) -> int:

@@ -258,7 +258,7 @@ def token_id(model: Model, target: str | int) -> int:
         if isinstance(target, (int, np.integer)) and 0 <= int(target) < vocab:
             return int(target)
         raise UserError("this model has no tokenizer to read the target token with")
-    return model.tokenizer.single_token_id(target, vocab, model.info.name)
+    return model.tokenizer.single_token_id(target, vocab)
 
 
 def token_texts(model: Model, ids) -> list[str]:

@@ -415,6 +415,9 @@ class Model:
                 notes.append(f"image size rounded down to {side} px (whole {p}-px patches)")
             prep = prep.at_size(side)
         pixels, seen = prep(img)
+        note = prep.crop_note(img.size)  # a landscape photo loses its sides: say so
+        if note:
+            notes.append(note)
         x = torch.from_numpy(pixels)[None].to(self.device, self.dtype)
         return Prepared({"pixels": x}, notes=notes, image=seen)
 

@@ -35,7 +35,7 @@ def dtype_error(model, x, **run_kw) -> dict:
 def float32_reference(model):
     """(a float32 copy of model on the CPU, what it is): the checkpoint loaded again, or a copy of these weights."""
     reload = getattr(model, "reload_float32", None)  # set by api.load for a model loaded from a source
-    if reload is not None:
+    if reload is not None and (getattr(model, "source", None) or {}).get("src") is not None:
         return reload(), "the checkpoint in float32"
     module = copy.deepcopy(model.module).to("cpu", torch.float32)
     return (type(model)(module, model.info, model.tokenizer, model.preprocess, model.labels, model._encode),

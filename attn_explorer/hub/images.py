@@ -6,6 +6,7 @@ Preprocessing follows the checkpoint's preprocessor_config.json.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,13 +51,34 @@ def _refuse_huge(size: tuple[int, int], name: str) -> None:
                         f"{MAX_PIXELS / 1e6:g} megapixels; shrink it first")
 
 
+def _array_image(a: np.ndarray):
+    """A NumPy picture as a PIL image: uint8 (H, W), (H, W, 3) or (H, W, 4); floats in [0, 1] are scaled."""
+    from PIL import Image
+
+    if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (3, 4)) or min(a.shape[:2]) < 1:
+        raise UserError(f"an image array must be (height, width) or (height, width, 3), got shape {a.shape}")
+    if a.dtype.kind == "f":
+        if not np.isfinite(a).all() or a.min() < 0 or a.max() > 1:
+            raise UserError("a float image array must hold finite values in [0, 1]")
+        a = (a * 255).round().astype(np.uint8)
+    elif a.dtype != np.uint8:
+        raise UserError(f"an image array must be uint8 (0-255) or float in [0, 1], not {a.dtype}")
+    _refuse_huge((a.shape[1], a.shape[0]), "the image")
+    return Image.fromarray(np.ascontiguousarray(a))
+
+
 def open_image(source):
     """A path or a PIL image -> upright 8-bit RGB PIL image no larger than MAX_SIDE. Raises UserError."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    if isinstance(source, np.ndarray):  # (H, W, 3) or (H, W) pixels, as a notebook holds them
+        source = _array_image(source)
     if isinstance(source, Image.Image):
         img, name = source, "the image"
         _refuse_huge(img.size, name)
+    elif not isinstance(source, (str, os.PathLike)):
+        raise UserError(f"give an image as a file path, a PIL image or a (height, width, 3) uint8 array, not "
+                        f"{type(source).__name__}")
     else:
         path = Path(source)
         name = path.name

@@ -52,7 +52,7 @@ class TextTokenizer:
         toks = [self.tok.id_to_token(int(i)) or "" for i in ids]
         return [_display(t) for t in toks] if self.byte_level else toks
 
-    def single_token_id(self, token: str | int, vocab_size: int | None = None, model: str = "the model") -> int:
+    def single_token_id(self, token: str | int, vocab_size: int | None = None) -> int:
         """The vocabulary id of one token, given as an int id (7592) or as its text (" Mary", with its
         leading space where the text has one; a byte-level token as the views show it, "ĠMary" or " Mary").
         Text that is not exactly one token is one UserError line naming its pieces."""
@@ -73,8 +73,8 @@ class TextTokenizer:
         if len(ids) == 1:
             return int(ids[0])
         pieces = " + ".join(repr(t) for t in self.display(ids))
-        raise UserError(f"{token!r} is {len(ids)} tokens for {model} ({pieces or 'none'}), not one: give a single "
-                        "token, with its leading space where the text has one")
+        raise UserError(f"{token!r} is {len(ids)} tokens here ({pieces or 'none'}), not one: give a single token, "
+                        "with its leading space where the text has one")
 
     @classmethod
     def from_folder(cls, folder: Path) -> "TextTokenizer | None":
