@@ -45,6 +45,12 @@ def generation_job(model: Any, prompt: str, max_new_tokens: int, temperature: fl
     return count
 
 
+def has_chat_template(model: Any) -> bool:
+    """True when the model's tokenizer has a chat template (an instruct model); reads a string, runs no torch."""
+    tok = getattr(model, "tokenizer", None)
+    return bool(getattr(tok, "chat_template", None))
+
+
 class GenerationSession(QObject):
     """State of the Generate page. Signals are past tense; every handler runs in the GUI thread."""
 
@@ -53,6 +59,7 @@ class GenerationSession(QObject):
     step_arrived = Signal(object)  # api.generate.Step
     finished = Signal(str)  # "done", "stopped", "stopped: <why>" or "failed: <one line>"
     cleared = Signal(str)  # the model changed: nothing generated is valid any more; a note ("" or what stopped)
+    chat_known = Signal(bool)  # whether the loaded model has a chat template (an instruct model)
 
     def __init__(self, state: Any, parent: QObject | None = None):
         super().__init__(parent)
@@ -63,8 +70,14 @@ class GenerationSession(QObject):
         self.steps: list = []
         self.sink: list[float] = []  # per step: mean over layers and heads of the weight on token 0
         self.temperature = 0.0  # of the generation shown (the slider may have moved since)
+        self.chat = False  # the generation shown wrapped its prompt in the chat template
+        self.max_new_tokens = 0  # of the generation shown
+        self.has_chat: bool | None = None  # the loaded model has a chat template (None: not known yet)
         state.model_loading.connect(self._model_loading)
         state.model_loaded.connect(lambda _info: self.clear())
+        state.model_loaded.connect(lambda _info: self._ask_chat())
+        if state.has_model:
+            self._ask_chat()
 
     # ------------------------------------------------------------------ what the page asks
     @property
@@ -104,6 +117,18 @@ class GenerationSession(QObject):
             out[i, : row.shape[0]] = row
         return out
 
+    def ended_at_once(self) -> bool:
+        """The generation shown ended on an end token before writing anything but white space (an instruct
+        model asked without its chat template often does: it answers `<|im_end|>`)."""
+        s = self.steps
+        return (bool(s) and s[-1].last and len(s) < self.max_new_tokens
+                and "".join(x.text for x in s[:-1]).strip() == "")
+
+    def _ask_chat(self) -> None:
+        """Read the tokenizer's chat template (a string attribute: no torch runs), and say whether there is one."""
+        self.has_chat = has_chat_template(self.state._model) if self.can_generate else False
+        self.chat_known.emit(self.has_chat)
+
     # ------------------------------------------------------------------ intent
     def start(self, prompt: str, chat: bool = False, temperature: float = 0.0, max_new_tokens: int = 32,
               top_k: int | None = None, seed: int | None = None) -> bool:
@@ -114,6 +139,7 @@ class GenerationSession(QObject):
         self._reset()
         self._interrupted = None
         self.temperature = float(temperature)
+        self.chat, self.max_new_tokens = bool(chat), int(max_new_tokens)
         self.started.emit()
         self._running = bool(self.state.submit(generation_job, prompt, max_new_tokens, temperature, top_k, chat, seed,
                                                key=LANE, on_yield=self._on_yield,

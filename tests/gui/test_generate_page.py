@@ -74,6 +74,7 @@ def test_stop_ends_the_stream(make_window, llama_folder, qtbot, monkeypatch):
         return logits
 
     monkeypatch.setattr(module, "logits", no_end)
+    page.chat.setChecked(False)  # the plain prompt: with 100 new tokens it fits the tiny model's 128 positions
     page.max_tokens.setValue(100)
     ends = []
     page.session.finished.connect(ends.append)
@@ -133,6 +134,7 @@ def test_a_model_switch_mid_generation_stops_it_and_says_so(make_window, llama_f
     window = make_window(model=llama_folder, text="The capital of France")
     page = _page(window)
     _endless(window, monkeypatch)
+    page.chat.setChecked(False)  # the plain prompt: with 100 new tokens it fits the tiny model's 128 positions
     page.max_tokens.setValue(100)
     titles = []
 

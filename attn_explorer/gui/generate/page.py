@@ -142,6 +142,7 @@ class GeneratePage(QWidget):
         self.session.prompt_ready.connect(self._prompt_ready)
         self.session.step_arrived.connect(self._step)
         self.session.finished.connect(self._finished)
+        self.session.chat_known.connect(self._chat_known)
         state.model_loaded.connect(lambda _info: self._model_changed())
         state.busy_changed.connect(lambda _busy: self._sync_buttons())
         self._temperature_changed()
@@ -240,6 +241,13 @@ class GeneratePage(QWidget):
             self.chat.setEnabled(True)
         self._sync_buttons()
 
+    def _chat_known(self, has: bool) -> None:
+        """An instruct model (one with a chat template) gets chat ticked; without a template chat cannot run."""
+        self.chat.setChecked(has)
+        self.chat.setEnabled(has)
+        self.chat.setToolTip("wrap the prompt in the model's chat template, as one user message" if has else
+                             "this model has no chat template: the prompt goes in as it is")
+
     def _sync_buttons(self) -> None:
         ok = self.session.can_generate and not self.state.busy
         self.generate_button.setEnabled(ok)
@@ -325,6 +333,12 @@ class GeneratePage(QWidget):
         tokens = f"{n} token{'' if n == 1 else 's'}"
         if how.startswith("stopped"):
             self.status.setText(f"stopped after {tokens}{how[len('stopped'):]}")
+        elif how == "done" and self.session.ended_at_once():
+            end = token_text(self.session.steps[-1].token)
+            why = (" For an instruct model tick Chat: it wraps the prompt in the model's chat template, the form "
+                   "it was trained to answer." if not self.session.chat and self.session.has_chat else "")
+            self.status.setText(f"The model ended at once: its first token was the end token {end}, so there is "
+                                f"no answer.{why}")
         elif how == "done":
             self.status.setText(f"done: {tokens}" + (
                 f"; last step {self.session.steps[-1].ms:.0f} ms" if self.session.steps else ""))
