@@ -124,8 +124,10 @@ class LazyAttention:
             raise UserError(f"reduce must be 'max' or 'mean', got {reduce!r}")
         with torch.inference_mode():
             if isinstance(rows, (int, np.integer)):
-                a = core_lazy.head_probs(lz.q, lz.k, lz.lse, lz.options, h, _one(rows, N, "row"), _span(cols))[0]
-                return _numpy(a[_one_index(cols, M)] if isinstance(cols, (int, np.integer)) else a)
+                one_col = isinstance(cols, (int, np.integer))  # one weight: only its own key is computed
+                a = core_lazy.head_probs(lz.q, lz.k, lz.lse, lz.options, h, _one(rows, N, "row"),
+                                         _one(cols, M, "column") if one_col else _span(cols))[0]
+                return _numpy(a[0] if one_col else a)
             if isinstance(cols, (int, np.integer)):
                 return _numpy(core_lazy.head_probs(lz.q, lz.k, lz.lse, lz.options, h, _span(rows),
                                                    _one(cols, M, "column"))[:, 0])

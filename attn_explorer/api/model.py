@@ -1,7 +1,6 @@
 """`Model`: one of our modules plus what turns text or a picture into its input, and `run`."""
 from __future__ import annotations
 
-import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -61,8 +60,7 @@ class Model:
         self.labels = labels or {}
         self._encode = encode  # the textbook model embeds words itself
         self._warm = False  # a forward pass has run: later times no longer include one-off start-up costs
-        self._context_hooks: list[dict] = []  # the hook tables of the `with m.hooks(...)` blocks now open
-        self._hook_lock = threading.Lock()
+        self._context_hooks: tuple[dict, ...] = ()  # the hook tables of the `with m.hooks(...)` blocks now open
 
     @property
     def device(self) -> torch.device:
@@ -141,13 +139,11 @@ class Model:
         """
         check_names(hooks, self.hook_names())
         table = merge(hooks)
-        with self._hook_lock:
-            self._context_hooks = self._context_hooks + [table]
+        self._context_hooks = self._context_hooks + (table,)  # a new tuple: a run in another thread sees old or new
         try:
             yield self
         finally:
-            with self._hook_lock:
-                self._context_hooks = [t for t in self._context_hooks if t is not table]
+            self._context_hooks = tuple(t for t in self._context_hooks if t is not table)
 
     def active_hooks(self) -> dict:
         """The hooks of the `with m.hooks(...)` blocks open now, as one {name: (fns...)} table."""
@@ -184,9 +180,10 @@ class Model:
 
     def W_O(self, layer: int) -> torch.Tensor:
         """Layer `layer`'s output projection per head, (H, d_head, D) (TransformerLens's W_O[layer]): head h
-        writes z[..., h, :] @ W_O[h] into the stream (b_O is added once, after the heads)."""
+        writes z[..., h, :] @ W_O[h] into the stream (b_O is added once, after the heads). Detached, to multiply
+        with cached activations; for gradients read module.blocks.layers[layer].attn.out.weight itself."""
         attn = self.module.blocks.layers[layer].attn
-        return attn.out.weight.T.reshape(attn.num_heads, attn.head_dim, -1)
+        return attn.out.weight.detach().T.reshape(attn.num_heads, attn.head_dim, -1)
 
     def _run(self, x, hooks: Mapping, cache: tuple | None, kw: dict) -> RunResult:
         """run's body with hook tables: `hooks` {name: fn}; cache (names, store, every): what to keep."""

@@ -99,6 +99,6 @@ def head_trace(model: Model, x, layer: int, head: int, query: int, **run_kw) -> 
         layer=layer, head=head, query=query, tokens=list(result.tokens), q=q_all[query].cpu().numpy(),
         k=k.cpu().numpy(), v=v.cpu().numpy(), allowed=allowed, logits=(k @ q_all[query]).cpu().numpy(),
         d_k=int(d_k), dk_scale=float(used), scale=attention_scale(d_k, used), probs=probs.cpu().numpy(),
-        output=(probs @ v).cpu().numpy(), head_share=(z[query] @ model.W_O(layer)[head].detach().double()).cpu().numpy(),
+        output=(probs @ v).cpu().numpy(), head_share=(z[query] @ model.W_O(layer)[head].double()).cpu().numpy(),
         attention_row=result.attentions[layer, head, query].copy(), trained=bool(info.trained),
     )

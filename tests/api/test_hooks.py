@@ -271,3 +271,11 @@ def test_every_text_family_names_its_pattern_and_output(tmp_path, family):
     off = m.trace(inputs, {f"blocks.{last}.attn.hook_z": lambda z, n: torch.zeros_like(z)}, attentions=True)
     torch.testing.assert_close(off.out.attentions, t.out.attentions, atol=0, rtol=0)
     assert (off.out.hidden - t.out.hidden).abs().max() > 1e-4
+
+
+def test_a_model_with_hooks_can_be_copied(llama):
+    import copy
+
+    twin = copy.deepcopy(llama)
+    with twin.hooks({"blocks.0.attn.hook_z": lambda z, n: torch.zeros_like(z)}):
+        assert np.abs(twin.run(TEXT).attentions[1] - llama.run(TEXT).attentions[1]).max() > 1e-4
