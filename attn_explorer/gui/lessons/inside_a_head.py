@@ -107,6 +107,7 @@ class InsideAHeadLesson(QWidget):
         if self.state.result is None or self.state.info is None:
             return
         self._mark_stale("Updating…")
+        self.message.setText("")  # a failed trace was about the previous selection or input: the new one may work
         if not self.isVisible():
             self._pending = True  # traced when shown: a hidden page runs no model
             return
@@ -139,7 +140,7 @@ class InsideAHeadLesson(QWidget):
 
     def _failed(self, message: str) -> None:
         self.message.setText(message)
-        self.header.setText("No numbers: the trace failed (see the line above).")
+        self.header.setText("No numbers: the trace failed (the red line below says why).")
         self.body.setEnabled(False)
 
     def _mark_stale(self, why: str) -> None:
