@@ -3,14 +3,16 @@
 `InputState` holds the text or image (and which of the two is the input), the d_k scale, the cut
 (max_tokens / image_size), the selected layer, head and query, and the view options. It is the one
 source of truth for them: the text box follows `text_changed`, the toolbar follows `selection_changed`
-and `options_changed`. It runs nothing itself: each change is handed to `_input_changed(what)`, which
-the job façade (`SessionState`) turns into a run, a re-pooling or a model switch.
+and `options_changed`. It runs nothing itself: each change is announced as `input_changed(what)`, which
+the session (`SessionState`, that holds it as `state.inputs`) turns into a run, a re-pooling or a model
+switch.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import ModelInfo, RunResult
@@ -74,6 +76,17 @@ def read_text_for(path, info: ModelInfo | None, max_bytes: int | None = None) ->
     return text, note
 
 
+def default_query(r: RunResult) -> int:
+    """The query shown before the user picks one: [CLS] for images, "it" or the first word for text."""
+    if r.grid is not None:
+        return 0
+    for i, t in enumerate(r.tokens):
+        if t.strip().lstrip("Ġ▁").lower() == "it":
+            return i
+    plain = np.flatnonzero(~np.asarray(r.special, dtype=bool))
+    return int(plain[0]) if plain.size else 0
+
+
 class InputState(QObject):
     """Input, knobs, selection and view options. Views connect to its past-tense signals."""
 
@@ -83,6 +96,9 @@ class InputState(QObject):
     query_changed = Signal(int)  # token index of the query
     options_changed = Signal()  # colormap, log scale, hide specials, overlay alpha, the stack shown
     target_changed = Signal(str)  # encoder-decoders: the decoder's target text (the target box follows it)
+    # what changed, for the session to act on: "text", "image", "knob" (d_k, cut), "layer" (matters to a
+    # one-layer d_k) or "pooling" (hide specials, the stack shown); alone, nothing runs
+    input_changed = Signal(str)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -113,10 +129,6 @@ class InputState(QObject):
         self.stack: str = "encoder"  # encoder-decoders: which maps the explorer pages draw (STACKS)
         self.colour_scale: str = "weight"  # the one-head view and its strip: weight, per row or clip (COLOUR_SCALES)
 
-    def _input_changed(self, what: str) -> None:
-        """What changed: "text", "image", "knob" (d_k, cut), "layer" (matters to a one-layer d_k) or
-        "pooling" (hide specials). The job façade overrides it; alone, nothing runs."""
-
     # ----------------------------------------------------------------------------- input
     @property
     def has_input(self) -> bool:
@@ -135,7 +147,7 @@ class InputState(QObject):
         self.input_kind = "text"
         if changed:
             self.text_changed.emit(text)
-        self._input_changed("text")
+        self.input_changed.emit("text")
 
     def set_target(self, target: str) -> None:
         """The decoder's text of an encoder-decoder (the target box); runs again when such a model is open."""
@@ -145,7 +157,7 @@ class InputState(QObject):
         self.target = target
         self.target_changed.emit(target)
         if self.info is not None and self.info.encoder_decoder:
-            self._input_changed("knob")
+            self.input_changed.emit("knob")
 
     def set_image(self, image: Any) -> None:
         """Show an image (a path or a PIL image); switches to the default image model if needed."""
@@ -153,7 +165,7 @@ class InputState(QObject):
         self.input_kind = "image"
         self._query_chosen = False
         self.query = 0
-        self._input_changed("image")
+        self.input_changed.emit("image")
 
     def set_dk_scale(self, scale: float, layer_only: bool | None = None) -> None:
         scale = float(min(max(scale, DK_MIN), DK_MAX))
@@ -162,13 +174,13 @@ class InputState(QObject):
         if scale == self.dk_scale and layer_only is None:
             return
         self.dk_scale = scale
-        self._input_changed("knob")
+        self.input_changed.emit("knob")
 
     def set_dk_layer_only(self, only: bool) -> None:
         if bool(only) != self.dk_layer_only:
             self.dk_layer_only = bool(only)
             if self.dk_scale != 1.0:
-                self._input_changed("knob")
+                self.input_changed.emit("knob")
 
     def set_max_tokens(self, n: int | None) -> None:
         total = self.result.total_tokens if self.result is not None and self.result.grid is None else 0
@@ -176,12 +188,12 @@ class InputState(QObject):
             n = None
         if n != self.max_tokens:
             self.max_tokens = n
-            self._input_changed("knob")
+            self.input_changed.emit("knob")
 
     def set_image_size(self, side: int | None) -> None:
         if side != self.image_size:
             self.image_size = side
-            self._input_changed("knob")
+            self.input_changed.emit("knob")
 
     def run_input(self) -> tuple[Any, dict]:
         """What the next run sees: the input object and Model.run keyword arguments."""
@@ -239,7 +251,7 @@ class InputState(QObject):
         self.layer, self.head = new_layer, new_head
         self.selection_changed.emit(self.layer, self.head)
         if layer_moved and self.dk_layer_only and self.dk_scale != 1.0:
-            self._input_changed("layer")
+            self.input_changed.emit("layer")
 
     def step_layer(self, delta: int) -> None:
         if self.info is not None:
@@ -278,7 +290,7 @@ class InputState(QObject):
         if changed:
             self.options_changed.emit()
         if (self.hide_special, self.stack) != was and self.result is not None:
-            self._input_changed("pooling")  # the grid's mosaic is pooled again (without the specials, another stack)
+            self.input_changed.emit("pooling")  # the grid's mosaic is pooled again (without the specials, another stack)
 
     def _fit_selection(self) -> None:
         """Keep the layer, head and query inside the stack shown (the decoder may have fewer)."""

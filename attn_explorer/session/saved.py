@@ -8,8 +8,10 @@ maps: opening it runs the model again on the same input, so the maps are the mod
 
 `snapshot` reads a session out of the state, `write_session` saves it atomically, `read_session`
 checks a file field by field and refuses a damaged, foreign or newer one with one UserError line, and
-`image_problem` says in one line when the image changed or went since the session was saved. Qt-free:
-the state is read through its attributes only.
+`image_problem` says in one line when the image changed or went since the session was saved.
+`restore` puts a session into the state, and `open_session` / `open_result` are how the state comes back
+to a saved session (loading its model first when needed) or shows a saved run (.npz, `reopen.SavedRun`)
+without its model. Qt-free: the state is read and written through its attributes and signals only.
 """
 from __future__ import annotations
 
@@ -339,3 +341,81 @@ def _allowed(key: str, value: Any, stacks: tuple) -> bool:
     if key == "alpha":
         return 0 <= value <= 1
     return True
+
+
+# ------------------------------------------------------------------------------------------- opening
+def open_session(state: Any, s: SavedSession) -> bool:
+    """Come back to session s in `state` (session.state.SessionState): load its model (unless it is the one
+    loaded), then restore its input, sliders, options and selection, and run it once. A missing image or
+    model folder is one UserError line, raised before anything changes; a changed image opens as it is
+    now, with a line saying so. Returns True when a model load started (the state restores s once that
+    model has loaded)."""
+    note = image_problem(s)
+    model_problem(s)
+    state._session_note = note
+    info = state.info
+    if (info is not None and state.has_model and not state.result_only and not state.runner.loading
+            and model_source(info.name) == s.model and info.dtype == s.dtype):
+        restore(state, s)
+        state.request_run()
+        return False
+    state._session, state._device_before = s, state.device
+    state.device, state.dtype = s.device, s.dtype
+    state.load_model(s.model, want_image=s.input_kind == "image")
+    return True
+
+
+def open_result(state: Any, run: Any) -> None:
+    """Show a saved run (session.reopen.SavedRun) in `state` without its model: its maps on every page that
+    only draws them; a page or slider that needs the model says so. The model loaded (if any) is let go:
+    what is on screen is the file's, and a knob must not run another model on another input. Choosing a
+    model leaves this mode. The view the run was saved from (layer, head, query, options) is restored."""
+    from attn_explorer.session.reopen import tokens_text
+
+    state.sweep.cancel()
+    state.host.release()  # no answer of a job started on the old model arrives over the saved run
+    state._shown_from, state._session = None, None
+    state.result, state._opened, state.result_only = None, run.result, run.label
+    state.info = info = run.info
+    state.timings, state.fit_tokens, state.cut_reason = [], None, ""
+    state.max_tokens, state.image_size, state.dk_scale = None, None, float(run.result.dk_scale)
+    state.input_kind = "image" if run.result.grid is not None else "text"
+    if run.result.image is not None:  # the pixels the model saw: choosing a model runs it on them
+        from PIL import Image
+
+        state.image = Image.fromarray(run.result.image)
+    text = str(run.view.get("text") or tokens_text(run.result.tokens, run.result.special))
+    if state.input_kind == "text" and text and text != state.text:
+        state.text = text
+        state.text_changed.emit(text)
+    state.layer = info.num_layers - 1 if info.modality == "image" else min(state.layer, info.num_layers - 1)
+    state.head = min(state.head, info.num_heads - 1)
+    state._query_chosen = False
+    state.model_loaded.emit(info)
+    restore_view(state, run.view)
+    state.request_run()
+
+
+def saved_run_task(state: Any):
+    """The job that pools the saved run's grid mosaic (again: hide specials, another stack); None: none shown."""
+    r = state.result if state.result is not None else state._opened
+    if r is None:
+        return None
+    return state.host.pool_task(r, state.hide_special, state.shown_stack,
+                                lambda redrawn: _saved_run_pooled(state, redrawn), state.error_raised.emit)
+
+
+def _saved_run_pooled(state: Any, redrawn: Any) -> None:
+    import time
+
+    from attn_explorer.session.inputs import default_query
+
+    if not state.result_only:
+        return  # a model was loaded meanwhile
+    if not state._query_chosen:
+        state.query = default_query(redrawn)
+    state.query = min(state.query, len(state.maps(redrawn).rows) - 1)
+    state.result, state.result_asked_at = redrawn, state._asked_at
+    state.ready_at = time.perf_counter()
+    state.attention_ready.emit(redrawn)
+    state.saved_run_shown.emit(state.result_only)

@@ -1,36 +1,47 @@
-"""The session: which model is open, and the jobs that load and run it (the job façade).
+"""The session: the input the user gives, the model that runs it, and what comes back.
 
-`SessionState` is the one QObject that views read and write, through its past-tense signals. It is
-composed of the input and options (`inputs.InputState`: text or image, d_k, the cut, the selection,
-the view options, each with its signal) and the job façade here: loading and running go through its
-`Runner` (one model job at a time, newest request first, stale results dropped), the n sweep is an
-`NSweep` whose steps the runner fits in between runs, and side jobs run in the runner's lanes (newest
-wins per lane key). Only `ModelInfo`, `RunResult` and the grid's already pooled mosaic (`grid_image`)
-come back, as NumPy arrays and plain data. The model package itself (and with it torch) is imported
-inside the jobs, so the window can appear before torch is loaded.
+`SessionState` is the one QObject that views read and write, through its past-tense signals. It holds
+its parts: the input and options (`inputs.InputState`, as `state.inputs`: text or image, d_k, the cut,
+the selection, the view options, each with its signal), the model (`host.ModelHost`, as `state.host`:
+it loads and runs the model through its `Runner`, one model job at a time, newest request first, stale
+results dropped), and the n sweep (`NSweep`, whose steps the runner fits in between runs). It turns each
+change of input into a run, a re-pooling or a model switch, and keeps the result on screen; saved
+sessions and saved runs come back through `saved.open_session` / `saved.open_result`. Only `ModelInfo`,
+`RunResult` and the grid's already pooled mosaic (`grid_image`) come back, as NumPy arrays and plain
+data. The model package itself (and with it torch) is imported inside the jobs, so the window can appear
+before torch is loaded.
 """
 from __future__ import annotations
 
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import RunResult
-from attn_explorer.session.inputs import DK_MAX, DK_MIN, SAMPLE_TEXT, InputState
-from attn_explorer.session.jobs import Loaded, Loader, Ran, default_loader, load_job, pool_job, run_job
-from attn_explorer.session.runner import Runner, Task
+from attn_explorer.session.host import ModelHost
+from attn_explorer.session.inputs import DK_MAX, DK_MIN, SAMPLE_TEXT, InputState, default_query
+from attn_explorer.session.jobs import Loaded, Loader, Ran, default_loader
+from attn_explorer.session.runner import Task
 from attn_explorer.session.sweep import NSweep
 
 __all__ = ["SessionState", "InputState", "Loaded", "default_loader", "default_query", "sample_images",
            "first_sample", "SAMPLE_TEXT", "DK_MIN", "DK_MAX"]
 
 
-class SessionState(InputState):
-    """The input and options (`InputState`) and the jobs that load and run the model. Views connect to
+def _part(part: str, *names: str) -> tuple[property, ...]:
+    """Properties that read (and, for plain fields, write) `names` of the part `part` (the views' many
+    `state.layer`, `state.select(...)`, `state.text_changed` stay as they were)."""
+    def one(name: str) -> property:
+        return property(lambda self: getattr(getattr(self, part), name),
+                        lambda self, value: setattr(getattr(self, part), name, value),
+                        doc=f"`state.{part}.{name}`")
+    return tuple(one(n) for n in names)
+
+
+class SessionState(QObject):
+    """The input and options (`inputs`), the model (`host`) and the n sweep (`sweep`). Views connect to
     its past-tense signals."""
 
     model_loading = Signal(str)  # what is being loaded ("" = the default)
@@ -46,13 +57,35 @@ class SessionState(InputState):
     sweep_finished = Signal(bool)  # True: every length measured; False: cancelled or failed
     saved_run_shown = Signal(str)  # a saved run's maps are on screen without their model (its label, "run.npz")
 
+    # the input part (InputState), reachable as before: its fields, signals and methods
+    (info, result, text, target, image, input_kind, text_note, last_text_model, dk_scale, dk_layer_only,
+     max_tokens, image_size, layer, head, query, _query_chosen, colormap, log_scale, hide_special, alpha, stack,
+     colour_scale) = _part(
+        "inputs", "info", "result", "text", "target", "image", "input_kind", "text_note", "last_text_model",
+        "dk_scale", "dk_layer_only", "max_tokens", "image_size", "layer", "head", "query", "_query_chosen",
+        "colormap", "log_scale", "hide_special", "alpha", "stack", "colour_scale")
+    (text_changed, input_cleared, selection_changed, query_changed, options_changed, target_changed) = _part(
+        "inputs", "text_changed", "input_cleared", "selection_changed", "query_changed", "options_changed",
+        "target_changed")
+    (has_input, set_text, set_target, set_image, set_dk_scale, set_dk_layer_only, set_max_tokens, set_image_size,
+     run_input, shown_stack, stack_shape, layer_kinds, maps, select, step_layer, step_head, set_query,
+     set_options) = _part(
+        "inputs", "has_input", "set_text", "set_target", "set_image", "set_dk_scale", "set_dk_layer_only",
+        "set_max_tokens", "set_image_size", "run_input", "shown_stack", "stack_shape", "layer_kinds", "maps",
+        "select", "step_layer", "step_head", "set_query", "set_options")
+    # the model part (ModelHost): the runner, the handle, the device and dtype the next load reads with
+    runner, _model, builtins, device, dtype = _part("host", "runner", "model", "builtins", "device", "dtype")
+
     def __init__(self, loader: Loader | None = None, device: str = "auto", parent: QObject | None = None,
                  dtype: str = "float32"):
         super().__init__(parent)
-        self._loader = loader or default_loader
-        self.device = device
-        self.dtype = dtype  # what the next load reads the weights in: float32, bfloat16 or float16
-        self.runner = Runner(self)
+        self.inputs = InputState(self)
+        self.inputs.input_changed.connect(self._input_changed)
+        self.host = ModelHost(loader, device, dtype, self)
+        self.host.loading.connect(self.model_loading)
+        self.host.load_progressed.connect(self.load_progressed)
+        self.host.loaded.connect(self._on_loaded)
+        self.host.load_failed.connect(self._on_load_error)
         self.runner.busy_changed.connect(self.busy_changed)
         self.sweep = NSweep(self.runner, self)
         self.sweep.started.connect(self.sweep_started)
@@ -60,8 +93,6 @@ class SessionState(InputState):
         self.sweep.point_measured.connect(self.sweep_point_measured)
         self.sweep.finished.connect(self.sweep_finished)
         self.sweep.failed.connect(self.error_raised)
-        self._model: Any = None  # handle for the next job; only worker threads use it
-        self.builtins: list[tuple[str, str]] = []
         # text: the most tokens whose maps fit in memory (newest run), and why the text on screen was cut
         self.fit_tokens: int | None = None
         self.cut_reason: str = ""
@@ -73,16 +104,17 @@ class SessionState(InputState):
         self.run_timing: dict[str, float] = {}
         self._asked_at = 0.0  # perf_counter of the newest run request
         self._shown_from: tuple | None = None  # (model, input, run kwargs) that made `result`
-        # a saved run shown without its model (open_result): its label ("run.npz"), "" otherwise
+        # a saved run shown without its model (saved.open_result): its label ("run.npz"), "" otherwise
         self.result_only: str = ""
         self._opened: RunResult | None = None  # that run as read, before its first pooling
         self._session: Any = None  # the session (saved.SavedSession) whose model is loading, to restore after
         self._session_note = ""  # a line to show once the restored session's run is on screen
+        self._device_before = device  # the device preference before that session's load
 
     # ----------------------------------------------------------------------------- properties
     @property
     def has_model(self) -> bool:
-        return self._model is not None
+        return self.host.model is not None
 
     @property
     def grid_image(self) -> Any:
@@ -123,10 +155,7 @@ class SessionState(InputState):
         if want_image is None:
             want_image = self.input_kind == "image"
         self.sweep.cancel()  # its timings would belong to the old model
-        self.runner.load(Task(partial(load_job, dtype=self.dtype), (self._loader, src, self.device, want_image),
-                              on_result=self._on_loaded,
-                              on_error=self._on_load_error, on_progress=self.load_progressed.emit))
-        self.model_loading.emit(src or "")
+        self.host.load(src, want_image)  # model_loading, then model_loaded (_on_loaded) or an error line
 
     def choose_model(self, src: str) -> bool:
         """The user chose `src` under Model: load it, unless it is the model loaded now (then nothing changes:
@@ -146,11 +175,9 @@ class SessionState(InputState):
             self.load_model(self.info.name)
 
     def _on_loaded(self, loaded: Loaded) -> None:
-        self._model = loaded.model
         self._shown_from = None  # let the old model go
         self.info = loaded.info
         if loaded.builtins:
-            self.builtins = loaded.builtins
             self.models_listed.emit(self.builtins)
         self.timings = []
         self.sweep.clear()
@@ -232,22 +259,14 @@ class SessionState(InputState):
         x, kw = self.run_input()
         if self._model is None or not self.has_input:
             return None  # nothing to show; keep the last good view
-        if self._shown_from is not None and self._same_run(self._shown_from, (self._model, x, kw)):
+        if self._shown_from is not None and self.host.same_run(self._shown_from, (self._model, x, kw)):
             # the result on screen is this run's: only how it is drawn changed, so pool it again
             r = self.result
-            stack = () if self.shown_stack == "encoder" else (self.shown_stack,)
-            return Task(pool_job, (r, self.hide_special, *stack), on_result=lambda redrawn: self._on_pooled(r, redrawn),
-                        on_error=self.error_raised.emit)
+            return self.host.pool_task(r, self.hide_special, self.shown_stack,
+                                       lambda redrawn: self._on_pooled(r, redrawn), self.error_raised.emit)
         asked, launched, source = self._asked_at, time.perf_counter(), (self._model, x, dict(kw))
-        stack = () if self.shown_stack == "encoder" else (self.shown_stack,)  # an encoder-decoder's other maps
-        return Task(run_job, (self._model, x, kw, self.hide_special, *stack),
-                    on_result=lambda ran: self._on_ran(ran, asked, launched, source), on_error=self.error_raised.emit)
-
-    @staticmethod
-    def _same_run(a: tuple, b: tuple) -> bool:
-        (model_a, x_a, kw_a), (model_b, x_b, kw_b) = a, b
-        same_x = x_a == x_b if isinstance(x_a, str) and isinstance(x_b, str) else x_a is x_b
-        return model_a is model_b and same_x and kw_a == kw_b
+        return self.host.run_task(x, kw, self.hide_special, self.shown_stack,  # an encoder-decoder: its stack shown
+                                  lambda ran: self._on_ran(ran, asked, launched, source), self.error_raised.emit)
 
     def _on_pooled(self, r: RunResult, redrawn: RunResult) -> None:
         if r is not self.result:
@@ -287,77 +306,22 @@ class SessionState(InputState):
 
     # ----------------------------------------------------------------------------- sessions, saved runs
     def open_session(self, session: Any) -> bool:
-        """Come back to a saved session (session.saved.SavedSession): load its model (unless it is the one
-        loaded), then restore its input, sliders, options and selection, and run it once. A missing image
-        or model folder is one UserError line, raised before anything changes; a changed image opens as
-        it is now, with a line saying so. Returns True when a model load started."""
-        from attn_explorer.session.saved import image_problem, model_problem, model_source, restore
+        """Come back to a saved session (saved.SavedSession); see `saved.open_session`. Returns True when a
+        model load started."""
+        from attn_explorer.session.saved import open_session
 
-        note = image_problem(session)
-        model_problem(session)
-        self._session_note = note
-        info = self.info
-        if (info is not None and self._model is not None and not self.result_only and not self.runner.loading
-                and model_source(info.name) == session.model and info.dtype == session.dtype):
-            restore(self, session)
-            self.request_run()
-            return False
-        self._session, self._device_before = session, self.device
-        self.device, self.dtype = session.device, session.dtype
-        self.load_model(session.model, want_image=session.input_kind == "image")
-        return True
+        return open_session(self, session)
 
     def open_result(self, run: Any) -> None:
-        """Show a saved run (session.reopen.SavedRun) without its model: its maps on every page that only
-        draws them; a page or slider that needs the model says so. The model loaded (if any) is let go:
-        what is on screen is the file's, and a knob must not run another model on another input. Choosing
-        a model leaves this mode. The view the run was saved from (layer, head, query, options) is restored."""
-        from attn_explorer.session.saved import restore_view
+        """Show a saved run (reopen.SavedRun) without its model; see `saved.open_result`."""
+        from attn_explorer.session.saved import open_result
 
-        self.sweep.cancel()
-        self.runner.release_model()  # no answer of a job started on the old model arrives over the saved run
-        self._model, self._shown_from, self._session = None, None, None
-        self.result, self._opened, self.result_only = None, run.result, run.label
-        self.info = run.info
-        self.timings, self.fit_tokens, self.cut_reason = [], None, ""
-        self.max_tokens, self.image_size, self.dk_scale = None, None, float(run.result.dk_scale)
-        self.input_kind = "image" if run.result.grid is not None else "text"
-        if run.result.image is not None:  # the pixels the model saw: choosing a model runs it on them
-            from PIL import Image
-
-            self.image = Image.fromarray(run.result.image)
-        from attn_explorer.session.reopen import tokens_text
-
-        text = str(run.view.get("text") or tokens_text(run.result.tokens, run.result.special))
-        if self.input_kind == "text" and text and text != self.text:
-            self.text = text
-            self.text_changed.emit(text)
-        self.layer = self.info.num_layers - 1 if self.info.modality == "image" else min(self.layer, self.info.num_layers - 1)
-        self.head = min(self.head, self.info.num_heads - 1)
-        self._query_chosen = False
-        self.model_loaded.emit(self.info)
-        restore_view(self, run.view)
-        self.request_run()
+        open_result(self, run)
 
     def _saved_run_task(self) -> Task | None:
-        """Pool the saved run's grid mosaic (again: hide specials, another stack) in a worker."""
-        r = self.result if self.result is not None else self._opened
-        if r is None:
-            return None
-        stack = () if self.shown_stack == "encoder" else (self.shown_stack,)
-        return Task(pool_job, (r, self.hide_special, *stack), on_result=self._on_saved_run_pooled,
-                    on_error=self.error_raised.emit)
+        from attn_explorer.session.saved import saved_run_task
 
-    def _on_saved_run_pooled(self, redrawn: RunResult) -> None:
-        if not self.result_only:
-            return  # a model was loaded meanwhile
-        if not self._query_chosen:
-            self.query = default_query(redrawn)
-        self.query = min(self.query, len(self.maps(redrawn).rows) - 1)
-        self.result, self.result_asked_at = redrawn, self._asked_at
-        self.ready_at = time.perf_counter()
-        self.attention_ready.emit(redrawn)
-        self.saved_run_shown.emit(self.result_only)
+        return saved_run_task(self)
 
     # ----------------------------------------------------------------------------- n sweep
     def start_sweep(self, repeats: int = 3, lengths: list[int] | None = None) -> bool:
@@ -380,15 +344,8 @@ class SessionState(InputState):
         or as `error_raised` when none is given. `cancel(key)` stops it. After `shutdown` nothing starts: a
         page's timer that fires while its window closes would otherwise start a job whose answer reaches
         deleted widgets."""
-        if getattr(self, "_shut_down", False):
-            return False
-        if uses_model:
-            if self._model is None:
-                return False
-            args = (self._model, *args)
-        self.runner.submit(key, Task(fn, args, on_result=on_result, on_error=on_error or self.error_raised.emit,
-                                     on_progress=on_progress, on_yield=on_yield), uses_model=uses_model)
-        return True
+        return self.host.submit(fn, *args, key=key, on_result=on_result, on_error=on_error or self.error_raised.emit,
+                                on_yield=on_yield, on_progress=on_progress, uses_model=uses_model)
 
     def cancel(self, key: str) -> None:
         """Stop lane `key`'s jobs: no answer of them arrives."""
@@ -405,24 +362,12 @@ class SessionState(InputState):
     def shutdown(self, wait: bool = True) -> None:
         """Stop every job; wait for the pool (tests, the self-test), or not (closing the window: it goes at
         once, and a forward pass in flight ends on its own with its result dropped; run_gui waits for it)."""
-        self._shut_down = True  # no side job starts any more (submit)
         self.sweep.cancel()
-        self.runner.shutdown(10000 if wait else 0)
+        self.host.shutdown(wait)  # no side job starts any more (submit)
         # a session that was shut down tells nobody anything: the views connected to it may be gone, and a
         # job that ends later (its busy flag, a queued result) must not call into their deleted widgets
         self.blockSignals(True)
-        self.runner.blockSignals(True)
-
-
-def default_query(r: RunResult) -> int:
-    """The query shown before the user picks one: [CLS] for images, "it" or the first word for text."""
-    if r.grid is not None:
-        return 0
-    for i, t in enumerate(r.tokens):
-        if t.strip().lstrip("Ġ▁").lower() == "it":
-            return i
-    plain = np.flatnonzero(~np.asarray(r.special, dtype=bool))
-    return int(plain[0]) if plain.size else 0
+        self.inputs.blockSignals(True)
 
 
 def first_sample() -> str | None:

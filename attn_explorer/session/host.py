@@ -1,0 +1,104 @@
+"""The model host: what loads the session's model, runs it, and says whether it loaded.
+
+`ModelHost` owns the `Runner` (one model job at a time, newest request first, stale results dropped)
+and the model handle that only worker threads use. `load` reads a model in the background and reports
+`loaded(Loaded)` or `load_failed(message)`; `run_task` and `pool_task` are the jobs of a run and of a
+re-pooling, as the runner starts them; `submit` runs side jobs in the runner's named lanes. It knows
+nothing of the input or of what is on screen: the session (`state.SessionState`) decides what to run.
+The model package itself (and with it torch) is imported inside the jobs.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, Signal
+
+from attn_explorer.api.result import RunResult
+from attn_explorer.session.jobs import Loaded, Loader, default_loader, load_job, pool_job, run_job
+from attn_explorer.session.runner import Runner, Task
+
+
+class ModelHost(QObject):
+    """Loads the model and runs it. `device` and `dtype` are what the next load reads it with."""
+
+    loading = Signal(str)  # what is being loaded ("" = the default)
+    load_progressed = Signal(float, str)  # fraction, message
+    loaded = Signal(object)  # Loaded: the model, its ModelInfo, the built-in models
+    load_failed = Signal(str)  # one line for the user; the old model (if any) stays
+
+    def __init__(self, loader: Loader | None = None, device: str = "auto", dtype: str = "float32",
+                 parent: QObject | None = None):
+        super().__init__(parent)
+        self.loader = loader or default_loader
+        self.device = device
+        self.dtype = dtype  # float32, bfloat16 or float16
+        self.runner = Runner(self)
+        self.model: Any = None  # the handle for the next job; only worker threads use it
+        self.builtins: list[tuple[str, str]] = []  # (name, description) of the built-in models
+        self.shut_down = False
+
+    # ----------------------------------------------------------------------------- loading
+    def load(self, src: str | None, want_image: bool) -> None:
+        """Load `src` (None: the default text or image model) in the background; whatever is in flight stops."""
+        self.runner.load(Task(partial(load_job, dtype=self.dtype), (self.loader, src, self.device, want_image),
+                              on_result=self._on_loaded, on_error=self.load_failed.emit,
+                              on_progress=self.load_progressed.emit))
+        self.loading.emit(src or "")
+
+    def _on_loaded(self, loaded: Loaded) -> None:
+        self.model = loaded.model
+        if loaded.builtins:
+            self.builtins = loaded.builtins
+        self.loaded.emit(loaded)
+
+    def release(self) -> None:
+        """Let the model go (a saved run is shown without it): no answer of a job started on it arrives."""
+        self.runner.release_model()
+        self.model = None
+
+    # ----------------------------------------------------------------------------- running
+    @staticmethod
+    def stack_args(stack: str) -> tuple:
+        """The extra argument of run_job and pool_job for an encoder-decoder's other maps."""
+        return () if stack == "encoder" else (stack,)
+
+    def run_task(self, x: Any, kw: dict, hide_special: bool, stack: str, on_result: Callable[[Any], None],
+                 on_error: Callable[[str], None]) -> Task:
+        """The job that runs the model on x (Model.run keyword arguments kw) and pools its grid mosaic."""
+        return Task(run_job, (self.model, x, kw, hide_special, *self.stack_args(stack)), on_result=on_result,
+                    on_error=on_error)
+
+    @classmethod
+    def pool_task(cls, r: RunResult, hide_special: bool, stack: str, on_result: Callable[[RunResult], None],
+                  on_error: Callable[[str], None]) -> Task:
+        """The job that pools r's grid mosaic again (hide specials, another stack): nothing runs again."""
+        return Task(pool_job, (r, hide_special, *cls.stack_args(stack)), on_result=on_result, on_error=on_error)
+
+    @staticmethod
+    def same_run(a: tuple, b: tuple) -> bool:
+        """(model, input, run kwargs) a and b would give the same maps."""
+        (model_a, x_a, kw_a), (model_b, x_b, kw_b) = a, b
+        same_x = x_a == x_b if isinstance(x_a, str) and isinstance(x_b, str) else x_a is x_b
+        return model_a is model_b and same_x and kw_a == kw_b
+
+    # ----------------------------------------------------------------------------- side jobs
+    def submit(self, fn, *args, key: str, on_result=None, on_error=None, on_yield=None, on_progress=None,
+               uses_model: bool = True) -> bool:
+        """Run a side job in lane `key`, newest wins (see `SessionState.submit`); False when nothing started."""
+        if self.shut_down:
+            return False
+        if uses_model:
+            if self.model is None:
+                return False
+            args = (self.model, *args)
+        self.runner.submit(key, Task(fn, args, on_result=on_result, on_error=on_error, on_progress=on_progress,
+                                     on_yield=on_yield), uses_model=uses_model)
+        return True
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop every job; wait for the pool (10 s at most) or not. No side job starts any more."""
+        self.shut_down = True
+        self.runner.shutdown(10000 if wait else 0)
+        self.blockSignals(True)
+        self.runner.blockSignals(True)
