@@ -1,6 +1,6 @@
 """Loading a sharded checkpoint: ours against transformers' from_pretrained and a raw read of the same files.
 
-A random Qwen2-shaped checkpoint (Llama-shaped where qwen2 is not in hub/architectures.py yet) of about
+A random Qwen2-shaped checkpoint (Llama-shaped where qwen2 is not in hub/families/ yet) of about
 1.5 GB in float32 is written as 4 safetensors shards with model.safetensors.index.json in a temporary
 folder, which is removed at the end (even on failure or Ctrl-C). Then, each in a fresh process (imports
 done before the clock starts), interleaved, --runs times:
@@ -84,7 +84,7 @@ print(json.dumps({"family": fam, "cfg": cfg, "total": total}))
 
 
 def family() -> str:
-    from attn_explorer.hub.architectures import ARCHITECTURES
+    from attn_explorer.hub.families import ARCHITECTURES
 
     return "qwen2" if "qwen2" in ARCHITECTURES else "llama"
 

@@ -12,7 +12,7 @@ import torch
 
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError
-from attn_explorer.hub.architectures import config_from_fields
+from attn_explorer.hub.convert import config_from_fields
 from attn_explorer.hub.built import Built, check_param_bytes, on_meta, regular_file
 from attn_explorer.hub.images import ImagePreprocess
 

@@ -21,7 +21,7 @@ import torch
 from attn_explorer.core.textbook import TextbookConfig, TextbookTransformer, split_words
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 from attn_explorer.errors import UserError, frozen, install_advice
-from attn_explorer.hub.architectures import architecture_for, decoder_head, map_state_dict, translate_config
+from attn_explorer.hub.convert import architecture_for, decoder_head, map_state_dict, translate_config
 from attn_explorer.hub import shards
 from attn_explorer.hub.built import Built, check_fits, on_meta, regular_file, state_bytes
 from attn_explorer.hub.cache import Progress, report

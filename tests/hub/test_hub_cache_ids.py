@@ -3,7 +3,7 @@ under a temporary HF_HOME in the hub's own layout (models--org--name/blobs, snap
 blobs, refs/main), with the weights in several shards and a chat_template.jinja among the files, and
 `ax.load_model("org/name")` reads it with HF_HUB_OFFLINE=1.
 
-FAMILIES is the list to extend when a family is added to hub/architectures.py (the families committed
+FAMILIES is the list to extend when a family is added to hub/families/ (the families committed
 there when this was written are all in it)."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ hf_constants = pytest.importorskip("huggingface_hub.constants")
 
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
-from attn_explorer.hub.architectures import ARCHITECTURES  # noqa: E402
+from attn_explorer.hub.families import ARCHITECTURES  # noqa: E402
 from tests.tiny_llama import CHAT_TEMPLATE, train_tokenizer  # noqa: E402
 
 T = transformers

@@ -14,7 +14,8 @@ import attn_explorer as ax  # noqa: E402
 from attn_explorer.api.hooks import caching_hook, heads_first, merge  # noqa: E402
 from attn_explorer.core.hooks import Hooks  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
-from attn_explorer.hub.architectures import ARCHITECTURES, translate_config  # noqa: E402
+from attn_explorer.hub.convert import translate_config  # noqa: E402
+from attn_explorer.hub.families import ARCHITECTURES  # noqa: E402
 from tests.hub.test_parity import TOL, _compare, _run_ours, _save, linear_path  # noqa: E402,F401
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 

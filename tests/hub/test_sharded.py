@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
-from attn_explorer.hub import architectures, shards  # noqa: E402
+from attn_explorer.hub import families, shards  # noqa: E402
 from tests.tiny_llama import make_llama_folder  # noqa: E402
 
 
@@ -132,7 +132,7 @@ def test_a_seeded_module_built_in_another_thread_during_a_load_keeps_its_seed(fo
 
     want = seeded()
     got = {}
-    arch = architectures.ARCHITECTURES["llama"]
+    arch = families.ARCHITECTURES["llama"]
 
     def build_while_another_thread_builds(cfg):
         module = arch.build(cfg)
@@ -141,7 +141,7 @@ def test_a_seeded_module_built_in_another_thread_during_a_load_keeps_its_seed(fo
         t.join(30)  # built while this load is inside its build step
         return module
 
-    monkeypatch.setitem(architectures.ARCHITECTURES, "llama",
+    monkeypatch.setitem(families.ARCHITECTURES, "llama",
                         dataclasses.replace(arch, build=build_while_another_thread_builds))
     ax.load_model(str(folders["one"]), device="cpu")
     assert torch.equal(got["w"], want)

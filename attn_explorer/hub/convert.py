@@ -1,0 +1,171 @@
+"""Generic checkpoint conversion, for every row of hub/families: pick the row for a config.json,
+translate and check its config, tie or find the LM head, and map the checkpoint's tensors onto our
+names strictly (every key used or knowingly ignored, every shape checked)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+from attn_explorer.errors import UserError
+from attn_explorer.hub.families import ACTS, ARCHITECTURES, Architecture
+from attn_explorer.hub.families.common import json_kind
+
+# Our config field -> the name config.json uses, per config class: messages name what the user can fix.
+HF_NAMES = {
+    "EncoderConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                      "mlp_hidden": "intermediate_size", "max_positions": "max_position_embeddings",
+                      "eps": "layer_norm_eps"},
+    "GPT2Config": {"dim": "n_embd", "num_layers": "n_layer", "num_heads": "n_head", "mlp_hidden": "n_inner",
+                   "max_positions": "n_positions", "eps": "layer_norm_epsilon"},
+    "ViTConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                  "mlp_hidden": "intermediate_size", "channels": "num_channels", "eps": "layer_norm_eps",
+                  "layerscale": "layerscale_value"},
+    "ClipTextConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                       "mlp_hidden": "intermediate_size", "max_positions": "max_position_embeddings",
+                       "eps": "layer_norm_eps"},
+    "EncoderDecoderConfig": {"dim": "d_model", "num_layers": "encoder_layers", "num_heads": "encoder_attention_heads",
+                             "mlp_hidden": "encoder_ffn_dim", "decoder_heads": "decoder_attention_heads",
+                             "decoder_mlp_hidden": "decoder_ffn_dim", "max_positions": "max_position_embeddings"},
+    "LlamaConfig": {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                    "num_kv_heads": "num_key_value_heads", "mlp_hidden": "intermediate_size",
+                    "max_positions": "max_position_embeddings", "eps": "rms_norm_eps"},
+}
+# every other int is a count or size >= 1; type_vocab_size 0: no token types (DistilBERT); token ids start at 0
+_MAY_BE_ZERO = {"num_labels", "pad_token_id", "decoder_start_token_id", "position_offset", "type_vocab_size"}
+
+
+def check_config(cfg: Any, where: str, names: dict[str, str] | None = None) -> Any:
+    """cfg (one of our config dataclasses) unchanged, or one UserError line naming the field as the user
+    wrote it (names: our field -> theirs): whole numbers >= 1 for sizes and counts, finite non-negative
+    epsilons, real true/false flags, a width the heads divide, patches no larger than the image."""
+    names = names or {}
+    shown = lambda f: names.get(f, f)  # noqa: E731
+    for f in dataclasses.fields(cfg):
+        v, kind = getattr(cfg, f.name), f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        if kind == "int":
+            low = 0 if f.name in _MAY_BE_ZERO else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise UserError(f"{where}: {shown(f.name)} must be a whole number >= {low}, got {v!r}")
+        elif kind in ("float", "float | None"):
+            if v is None and kind == "float | None":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise UserError(f"{where}: {shown(f.name)} must be a finite number >= 0, got {v!r}")
+        elif kind == "bool" and not isinstance(v, bool):
+            raise UserError(f"{where}: {shown(f.name)} must be true or false, got {v!r}")
+        elif kind == "str" and not isinstance(v, str):
+            raise UserError(f"{where}: {shown(f.name)} must be a string, got {v!r}")
+    if cfg.dim % cfg.num_heads:
+        raise UserError(f"{where}: {shown('dim')} {cfg.dim} is not divisible by {shown('num_heads')} {cfg.num_heads} "
+                        "(each head gets an equal share of the width)")
+    if getattr(cfg, "num_kv_heads", None) and cfg.num_heads % cfg.num_kv_heads:
+        raise UserError(f"{where}: {shown('num_heads')} {cfg.num_heads} is not a multiple of "
+                        f"{shown('num_kv_heads')} {cfg.num_kv_heads}")
+    if hasattr(cfg, "act") and cfg.act not in ACTS.values():
+        raise UserError(f"{where}: activation {cfg.act!r} is not supported (supported: {', '.join(sorted(set(ACTS.values())))})")
+    if hasattr(cfg, "patch_size") and cfg.patch_size > cfg.image_size:
+        raise UserError(f"{where}: patch_size {cfg.patch_size} is larger than image_size {cfg.image_size}")
+    return cfg
+
+
+def translate_config(arch: "Architecture", hf_cfg: dict, where: str) -> Any:
+    """config.json (already read) -> our config for arch, checked; every failure one UserError line."""
+    try:
+        cfg = arch.make_config(hf_cfg)
+    except KeyError as e:
+        raise UserError(f"{where}: missing field {e} for {arch.family}") from None
+    except (TypeError, ValueError) as e:  # a string where a number belongs: "eight" * 4
+        raise UserError(f"{where}: a field has the wrong type for {arch.family} ({e})") from None
+    return check_config(cfg, where, arch.names or HF_NAMES.get(type(cfg).__name__))
+
+
+def config_from_fields(cls: type, stored: Any, where: str) -> Any:
+    """Our config class from the fields a checkpoint stored (missing ones take their defaults), checked."""
+    if not isinstance(stored, dict):
+        raise UserError(f"{where}: the stored config must be a JSON object, not {json_kind(stored)}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(stored) - known)
+    if unknown:
+        raise UserError(f"{where}: unknown config field {unknown[0]!r} for {cls.__name__} (saved by a newer version?)")
+    return check_config(cls(**stored), where)
+
+
+def supported() -> str:
+    return ", ".join(sorted(ARCHITECTURES))
+
+
+def architecture_for(cfg: dict, where: str) -> Architecture:
+    if not isinstance(cfg, dict):
+        raise UserError(f"{where}: config.json must be a JSON object {{\"model_type\": ...}}, not {json_kind(cfg)}")
+    mt = cfg.get("model_type")
+    if mt is None:
+        raise UserError(f"{where}: config.json has no model_type; supported architectures: {supported()}")
+    if mt not in ARCHITECTURES:
+        raise UserError(f"{where}: unsupported architecture {mt!r}; supported architectures: {supported()}")
+    return ARCHITECTURES[mt]
+
+
+def decoder_head(cfg: Any, hf: dict) -> dict:
+    """A decoder's LM head, from its config and the tensors: tied (the embedding is the head; a stored
+    copy, as some checkpoints carry, is dropped, as transformers ties it anyway), its own lm_head.weight,
+    or none at all: a bare base model (LlamaModel, GPT2Model) saved untied has no head to read, and
+    `cfg.head` becomes False (attention and hidden states, no generation). Returns the tensors to map."""
+    if not hasattr(cfg, "head"):
+        return hf
+    key = next((k for k in hf if k in ("lm_head.weight", "embed_out.weight") or k.endswith(".lm_head.weight")), None)
+    if cfg.tie_embeddings:
+        return {k: v for k, v in hf.items() if k != key}
+    cfg.head = key is not None
+    return hf
+
+
+def map_state_dict(arch: Architecture, hf: dict, ours: dict, where: str) -> dict:
+    """HF tensors -> our names, strictly: every HF tensor is used or knowingly ignored, every one of
+    our tensors is filled, and every shape agrees. Returns our state dict."""
+    rules = [(re.compile(p), r) for p, r in arch.rules]
+    ignore = [re.compile(p) for p in arch.ignore]
+    transposed = [re.compile(p) for p in arch.transposed]
+    out, unknown = {}, []
+    for key, tensor in hf.items():
+        name = key
+        for pre in arch.prefixes:
+            if name.startswith(pre):
+                name = name[len(pre):]
+                break
+        name = name.replace(".gamma", ".weight").replace(".beta", ".bias") if "LayerNorm" in name else name
+        target = None
+        for rx, rep in rules:
+            m = rx.fullmatch(name)
+            if m:
+                target = m.expand(rep)
+                break
+        if target is None:
+            if not any(rx.fullmatch(name) for rx in ignore):
+                unknown.append(key)
+            continue
+        if any(rx.fullmatch(name) for rx in transposed):
+            tensor = tensor.t()
+        if target in out:
+            raise UserError(f"{where}: two checkpoint tensors map onto {target!r} (second: {key!r})")
+        out[target] = tensor
+    if unknown:
+        raise UserError(f"{where}: {len(unknown)} unexpected tensor(s) for {arch.family}, e.g. {unknown[0]!r}; "
+                        f"is this a {arch.family} checkpoint?")
+    missing = [k for k in ours if k not in out]
+    if missing:
+        raise UserError(f"{where}: checkpoint is missing {len(missing)} tensor(s) for {arch.family}, e.g. {missing[0]!r}")
+    extra = [k for k in out if k not in ours]
+    if extra:
+        raise UserError(f"{where}: tensor {extra[0]!r} has no place in our {arch.family} model (config mismatch?)")
+    for k, t in out.items():
+        if tuple(t.shape) != tuple(ours[k].shape):
+            raise UserError(f"{where}: shape mismatch for {k!r}: checkpoint {tuple(t.shape)}, config {tuple(ours[k].shape)}")
+    hf_name = {id(t): k for k, t in hf.items()}
+    for k, t in out.items():
+        if not t.is_floating_point():  # integer weights would be copied in silently, or fail deep in torch
+            name = hf_name.get(id(t), k)
+            raise UserError(f"{where}: tensor {name!r} holds {str(t.dtype).replace('torch.', '')}; "
+                            "weights must be floating-point")
+    return out

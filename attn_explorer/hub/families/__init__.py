@@ -1,0 +1,14 @@
+"""The architecture table: one row per Hugging Face model_type, kept in one module per kind of family
+(LitGPT's config.py: a new family is a row, plus at most a new field in core).
+
+A row says how config.json becomes our config (through the shared readers in `common`), which of our
+models to build, and how the checkpoint's tensor names map onto ours (regex -> our name), with the
+task-head prefixes to strip and the keys knowingly left out. The generic conversion that uses the rows
+lives in hub/convert.py.
+"""
+from __future__ import annotations
+
+from attn_explorer.hub.families import clip, decoders, encoders, gemma, seq2seq, vision  # noqa: F401 - rows
+from attn_explorer.hub.families.common import ACTS, ARCHITECTURES, Architecture
+
+__all__ = ["ACTS", "ARCHITECTURES", "Architecture"]

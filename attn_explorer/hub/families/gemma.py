@@ -1,0 +1,112 @@
+"""Gemma 2 and Gemma 3 (text, and Gemma 3's multimodal checkpoints' language model): the Llama decoder
+with Gemma's switches set (soft-capping, local and global layers, (1+w) sandwich norms, scaled embeddings,
+GeGLU, QK-norm on Gemma 3)."""
+from __future__ import annotations
+
+from attn_explorer.core.llama import Llama, LlamaConfig
+from attn_explorer.errors import UserError
+from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, act, layer_types,
+                                               layer_windows, norm_eps, rope_fields, rope_kind, window)
+
+_LL = r"layers\.(\d+)\."
+_GEMMA_DEFAULTS = {  # transformers' config defaults, where config.json may leave a field out
+    "gemma2": dict(head_dim=256, query_pre_attn_scalar=256, sliding_window=4096, max_position_embeddings=8192,
+                   attn_logit_softcapping=50.0, final_logit_softcapping=30.0, rope_theta=10000.0),
+    "gemma3_text": dict(head_dim=256, query_pre_attn_scalar=256, sliding_window=4096, max_position_embeddings=131072,
+                        final_logit_softcapping=None, rope_theta=1_000_000.0, rope_local_base_freq=10000.0),
+}
+
+
+def _gemma_layer_types(cfg: dict, family: str) -> list[str]:
+    """config.json's layer_types, or transformers' default pattern: Gemma 2 alternates local and global
+    (every 2nd layer global); Gemma 3 has sliding_window_pattern - 1 local layers to 1 global (6 by default)."""
+    every = 2 if family == "gemma2" else int(cfg.get("sliding_window_pattern") or 6)
+    return layer_types(cfg, family, lambda n: ["sliding_attention" if (i + 1) % every else "full_attention"
+                                               for i in range(n)])
+
+
+def _gemma_rope(cfg: dict, family: str) -> tuple[float, float | None, float]:
+    """(global base, local base or None, global linear factor) from rope_parameters (transformers 5:
+    Gemma 3 keeps one entry per layer type) or the older rope_theta / rope_local_base_freq / rope_scaling."""
+    d = _GEMMA_DEFAULTS[family]
+    params, scaling = rope_fields(cfg, family)
+    nested = family == "gemma3_text" and ("full_attention" in params or "sliding_attention" in params)
+    full = (params.get("full_attention") or {}) if nested else dict(params)
+    if not nested and scaling:
+        full = {**full, **scaling}
+    local = (params.get("sliding_attention") or {}) if nested else {}
+    for which, p in (("global", full), ("local", local)):
+        kind = rope_kind(p)
+        if kind not in ("default", "linear") or (kind == "linear" and which == "local"):
+            raise UserError(f"Gemma with {which} rope type {kind!r} is not supported (only plain, or linear on "
+                            "the global layers)")
+    theta = float(full.get("rope_theta", cfg.get("rope_theta", d["rope_theta"])))
+    factor = float(full.get("factor", 1.0)) if rope_kind(full) == "linear" else 1.0
+    local_theta = None
+    if family == "gemma3_text":
+        local_theta = float(local.get("rope_theta", cfg.get("rope_local_base_freq", d["rope_local_base_freq"])))
+    return theta, local_theta, factor
+
+
+def _gemma_config(cfg: dict) -> LlamaConfig:
+    multimodal = cfg.get("model_type") == "gemma3"
+    if multimodal:  # the multimodal config: its language model is text_config
+        cfg = dict(cfg.get("text_config") or {})
+        cfg.setdefault("model_type", "gemma3_text")
+    family = cfg.get("model_type")
+    if family not in _GEMMA_DEFAULTS:
+        raise UserError(f"Gemma model_type {family!r} is not supported (gemma2, gemma3_text, gemma3)")
+    d = _GEMMA_DEFAULTS[family]
+    if cfg.get("use_bidirectional_attention"):
+        raise UserError("Gemma with use_bidirectional_attention (an encoder such as EmbeddingGemma) is not supported")
+    activation = act({"hidden_act": cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"})
+    heads = cfg["num_attention_heads"]
+    w = window(cfg, family, d["sliding_window"])
+    types = _gemma_layer_types(cfg, family)
+    theta, local_theta, factor = _gemma_rope(cfg, family)
+    head_dim = cfg.get("head_dim", d["head_dim"])
+    # Gemma3ForConditionalGeneration's head applies no final soft-cap (the checkpoints set none anyway)
+    softcap = None if multimodal else cfg.get("final_logit_softcapping", d["final_logit_softcapping"])
+    return LlamaConfig(
+        vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
+        num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+        mlp_hidden=cfg["intermediate_size"],
+        max_positions=cfg.get("max_position_embeddings", d["max_position_embeddings"]),
+        eps=norm_eps(cfg, "rms_norm_eps", 1e-6), rope_theta=theta,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        attention_bias=bool(cfg.get("attention_bias", False)), head_size=head_dim, norm="rms1p", act=activation,
+        sandwich_norms=True, scale_embeddings=True, qk_norm=family == "gemma3_text",
+        attn_scale=float(cfg.get("query_pre_attn_scalar", d["query_pre_attn_scalar"])) ** -0.5,
+        # transformers' Gemma 3 attention never applies attn_logit_softcapping, so neither do we
+        attn_softcap=cfg.get("attn_logit_softcapping", d["attn_logit_softcapping"]) if family == "gemma2" else None,
+        final_softcap=None if softcap is None else float(softcap),
+        sliding_windows=layer_windows(types, w),
+        rope_local_theta=local_theta, rope_linear_factor=factor,
+    )
+
+
+GEMMA_RULES = [
+    (r"embed_tokens\.weight", "embed_tokens.weight"),
+    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
+    (_LL + r"post_attention_layernorm\.weight", _B + r"post_attn_norm.weight"),  # not Llama's pre-MLP norm
+    (_LL + r"pre_feedforward_layernorm\.weight", _B + r"norm2.weight"),
+    (_LL + r"post_feedforward_layernorm\.weight", _B + r"post_mlp_norm.weight"),
+    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
+    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
+    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
+    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    (_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight"),  # Gemma 3
+    (_LL + r"mlp\.(gate|up|down)_proj\.(weight|bias)", _B + r"mlp.\2.\3"),
+    (r"norm\.weight", "norm.weight"),
+    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+]
+for _mt in ("gemma2", "gemma3_text"):
+    ARCHITECTURES[_mt] = Architecture(_mt, "text", Llama, _gemma_config, GEMMA_RULES, ("model.",))
+# Gemma 3's multimodal checkpoints (model_type gemma3): the language model only; the SigLIP tower and
+# its projector are left out, so the app shows the text attention of an image-text model.
+ARCHITECTURES["gemma3"] = Architecture(
+    "gemma3_text", "text", Llama, _gemma_config, GEMMA_RULES,
+    ("model.language_model.", "language_model.model.", "model."),
+    ignore=(r"vision_tower\..*", r"multi_modal_projector\..*"),
+)
+
