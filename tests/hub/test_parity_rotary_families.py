@@ -265,8 +265,6 @@ def test_qwen_config_without_layer_types_reads_max_window_layers(tmp_path, famil
     assert att <= TOL and hidden <= TOL, (att, hidden)
 
 
-@pytest.mark.xfail(strict=True, reason="core/attention.py scales q by 1/sqrt(d_k) before q·kᵀ, transformers "
-                                       "scales the logits after: see the hub report (the fix is one line there)")
 def test_attention_scales_the_logits_in_transformers_order():
     """Why phi3-partial (and every d_k = 8 case) drifted to ~1e-5 on some CPUs, while RoPE's tables and
     rotation are transformers' bit for bit: q·(1/√8) rounds each of q's entries, (q·kᵀ)·(1/√8) rounds the
