@@ -164,7 +164,7 @@ def test_a_saved_run_opens_without_its_model_on_its_page(qtbot, make_window, set
         st2.set_options(hide_special=True)
     assert st2.result is not shown and st2.result_only
     with qtbot.waitSignal(st2.attention_ready, timeout=60000):  # choosing the model leaves the saved run
-        w2._model_chosen(w2.model_combo.findData("textbook"))
+        w2.toolbar.model_chosen(w2.model_combo.findData("textbook"))
     assert st2.has_model and not st2.result_only and not w2.saved_run_line.isVisible()
     assert w2.dk_panel.isEnabled() and w2.seq_panel.isVisible() and "not timed" not in w2.status_labels["forward"].text()
     np.testing.assert_allclose(st2.result.attentions, maps, atol=1e-6)  # the same text, run again

@@ -133,9 +133,9 @@ def _reopen(window, reopened, view: str | None) -> None:
     if view:
         reopened.page = view
     window.cli_problem = reopened.problem  # the screenshot's exit status reports it
-    loads = window.state.open_session(window._known_colormap(reopened))
+    loads = window.state.open_session(window.session_actions.known_colormap(reopened))
     if reopened.page in window.pages and loads:
-        window._session_page = reopened.page  # shown when the session's model has loaded
+        window.session_actions.session_page = reopened.page  # shown when the session's model has loaded
     elif reopened.page in window.pages:
         window.show_page(reopened.page)
 

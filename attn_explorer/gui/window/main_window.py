@@ -2,8 +2,9 @@
 
 Pages are built from `window.pages.PAGES` (one `Page(name, title, factory, group)` row each), and so
 reachable by name from the View menu, `--view` and `--lesson`.
-The window never runs a model: it forwards intent to `SessionState` (toolbar, menus and files are in
-`gui/window/actions.py`) and draws what comes back.
+The window never runs a model: it forwards intent to `SessionState` through the parts it holds (the
+toolbar, `toolbar.ViewToolbar`; files and export, `actions.FileActions`; sessions and saved runs,
+`sessions.SessionActions`; the menus are built from them in `menus.py`) and draws what comes back.
 """
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import time
 from PySide6.QtCore import QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget, QVBoxLayout,
                                QWidget)
-from superqt.utils import signals_blocked
 
-from attn_explorer.gui.window.actions import Banner, WindowActions
+from attn_explorer.gui.window.actions import FileActions
+from attn_explorer.gui.window.banner import Banner
+from attn_explorer.gui.window.menus import build_menus
+from attn_explorer.gui.window.sessions import SessionActions
+from attn_explorer.gui.window.toolbar import ViewToolbar
 from attn_explorer.gui.window.pages import FITTED_PAGES, LESSON_NAMES, PAGES
 from attn_explorer.gui.explorer.controls import DkPanel, InputPanel
 from attn_explorer.gui.widgets.heatmap import COLORMAPS, PaintedGraphicsWidget
@@ -31,7 +35,7 @@ def first_window_size(avail_w: int, avail_h: int) -> tuple[int, int]:
             min(avail_h, max(FIRST_MIN[1], round(FIRST_SHARE * avail_h))))
 
 
-class MainWindow(WindowActions, QMainWindow):
+class MainWindow(QMainWindow):
     """The explorer window. `state` and `settings` are injected (tests give temporary ones)."""
 
     frame_painted = Signal(float)  # ms from the newest result to its first paint on the current page
@@ -47,6 +51,7 @@ class MainWindow(WindowActions, QMainWindow):
         self._note: str = ""  # the result's note now in the status bar, cleared with that result
         self._error_at = 0.0  # perf_counter when the banner's error was shown
         self._page_pinned = False  # the command line chose the page: the first model load keeps it
+        self.file_actions = FileActions(self, state)
 
         # pages
         self.tabs = QTabWidget()
@@ -115,7 +120,7 @@ class MainWindow(WindowActions, QMainWindow):
         self.input_panel = InputPanel(state)
         self.dk_panel = DkPanel(state)
         self.seq_panel = SeqLenPanel(state)
-        self.input_panel.open_image_requested.connect(self.open_image_dialog)
+        self.input_panel.open_image_requested.connect(self.file_actions.open_image_dialog)
         side = QWidget()
         side_lay = QVBoxLayout(side)
         side_lay.setContentsMargins(2, 2, 2, 2)
@@ -133,8 +138,17 @@ class MainWindow(WindowActions, QMainWindow):
         self.dock.setFeatures(QDockWidget.DockWidgetMovable | QDockWidget.DockWidgetFloatable)
         self.addDockWidget(Qt.LeftDockWidgetArea, self.dock)
 
-        self._build_toolbar()
-        self._build_menus()
+        self.toolbar = tb = ViewToolbar(self, state)
+        # the toolbar's controls, by the names the rest of the window and the tests use
+        self.model_combo, self.dtype_combo, self.layer_spin, self.head_spin = (tb.model_combo, tb.dtype_combo,
+                                                                               tb.layer_spin, tb.head_spin)
+        self.cmap_combo, self.scale_combo, self.hide_special_box = tb.cmap_combo, tb.scale_combo, tb.hide_special_box
+        self.dtype_error_button, self.dtype_error_label, self.act_dtype_error = (tb.dtype_error_button,
+                                                                                 tb.dtype_error_label, tb.act_dtype_error)
+        self.session_actions = SessionActions(self, state)  # its saved-run line goes under the banner
+        self.saved_run_line = self.session_actions.saved_run_line
+        build_menus(self)
+        self.act_open_run = self.session_actions.act_open_run
         self._build_statusbar()
 
         state.attention_ready.connect(self._result_arrived)
@@ -142,9 +156,9 @@ class MainWindow(WindowActions, QMainWindow):
         state.model_loading.connect(self._loading)
         state.load_progressed.connect(self._progress)
         state.model_loaded.connect(self._loaded)
-        state.models_listed.connect(self._fill_models)
+        state.models_listed.connect(tb.fill_models)
         state.error_raised.connect(self.show_error)
-        state.selection_changed.connect(self._selection)
+        state.selection_changed.connect(tb.show_selection)
         state.options_changed.connect(self._sync_options)
         self.restore_settings()
 
@@ -259,8 +273,8 @@ class MainWindow(WindowActions, QMainWindow):
         self.status_labels["model"].setToolTip(info.note or info.name)
         self.status_labels["device"].setText(f"{info.device} · {info.dtype}")
         self.setWindowTitle(f"attn-explorer — {info.name}{untrained}")
-        self._sync_ranges()
-        self._select_model_item(info.name)
+        self.toolbar.sync_ranges()
+        self.toolbar.select_model_item(info.name)
         self.settings.setValue("model/last", info.name)
         if info.modality == "text":
             self.settings.setValue("model/last_text", info.name)
@@ -271,29 +285,10 @@ class MainWindow(WindowActions, QMainWindow):
         elif not pinned and info.modality == "text" and self.current_page_name == "overlay":
             self.show_page("grid")
 
-    def _selection(self, layer: int, head: int) -> None:
-        for spin, v in ((self.layer_spin, layer), (self.head_spin, head)):
-            with signals_blocked(spin):
-                spin.setValue(v)
-
     def _sync_options(self) -> None:
-        st = self.state
-        with signals_blocked(self.cmap_combo, self.scale_combo, self.hide_special_box):
-            self.cmap_combo.setCurrentText(st.colormap)
-            self.scale_combo.setCurrentText("log" if st.log_scale else "linear")
-            self.hide_special_box.setChecked(st.hide_special)
-        self.settings.setValue("view/colormap", st.colormap)
-        self.settings.setValue("view/log_scale", bool(st.log_scale))
-        self._sync_ranges()  # an encoder-decoder's stack switch: the decoder's layers and heads
-
-    def _sync_ranges(self) -> None:
-        """Layer and head spin boxes span the stack shown (state.stack_shape)."""
-        L, H = self.state.stack_shape()
-        for spin, top, val in ((self.layer_spin, L, self.state.layer), (self.head_spin, H, self.state.head)):
-            if top:
-                with signals_blocked(spin):
-                    spin.setRange(0, top - 1)
-                    spin.setValue(val)
+        self.toolbar.show_options()
+        self.settings.setValue("view/colormap", self.state.colormap)
+        self.settings.setValue("view/log_scale", bool(self.state.log_scale))
 
     def show_error(self, message: str) -> None:
         """Non-blocking: a banner over the view and a status message; the last good view stays."""
@@ -351,3 +346,43 @@ class MainWindow(WindowActions, QMainWindow):
         self.save_settings()
         self.state.shutdown(wait=False)  # never hold the window open on a forward pass
         super().closeEvent(ev)
+
+    # ------------------------------------------------------------------------------- files
+    def dragEnterEvent(self, ev):  # noqa: N802
+        if self.file_actions.accepts(ev):
+            ev.acceptProposedAction()
+
+    def dropEvent(self, ev):  # noqa: N802
+        urls = ev.mimeData().urls()
+        if not urls:
+            return
+        self.file_actions.open_dropped(urls[0].toLocalFile())
+        ev.acceptProposedAction()
+
+    # what the command line, ax.open and scripts call on the window, held by its parts
+    def open_image(self, path: str) -> None:
+        self.file_actions.open_image(path)
+
+    def open_text_file(self, path: str) -> bool:
+        return self.file_actions.open_text_file(path)
+
+    def open_model_folder(self, path: str) -> None:
+        self.file_actions.open_model_folder(path)
+
+    def export(self, path: str):
+        return self.file_actions.export(path)
+
+    def export_html(self, path: str) -> bool:
+        return self.file_actions.export_html(path)
+
+    def save_session(self, path: str):
+        return self.session_actions.save_session(path)
+
+    def open_session(self, path: str) -> bool:
+        return self.session_actions.open_session(path)
+
+    def open_saved_run(self, source) -> bool:
+        return self.session_actions.open_saved_run(source)
+
+    def measure_dtype_error(self) -> bool:
+        return self.toolbar.measure_dtype_error()
