@@ -299,7 +299,8 @@ class MultiHeadAttention(nn.Module):
             )
             if hook_pattern:  # the pattern after the hook (changed in place or replaced) weighs the values
                 new = lh("attn.hook_pattern", probs)
-                ctx = torch.matmul(new, v)
+                grad = differentiable(new, v)  # AttnLRP's uniform rule on A·V, as the explicit path applies it
+                ctx = torch.matmul(half_grad(new), half_grad(v)) if grad else torch.matmul(new, v)
                 if new is not probs:  # and is the one returned
                     probs = o.probs_out.copy_(new) if o.probs_out is not None and not differentiable(new) else new
             probs = probs if o.need_weights else None
