@@ -194,18 +194,18 @@ def test_the_side_panel_counts_the_tokens_the_maps_show(make_window, qtbot):
 def test_a_failed_run_on_a_new_model_is_not_called_running_and_a_later_success_clears_the_banner(
         make_window, qtbot, monkeypatch):
     from attn_explorer.errors import UserError
-    from attn_explorer.session import state as state_module
+    from attn_explorer.session import host as host_module
 
     w = make_window(model="textbook", view="grid")
     st = w.state
-    real = state_module.run_job
+    real = host_module.run_job
 
     def refuse_minilm(model, x, kw, hide=False):
         if model.info.name == "minilm" and x.startswith("long"):
             raise UserError("5,541 tokens would need 33.2 GB: use fewer tokens")
         return real(model, x, kw, hide)
 
-    monkeypatch.setattr(state_module, "run_job", refuse_minilm)
+    monkeypatch.setattr(host_module, "run_job", refuse_minilm)
     st.set_text("long text here")
     qtbot.waitUntil(lambda: st.result.tokens[0] == "long" and not st.busy, timeout=20000)
     st.load_model("minilm")
