@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLa
                                QSlider, QVBoxLayout, QWidget)
 from superqt.utils import signals_blocked
 
-from attn_explorer.gui.widgets.heatmap import follow_loading, waiting_for_input
+from attn_explorer.gui.widgets.heatmap import follow_loading
 from attn_explorer.gui.widgets.stats import head_entropy_and_peak
 from attn_explorer.session.stacks import STACK_NAMES, STACKS
 from attn_explorer.session.state import DK_MAX, DK_MIN, SessionState, sample_images
@@ -41,16 +41,6 @@ def deferred(owner: QObject, slot: Callable[[], None]) -> Callable[..., None]:
     timer.setInterval(0)
     timer.timeout.connect(slot)
     return lambda *_: timer.start()
-
-
-def follow_first_run(state: SessionState, show: Callable[[str], None]) -> None:
-    """Connect after heatmap.follow_loading: once the model has loaded with an input to run (the sample at
-    start-up), say that its first run is on its way instead of asking for text the box already holds; a
-    first run that fails leaves the page saying what to do."""
-    state.model_loaded.connect(lambda info: show(f"Running {info.name} on the input…")
-                               if state.result is None and state.has_input else None)
-    state.error_raised.connect(lambda *_: show(waiting_for_input(state.info))
-                               if state.result is None and state.info is not None else None)
 
 
 EMPTY_INPUT = "No input: type some text (or open an image) to see its attention."
@@ -287,7 +277,6 @@ class DkPanel(QGroupBox):
         state.model_loaded.connect(lambda *_: self._show_value())
         state.input_cleared.connect(self.plot.hide)  # its bars described the maps that went
         follow_loading(state, self.readout.setText)
-        follow_first_run(state, self.readout.setText)
 
     def _show_value(self) -> None:
         self.value.setText(f"{self.state.dk_scale:.2f}×")

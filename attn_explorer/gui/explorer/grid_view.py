@@ -26,7 +26,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QHBoxLayout, QLabel, QProgressB
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
                                        style_colorbar, waiting_for_input)
-from attn_explorer.gui.explorer.controls import StackSwitch, follow_first_run, titled_page
+from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.session.long_view import GRID_LANE, overview_job, result_tag
 from attn_explorer.session.stacks import STACK_NAMES, short_kind, stack_maps
 from attn_explorer.session.state import SessionState
@@ -102,7 +102,6 @@ class HeadGridView(LazyPage, QWidget):
         state.attention_ready.connect(self.show_result)
         state.model_loading.connect(self._loading)
         follow_loading(state, self.stack.show_message)
-        follow_first_run(state, self.stack.show_message)
         state.selection_changed.connect(self._move_highlight)
         state.options_changed.connect(self._options)
         state.model_loaded.connect(lambda info: self._load_ended())

@@ -26,7 +26,7 @@ from superqt import QElidingLabel
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        cell_under, colormap, follow_loading, set_bar_label, style_colorbar)
-from attn_explorer.gui.explorer.controls import StackSwitch, follow_first_run, titled_page
+from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.gui.explorer.query_strip import QueryStrip
 from attn_explorer.errors import UserError
 from attn_explorer.maths import hidden_tokens, kept_tokens, renormalise_without, without_specials
@@ -211,7 +211,6 @@ class HeadView(LazyPage, QWidget):
         state.model_loading.connect(lambda *_: self.readout.setText(HOVER_HINT))
         state.input_cleared.connect(self._cleared)
         follow_loading(state, self.stack.show_message)
-        follow_first_run(state, self.stack.show_message)
 
     # --------------------------------------------------------------------------------- drawing
     def refresh(self, *_):

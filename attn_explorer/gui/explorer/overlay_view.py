@@ -17,7 +17,6 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QStackedL
 
 from attn_explorer.gui.widgets.heatmap import (LazyPage, PaintedGraphicsWidget, colormap, follow_loading,
                                        set_bar_label)
-from attn_explorer.gui.explorer.controls import follow_first_run
 from attn_explorer.gui.widgets.overlay import THUMB, blend, heat_label, heat_levels, patch_heat, thumbnail
 from attn_explorer.session.long_view import FOCUS_LANE, query_rows_job, result_tag
 from attn_explorer.session.state import SessionState
@@ -90,7 +89,6 @@ class PatchOverlayView(LazyPage, QWidget):
         self.alpha.valueChanged.connect(lambda v: state.set_options(alpha=v / 100.0))
         self.smooth.toggled.connect(lambda *_: self.refresh())
         follow_loading(state, self.placeholder.setText)
-        follow_first_run(state, self.placeholder.setText)
         state.input_cleared.connect(lambda: (self.caption.setText(""), self.stack.setCurrentIndex(0)))
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         self._place: tuple | None = None  # (y, x, grid, query): the chosen patch's centre as a fraction of the picture

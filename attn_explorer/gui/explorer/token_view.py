@@ -22,7 +22,7 @@ from superqt.utils import signals_blocked
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        display_values, follow_loading, lut_rgb, style_colorbar)
-from attn_explorer.gui.explorer.controls import StackSwitch, follow_first_run
+from attn_explorer.gui.explorer.controls import StackSwitch
 from attn_explorer.maths import kept_tokens, rows_without_specials
 from attn_explorer.session.long_view import FOCUS_LANE, query_rows_job, result_tag
 from attn_explorer.session.stacks import STACK_NAMES, short_kind
@@ -146,7 +146,6 @@ class TokenFocusView(LazyPage, QWidget):
         state.selection_changed.connect(lambda *_: self.refresh())
         state.options_changed.connect(self._options)
         follow_loading(state, self.stack.show_message)
-        follow_first_run(state, self.stack.show_message)
 
     def _strip_clicked(self, row: int) -> None:
         item = self.strip.item(row) if row >= 0 else None

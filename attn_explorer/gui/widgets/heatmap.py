@@ -290,10 +290,14 @@ NO_MODEL = "No model is loaded: the message above says why. Pick one in the Mode
 
 def follow_loading(state, show: Callable[[str], None]) -> None:
     """Until a first result exists, keep `show(text)` saying what the window waits for: the model being
-    loaded, or (when that load failed and there is no model at all) that there is none."""
+    loaded; once it has loaded, its first run on the input the box already holds (the sample at start-up),
+    or, with nothing to run, what to type; after a failure, what to do (or, with no model at all, that there
+    is none). Every page that waits for the session's result (explorer and analysis pages) uses it."""
     state.model_loading.connect(lambda src: show(f"Loading {src or 'the model'}…") if state.result is None else None)
-    state.error_raised.connect(lambda *_: show(NO_MODEL) if state.result is None and state.info is None else None)
-    state.model_loaded.connect(lambda info: show(waiting_for_input(info)) if state.result is None else None)
+    state.error_raised.connect(lambda *_: show(NO_MODEL if state.info is None else waiting_for_input(state.info))
+                               if state.result is None else None)
+    state.model_loaded.connect(lambda info: show(f"Running {info.name} on the input…" if state.has_input
+                                                 else waiting_for_input(info)) if state.result is None else None)
     # the input was emptied: the maps go, and the page says what to do (InputState.input_cleared)
     state.input_cleared.connect(lambda: show(waiting_for_input(state.info)) if state.info is not None else None)
 

@@ -41,6 +41,33 @@ def test_at_start_up_the_pages_do_not_ask_for_text_the_box_already_holds(make_wi
         assert "type or paste" not in text and text.startswith("Running textbook"), (where, text)
 
 
+def test_at_start_up_the_analysis_pages_say_the_first_run_is_on_its_way(make_window, qtbot):
+    """The analysis pages (heatmap.follow_loading) said "textbook is loaded: type or paste some text" for about
+    a second at start-up while the box held the sample sentence; they say what the explorer pages say."""
+    w = make_window(model="textbook", wait=False)
+    st = w.state
+    assert st.has_input
+    pages = [name for name in ("overview", "rollout", "norms") if name in w.pages]
+    assert pages
+    seen = {}
+    st.model_loaded.connect(lambda _info: seen.update({n: w.pages[n].stack.placeholder.text() for n in pages}))
+    qtbot.waitUntil(lambda: st.result is not None and not st.busy, timeout=30000)
+    assert seen, "the model loaded before the test could look"
+    for where, text in seen.items():
+        assert text == "Running textbook on the input…", (where, text)
+
+
+def test_a_page_asks_for_text_when_the_model_loads_with_the_box_empty(make_window, qtbot):
+    w = make_window(model="textbook", text="", wait=False)
+    st = w.state
+    seen = {}
+    st.model_loaded.connect(lambda _info: seen.update(overview=w.pages["overview"].stack.placeholder.text(),
+                                                      grid=w.grid.stack.placeholder.text()))
+    qtbot.waitUntil(lambda: st.info is not None and not st.busy, timeout=30000)
+    assert seen == {"overview": "textbook is loaded: type or paste some text to see its attention.",
+                    "grid": "textbook is loaded: type or paste some text to see its attention."}
+
+
 LONG_HOVER = ("queries 20,000–20,047 → keys 19,976–20,023: largest weight 0.123 (pooled: zoom in for each "
               "weight)")
 
