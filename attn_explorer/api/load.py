@@ -34,7 +34,9 @@ def load_model(src: str | os.PathLike = "minilm", device: str = "auto", dtype: s
     module = built.module if built.placed else built.module.to(dev, dt)
     module = module.eval()
     where = getattr(module, "main_device", None) or dev
-    info = ModelInfo(device=where.type, dtype=str(dt).replace("torch.", ""), num_params=built.num_params, **built.info)
+    info = ModelInfo(device=where.type, dtype=str(dt).replace("torch.", ""), num_params=built.num_params,
+                     **{"weights": built.weights or ("trained" if built.info.get("trained") else "untrained"),
+                        **built.info})
     model = Model(module, info, **built.parts)
     model.source = dict(src=src, device=device, max_memory=max_memory, offload_folder=offload_folder)
     if src is not None:  # Model.dtype_error's reference: the same checkpoint again in float32 on the CPU

@@ -35,6 +35,10 @@ class ModelInfo:
     # per layer "local, window 512" (sees only its last 512 tokens) or "global", for models that mix them
     # (Gemma 2/3, Mistral); empty when every layer sees every token before it
     layer_kinds: tuple[str, ...] = ()
+    # what the weights are, in words, for the model picker: "trained" or "untrained" where that is known (the
+    # built-ins, our own checkpoints), else where they came from ("from tiny-bert"): a folder or hub id may
+    # hold random weights and nothing in it says so, so it is never called "trained"
+    weights: str = ""
 
 
 @dataclass

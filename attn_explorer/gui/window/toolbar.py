@@ -216,7 +216,7 @@ class ViewToolbar:
     def _loaded_item_text(self) -> str:
         """A model from a folder or the hub: its kind and training are known once it is loaded."""
         info = self.state.info
-        return f"{info.name} — {info.modality}, {'trained' if info.trained else 'untrained'}"
+        return f"{info.name} — {info.modality}, {info.weights or ('trained' if info.trained else 'untrained')}"
 
     def select_model_item(self, name: str) -> None:
         i = self.model_combo.findData(name)
