@@ -1,4 +1,4 @@
-"""Pieces the analysis pages share: a labelled token heatmap panel, an L×H head grid, the page frame.
+"""Pieces the analysis pages share: a labelled token heatmap panel, an L×H head grid, the page (widgets.page).
 
 Drawing only; the numbers come from `session.analysis` (pure functions run in workers).
 """
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Signal
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import QRectF
+from PySide6.QtWidgets import QWidget
 
-from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, cell_centre,
-                                       cell_under, colormap, follow_loading, set_bar_label)
+from attn_explorer.gui.widgets.heatmap import TokenAxis, cell_centre, cell_under, colormap, follow_loading, set_bar_label
+from attn_explorer.gui.widgets.page import PageFrame
 
 DIVERGING = "CET-D1"  # blue - white - red, for signed differences
 
@@ -79,84 +79,25 @@ def untrained_tag(info) -> str:
     return "" if info is None or info.trained else " <b>Untrained model (random weights): patterns mean nothing.</b>"
 
 
-class UnusedNote(QLabel):
-    """One small line saying which of the window's drawing options ("Scale: log", "Hide specials") this page
-    does not use, and why; shown only while such an option is on, so no control is silently ignored."""
+class AnalysisPage(PageFrame):
+    """An analysis page: the shared frame on a pyqtgraph canvas that draws the session's result."""
 
-    def __init__(self, state, hide: str | None = None, log: str | None = None, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.state = state
-        self.reasons = {"hide": hide, "log": log}
-        self.setWordWrap(True)
-        self.setStyleSheet("color: #666; font-style: italic;")
-        state.options_changed.connect(self.update_text)
-        self.update_text()
-
-    def set_reasons(self, hide: str | None = None, log: str | None = None) -> None:
-        self.reasons = {"hide": hide, "log": log}
-        self.update_text()
-
-    def update_text(self) -> None:
-        parts = []
-        if self.state.log_scale and self.reasons["log"]:
-            parts.append(f"Log scale: not used here — {self.reasons['log']}.")
-        if self.state.hide_special and self.reasons["hide"]:
-            parts.append(f"Hide specials: not used here — {self.reasons['hide']}.")
-        self.setText(" ".join(parts))
-        self.setVisible(bool(parts))
-
-
-class AnalysisPage(LazyPage, QWidget):
-    """A page frame: a caption line, a bar of controls, a canvas that a message can replace, a read-out."""
-
-    head_opened = Signal(int, int)  # layer, head: the user asked to see that head
     # the page draws the session's result: until one exists, and once the input is emptied, its canvas says
     # what the window waits for, as the explorer's pages do (heatmap.follow_loading); False for a page
     # with an input of its own (the corpus)
     FOLLOWS_INPUT = True
 
-    def __init__(self, state, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.state = state
-        self.caption = QLabel("")
-        self.caption.setWordWrap(True)
-        self.readout = QLabel("")
-        self.readout.setStyleSheet("font-family: monospace;")
-        self.canvas = PaintedGraphicsWidget()
-        self.stack = CanvasStack(self.canvas)
-        self.bar_layout = None
-        self.note = UnusedNote(state)  # the page says which drawing options it does not use (`unused_note`)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
-        self.page_layout = lay
+    def __init__(self, state, parent: QWidget | None = None, content: QWidget | None = None, **frame):
+        super().__init__(state, content, parent, **frame)
         state.model_loading.connect(lambda *_: self.readout.setText(""))
         if self.FOLLOWS_INPUT:
             follow_loading(state, self.stack.show_message)
             state.input_cleared.connect(lambda: self.caption.setText(""))  # it described the result that went
 
-    def finish_layout(self, bar) -> None:
-        """Caption, controls, canvas and read-out, top to bottom."""
-        self.page_layout.addWidget(self.caption)
-        self.page_layout.addWidget(self.note)
-        if bar is not None:
-            self.page_layout.addLayout(bar)
-        self.page_layout.addWidget(self.stack, 1)
-        self.page_layout.addWidget(self.readout)
-
-    def unused_note(self, hide: str | None = None, log: str | None = None) -> None:
-        """Why this page does not use "Hide specials" (hide) or "Scale: log" (log); None: it uses it."""
-        self.note.set_reasons(hide, log)
-
     def _failed(self, message: str) -> None:
         """A job failed: the caption described what is gone; the message goes in the banner, once, and the
         canvas points there."""
-        self.caption.setText("")
-        self.stack.show_message("This page could not be drawn: the message at the top of the window says why.")
-        self.state.error_raised.emit(message)
-
-    def open_head(self, layer: int, head: int) -> None:
-        self.state.select(layer, head)
-        self.head_opened.emit(int(layer), int(head))
+        self.show_failure(message)
 
 
 def cell_plot(canvas: pg.GraphicsLayoutWidget, row: int, col: int) -> pg.PlotItem:

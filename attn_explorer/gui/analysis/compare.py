@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QEvent, QObject
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton
+from PySide6.QtWidgets import QLabel, QLineEdit, QPushButton
 
 from attn_explorer.gui.analysis.common import DIVERGING, AnalysisPage, HeatPanel, peak, symmetric
 from attn_explorer.maths import LOG_FLOOR, kept_tokens, log_weights, without_specials
@@ -36,7 +36,7 @@ class ComparePage(AnalysisPage):
         self.b_model.setMaximumWidth(200)
         self.b_model.setToolTip("B's model: a built-in name, a folder or a hub id (empty: A's model)")
         self.go = QPushButton("Compare")
-        bar = QHBoxLayout()
+        bar = self.control_row
         for w, stretch in ((QLabel("B:"), 0), (self.b_input, 1), (QLabel("model"), 0), (self.b_model, 0), (self.go, 0)):
             bar.addWidget(w, stretch)
         self.a = HeatPanel(self.canvas, 0, 0, state.colormap, "weight")
@@ -44,7 +44,6 @@ class ComparePage(AnalysisPage):
         self.diff = HeatPanel(self.canvas, 0, 2, DIVERGING, "B − A")
         self.narrow: bool | None = None  # B − A under A and B (narrow canvas) or beside them
         self.unused_note(log="B − A stays on a plain scale (a difference can be negative); A and B use it")
-        self.finish_layout(bar)
         self.result_b = None  # RunResult of B
         self._b_for = None  # A's result when B was run
         self.delta = None  # (L, H, N, N) B − A, every token

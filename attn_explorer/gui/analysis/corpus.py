@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QListWidget, QProgressBar,
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QListWidget,
                                QPushButton, QVBoxLayout)
 from superqt.utils import signals_blocked
 
@@ -64,7 +64,7 @@ def stat_line(corpus, layer: int, head: int) -> list[str]:
 class CorpusPage(AnalysisPage):
     FOLLOWS_INPUT = False  # its sentences are its own input: emptying the text box leaves the corpus as it is
     def __init__(self, state: SessionState, parent=None):
-        super().__init__(state, parent)
+        super().__init__(state, parent, mono_readout=False)  # the embedding's note is a sentence, not a number
         self.unused_note(hide="every token of every sentence is gathered; special tokens are drawn like the rest",
                          log="the picture has no weights to scale")
         self.sentences: list[str] = []
@@ -84,12 +84,6 @@ class CorpusPage(AnalysisPage):
         self.heads_edit.setToolTip("Heads whose queries and keys to keep, like 5:0, 2:1 (empty: the selected head)")
         self.heads_edit.setMaximumWidth(110)
         self.gather_button = QPushButton("Gather")
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setEnabled(False)
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(160)
-        self.progress.setFormat("%v / %m sentences")
-        self.progress.hide()
         self.head_choice = QComboBox()
         self.head_choice.setToolTip("The gathered head shown")
         self.colour = QComboBox()
@@ -101,15 +95,15 @@ class CorpusPage(AnalysisPage):
         if not umap_available():
             self.method.model().item(1).setEnabled(False)
             self.method.setItemData(1, "UMAP needs umap-learn (pip install umap-learn)", Qt.ToolTipRole)
-        bar = QHBoxLayout()
-        for w in (self.open_button, self.lines_button, QLabel("heads"), self.heads_edit, self.gather_button,
-                  self.cancel_button, self.progress):
+        bar = self.control_row
+        for w in (self.open_button, self.lines_button, QLabel("heads"), self.heads_edit, self.gather_button):
             bar.addWidget(w)
         bar.addStretch(1)
         view_bar = QHBoxLayout()
         for w in (self.head_choice, self.colour, self.method):
             view_bar.addWidget(w)
         view_bar.addStretch(1)
+        self.add_row(view_bar)
 
         self.plot = self.canvas.addPlot(row=0, col=0)
         self.plot.setMenuEnabled(False)
@@ -138,15 +132,7 @@ class CorpusPage(AnalysisPage):
         side.addWidget(self.stats_label)
         side.addWidget(QLabel("fires most in"))
         side.addWidget(self.top_list, 1)
-        self.finish_layout(bar)
-        self.page_layout.insertLayout(self.page_layout.indexOf(self.stack), view_bar)
-        body = QHBoxLayout()
-        self.page_layout.removeWidget(self.stack)
-        body.addWidget(self.stack, 3)
-        body.addLayout(side, 1)
-        self.page_layout.insertLayout(self.page_layout.indexOf(self.readout), body, 1)
-        self.readout.setWordWrap(True)  # the embedding's note is a sentence, not a number
-        self.readout.setStyleSheet("")
+        self.add_side(side, (3, 1))
         self._prompt()
         for w in (self.head_choice, self.colour, self.method):
             w.setEnabled(False)  # nothing to choose until a corpus is gathered
@@ -154,7 +140,6 @@ class CorpusPage(AnalysisPage):
         self.open_button.clicked.connect(self._open_file)
         self.lines_button.clicked.connect(self._use_text_lines)
         self.gather_button.clicked.connect(self.gather)
-        self.cancel_button.clicked.connect(self.cancel)
         self.head_choice.currentIndexChanged.connect(lambda *_: self._show_head())
         self.method.currentIndexChanged.connect(lambda *_: self._show_head())
         self.colour.currentIndexChanged.connect(lambda *_: self._draw_points())
@@ -218,11 +203,8 @@ class CorpusPage(AnalysisPage):
             return
         self.corpus, self.embedding, self._embedded_for = None, None, None
         self._clear_view()
-        self.progress.setRange(0, len(self.sentences))
-        self.progress.setValue(0)
-        self.progress.show()
+        self.progress.start("", "%v / %m sentences", total=len(self.sentences))
         self.gather_button.setEnabled(False)
-        self.cancel_button.setEnabled(True)
         self.stack.show_message(f"Gathering {len(self.sentences):,} sentences…")
         asked = info
         started = self.state.submit(gather_job, list(self.sentences), heads, MAX_POINTS, self.state.dk_scale,
@@ -237,16 +219,14 @@ class CorpusPage(AnalysisPage):
         self.stack.show_message("Cancelled: nothing was kept. Gather again to start over.")
 
     def _progressed(self, item) -> None:
-        done, total = item
-        self.progress.setMaximum(total)
-        self.progress.setValue(done)
+        self.progress.count(*item)  # (done, total)
 
     def _idle(self) -> None:
         self.gather_button.setEnabled(True)
-        self.cancel_button.setEnabled(False)
-        self.progress.hide()
+        self.progress.finish()
 
     def _gathered(self, info, corpus) -> None:
+        self.progress.bar.setValue(self.progress.bar.maximum())
         self._idle()
         if corpus is None:
             return
@@ -257,7 +237,6 @@ class CorpusPage(AnalysisPage):
             self.head_choice.clear()
             for h in corpus.heads:
                 self.head_choice.addItem(f"L{h.layer} H{h.head}", (h.layer, h.head))
-        self.progress.setValue(self.progress.maximum())
         self._update_caption()
         self._show_head()
 

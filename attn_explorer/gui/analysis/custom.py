@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton
+from PySide6.QtWidgets import QComboBox, QLabel, QPushButton
 
 from attn_explorer.gui.analysis.common import DIVERGING, AnalysisPage, HeatPanel, cell_plot, label_cells, peak
 from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
@@ -37,11 +37,10 @@ class CustomAnalysisPage(AnalysisPage):
         self.again = QPushButton("Run again")
         self.again.setToolTip("Read the registered analyses again and run the chosen one (after you registered "
                               "or changed one while the window was open)")
-        bar = QHBoxLayout()
+        bar = self.control_row
         for w in (QLabel("analysis"), self.chooser, self.again, self.view_label):
             bar.addWidget(w)
         bar.addStretch(1)
-        self.finish_layout(bar)
         self.answer = None  # the last answer drawn (an AnalysisAnswer: plain data)
         self.kind: str | None = None  # which drawing the canvas holds now: "grid" or "panel"
         self.plot: pg.PlotItem | None = None  # grid: the L×H cells

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath, QPen
-from PySide6.QtWidgets import (QCheckBox, QGraphicsScene, QGraphicsView, QHBoxLayout, QLabel, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QCheckBox, QGraphicsScene, QGraphicsView, QLabel, QWidget
 
 from superqt.utils import signals_blocked
 
-from attn_explorer.gui.analysis.common import UnusedNote, untrained_tag
-from attn_explorer.gui.widgets.heatmap import LazyPage, short
+from attn_explorer.gui.analysis.common import AnalysisPage, untrained_tag
+from attn_explorer.gui.widgets.heatmap import short
 from attn_explorer.maths import kept_tokens, without_specials
 from attn_explorer.session.state import SessionState
 
@@ -149,31 +149,18 @@ class LineCanvas(QGraphicsView):
         self.hovered.emit("", -1)
 
 
-class LinesPage(LazyPage, QWidget):
-    head_opened = Signal(int, int)
-
+class LinesPage(AnalysisPage):
     def __init__(self, state: SessionState, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.state = state
-        self.caption = QLabel("")
-        self.caption.setWordWrap(True)
-        self.chips_row = QHBoxLayout()
+        self.view = LineCanvas()
+        super().__init__(state, parent, content=self.view)
+        self.chips_row = self.control_row
         self.chips: list[QCheckBox] = []
         self.chips_row.addWidget(QLabel("heads:"))
         self.chips_row.addStretch(1)
-        self.view = LineCanvas()
-        self.note = UnusedNote(state, log=f"a line's opacity is its weight, and lines under {MIN_WEIGHT} are not drawn")
+        self.unused_note(log=f"a line's opacity is its weight, and lines under {MIN_WEIGHT} are not drawn")
         self.att: np.ndarray | None = None  # (H, n, n) of the layer drawn: cut, special tokens gone when hidden
         self.tokens: list[str] = []  # its tokens
-        self.readout = QLabel("Hover a token to keep only its lines.")
-        self.readout.setStyleSheet("font-family: monospace;")
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
-        lay.addWidget(self.caption)
-        lay.addWidget(self.note)
-        lay.addLayout(self.chips_row)
-        lay.addWidget(self.view, 1)
-        lay.addWidget(self.readout)
+        self.readout.setText("Hover a token to keep only its lines.")
         self.view.hovered.connect(self._hovered)
         state.attention_ready.connect(self.refresh)
         state.selection_changed.connect(self._selection)
@@ -219,6 +206,7 @@ class LinesPage(LazyPage, QWidget):
         if r is None:
             return
         self._make_chips()
+        self.stack.show_canvas()
         layer = self.state.layer
         kept = kept_tokens(r.special, r.num_tokens, self.state.hide_special)
         att = without_specials(r.attentions[layer], r.special) if len(kept) < r.num_tokens else r.attentions[layer]

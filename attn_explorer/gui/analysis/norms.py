@@ -34,7 +34,6 @@ class NormsPage(AnalysisPage):
         self.bars_plot.addItem(self.bars)
         self.canvas.ci.layout.setRowStretchFactor(0, 3)
         self.canvas.ci.layout.setRowStretchFactor(1, 1)
-        self.finish_layout(None)
         self.data = None  # LayerNorms of the result on screen
         self.shown = None  # (α, ‖α f(x)‖, ‖f(x)‖, tokens) of the head drawn, special tokens gone when hidden
         self._for = None

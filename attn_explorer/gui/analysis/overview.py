@@ -11,7 +11,6 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
 from attn_explorer.gui.analysis.common import AnalysisPage, cell_plot, label_cells
-from attn_explorer.gui.analysis.progress import JobProgress
 from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
 from attn_explorer.session.analysis import findings, head_stats_job, long_head_stats_job
 from attn_explorer.session.state import SessionState
@@ -25,7 +24,8 @@ HINT = "Hover a cell for its value; click it to open that head."
 
 class HeadOverviewPage(AnalysisPage):
     def __init__(self, state: SessionState, parent=None):
-        super().__init__(state, parent)
+        # a long input's statistics: tiles from q and k, in a worker, on the frame's progress line
+        super().__init__(state, parent, again="Measure again")
         self.caption.setOpenExternalLinks(False)
         self.caption.linkActivated.connect(self._link)
         self.unused_note("per-head statistics of the whole maps (the sink column is about the special "
@@ -48,12 +48,7 @@ class HeadOverviewPage(AnalysisPage):
             set_bar_label(bar, "")  # the plot's title names the unit
             self.plots[name], self.images[name], self.bars[name] = p, img, bar
         self.sel_box = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
-        self.progress = JobProgress("Measure again")  # a long input's statistics: tiles from q and k, in a worker
-        self.progress.cancel_asked.connect(self._cancel)
-        self.progress.restart_asked.connect(self._restart)
         self._measuring = None  # the long result being measured now, or the one whose measuring was stopped
-        self.finish_layout(None)
-        self.page_layout.insertWidget(self.page_layout.indexOf(self.stack), self.progress)
         self.readout.setText(HINT)
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
@@ -96,13 +91,13 @@ class HeadOverviewPage(AnalysisPage):
                           on_result=lambda s: self._arrived(r, s), on_error=self._failed_long,
                           on_progress=self.progress.advance, uses_model=False)
 
-    def _cancel(self) -> None:
+    def cancel(self) -> None:
         self.state.cancel("analysis-overview")
         self.progress.stopped("Stopped: the statistics of this input were not measured.")
         self.stack.show_message("Measuring was stopped before every head was measured: nothing is shown. "
                                 "Press Measure again to start over.")
 
-    def _restart(self) -> None:
+    def restart(self) -> None:
         self.stats, self._for, self._measuring = None, None, None
         self.refresh()
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QRectF
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLabel
 
 from attn_explorer.gui.analysis.common import AnalysisPage, HeatPanel, untrained_tag
-from attn_explorer.gui.analysis.progress import JobProgress
 from attn_explorer.gui.widgets.heatmap import colormap, picture_panel, set_bar_label
 from attn_explorer.gui.widgets.overlay import blend, heat_label, heat_levels, patch_heat
 from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, rows_without_specials, without_specials
@@ -25,7 +24,8 @@ STRIP_HEIGHT = 360  # px: a long input's one rollout row is a strip this tall (t
 
 class RolloutPage(AnalysisPage):
     def __init__(self, state: SessionState, parent=None):
-        super().__init__(state, parent)
+        # a long input's one rollout row: tiles from q and k, in a worker, on the frame's progress line
+        super().__init__(state, parent, again="Start again")
         self.fusion = QComboBox()
         self.fusion.addItems(FUSIONS)
         self.fusion.setToolTip("How the heads of a layer become one map: their mean, max or min")
@@ -35,7 +35,7 @@ class RolloutPage(AnalysisPage):
         self.discard.setDecimals(2)
         self.discard.setToolTip("Drop this fraction of the lowest weights in every layer (never a token's own)")
         self.upto = QCheckBox("only up to the selected layer")
-        bar = QHBoxLayout()
+        bar = self.control_row
         for w in (QLabel("heads fused by"), self.fusion, QLabel("discard lowest"), self.discard, self.upto):
             bar.addWidget(w)
         bar.addStretch(1)
@@ -43,11 +43,6 @@ class RolloutPage(AnalysisPage):
         self.panel.plot.setLabel("left", "token at the top (row)")
         self.panel.plot.setLabel("bottom", "input token (column)")
         self.picture, self.picture_img, self.pic_bar = picture_panel(self.canvas, 0, 1, state.colormap, "rollout")
-        self.finish_layout(bar)
-        self.progress = JobProgress()  # a long input's one rollout row: tiles from q and k, in a worker
-        self.progress.cancel_asked.connect(self._cancel)
-        self.progress.restart_asked.connect(self._restart)
-        self.page_layout.insertWidget(self.page_layout.indexOf(self.stack), self.progress)
         self._rolling: tuple | None = None  # the long request in flight, or the one that was stopped
         self.row: np.ndarray | None = None  # a long input's rollout row of the query (every token)
         self._row_for: tuple | None = None  # the request (result, fusion, discard, query, upto) it answers
@@ -130,13 +125,13 @@ class RolloutPage(AnalysisPage):
         self.row, self._row_for, self._rolling = row, key, None
         self._draw_row()
 
-    def _cancel(self) -> None:
+    def cancel(self) -> None:
         self.state.cancel("analysis-rollout")
         self.progress.stopped("Stopped: this rollout row was not computed.")
         self.stack.show_message("Rolling out was stopped before it reached layer 0: nothing is shown. "
                                 "Press Start again to start over.")
 
-    def _restart(self) -> None:
+    def restart(self) -> None:
         self._rolling = None
         self.refresh()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QSpinBox, QVBoxLayout
+from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QListWidget, QSpinBox, QVBoxLayout
 from superqt.utils import signals_blocked
 
 from attn_explorer.gui.analysis.common import AnalysisPage, cell_plot, label_cells, untrained_tag
@@ -43,7 +43,7 @@ class HeadSearchPage(AnalysisPage):
         self.offset = QSpinBox()
         self.offset.setRange(-64, 64)
         self.offset.setValue(-1)
-        bar = QHBoxLayout()
+        bar = self.control_row
         for w in (QLabel("pattern"), self.pattern, QLabel("query"), self.query_edit, QLabel("→ key"), self.key_edit,
                   QLabel("k"), self.offset):
             bar.addWidget(w)
@@ -64,13 +64,7 @@ class HeadSearchPage(AnalysisPage):
         side = QVBoxLayout()
         side.addWidget(self.ranking_title)
         side.addWidget(self.ranking, 1)
-        body = QHBoxLayout()
-        self.finish_layout(bar)
-        # the list sits beside the map
-        self.page_layout.removeWidget(self.stack)
-        body.addWidget(self.stack, 1)
-        body.addLayout(side)
-        self.page_layout.insertLayout(self.page_layout.indexOf(self.readout), body, 1)
+        self.add_side(side)  # the list sits beside the map
         self.scores: np.ndarray | None = None
         self.ranked: list = []
         self._enable_fields()

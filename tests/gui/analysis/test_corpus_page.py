@@ -21,10 +21,10 @@ def test_gathering_fills_the_picture_and_progress_reaches_the_end(make_window, q
     assert "25 sentences from s.txt" in page.caption.text()
     page.heads_edit.setText("5:0, 2:1")
     seen = []
-    page.progress.valueChanged.connect(seen.append)
+    page.progress.bar.valueChanged.connect(seen.append)
     qtbot.mouseClick(page.gather_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: page.embedding is not None, timeout=60000)
-    assert page.progress.maximum() == 25 and seen[-1] == 25 and not page.progress.isVisible()
+    assert page.progress.bar.maximum() == 25 and seen[-1] == 25 and not page.progress.isVisible()
     assert page.head_choice.count() == 2 and page.shown_head() == (5, 0)
     P = len(page.corpus.points(5, 0).q)
     xq, _ = page.queries.getData()
@@ -60,9 +60,9 @@ def test_cancel_stops_the_gathering_and_keeps_nothing(make_window, qtbot):
     page = w.pages["corpus"]
     page.set_sentences(corpus_text(400), "test")
     page.gather()
-    qtbot.waitUntil(lambda: page.progress.value() >= 2, timeout=30000)
-    qtbot.mouseClick(page.cancel_button, Qt.LeftButton)
-    assert page.gather_button.isEnabled() and not page.cancel_button.isEnabled()
+    qtbot.waitUntil(lambda: page.progress.bar.value() >= 2, timeout=30000)
+    qtbot.mouseClick(page.progress.button, Qt.LeftButton)
+    assert page.gather_button.isEnabled() and not page.progress.button.isVisible()
     qtbot.waitUntil(lambda: not w.state.job_busy("corpus-gather"), timeout=30000)
     assert page.corpus is None and "Cancelled" in page.stack.placeholder.text()
 
