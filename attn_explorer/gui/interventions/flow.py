@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QScrollArea, QSlider, QSplitter, QVBoxLayout, QWidget
 
-from attn_explorer.gui.interventions.lens import ToolPage, visible
+from attn_explorer.gui.interventions.tool import ToolPage, visible
 from attn_explorer.gui.widgets.heatmap import PaintedGraphicsWidget, TokenAxis
 from attn_explorer.session.lens import flow_job, head_tokens_job, trace
 from attn_explorer.session.state import SessionState
@@ -89,7 +89,7 @@ class FlowPage(ToolPage):
         self.run_button = QPushButton("Run")
         for w in (QLabel("Output after:"), self.output_box, QLabel("Threshold:"), self.slider, self.threshold_label,
                   self.run_button):
-            self.bar.addWidget(w)
+            self.control_row.addWidget(w)
         self.finish_bar()
         self.graph = None  # the FlowGraph on screen
         self.edges: list = []  # the traced edges drawn

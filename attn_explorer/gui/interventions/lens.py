@@ -1,190 +1,26 @@
 """The logit-lens page: a layer × position table of each residual stream's top next tokens, and the direct logit
 attribution of one next token (which heads and MLPs wrote its logit), with the frozen-norm convention on screen.
 
-Also `ToolPage`, the frame the contribution-graph and why-this-head pages share: a caption, a bar of controls,
-a progress bar with Cancel for the page's worker job, the content (a message can replace it) and a read-out.
-The numbers come from `session.lens` jobs; this module only draws.
+The numbers come from `session.lens` jobs; this module only draws, in the frame of `tool.ToolPage`.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel,
-                               QProgressBar, QPushButton, QSizePolicy, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHeaderView, QLabel, QPushButton, QSplitter, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
 
-from attn_explorer.gui.widgets.heatmap import CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis
+from attn_explorer.gui.interventions.tool import ToolPage, visible
+from attn_explorer.gui.widgets.heatmap import PaintedGraphicsWidget, TokenAxis
 from attn_explorer.gui.widgets.tables import shade
-from attn_explorer.gui.widgets.tokens import TokenPicker, token_text
+from attn_explorer.gui.widgets.tokens import TokenPicker
 from attn_explorer.session.lens import CONVENTION, OWN, attribution_job, lens_job
 from attn_explorer.session.state import SessionState
 
-NOT_A_DECODER = ("{what} needs a decoder with next-token logits (SmolLM2, Gemma 3, GPT-2); {name} is not one. "
-                 "Pick a decoder in the Model box.")
 TOP_K = 5
 BARS = 14  # pieces drawn in the attribution chart
-
-
-def visible(token: str, width: int = 10) -> str:
-    """A token as a cell can show it: white space drawn (␣ space, ↵ newline, ⇥ tab, ∅ nothing), cut to width."""
-    return token_text(token, width)
-
-
-def is_decoder(info) -> bool:
-    return info is not None and info.modality == "text" and info.causal and info.can_generate
-
-
-class ToolPage(LazyPage, QWidget):
-    """A page frame with one worker job at a time on screen: progress, Cancel, and a message in its place."""
-
-    head_opened = Signal(int, int)  # layer, head: the user asked to see that head's map
-    WHAT = "This page"  # for the not-a-decoder message
-    follow_up_lanes: tuple = ()  # lanes of jobs that hang off the main one (cancelled with it)
-    AGAIN = "Press Run to measure again."  # what brings the numbers back after a cancel
-    MEASURED = "Measured: drawing…"  # the page's line once the bar reaches 100 % (the result is on its way)
-
-    def __init__(self, state: SessionState, content: QWidget, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.state = state
-        self.caption = QLabel("")
-        self.caption.setWordWrap(True)
-        self.caption.setTextFormat(Qt.RichText)
-        self.bar = QHBoxLayout()
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
-        self.progress.setMaximumWidth(180)
-        # tall enough for its text ("Logit lens 40%"), whatever the row's other controls ask for
-        self.progress.setMinimumHeight(self.progress.fontMetrics().height() + 8)
-        self.progress.hide()
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.hide()
-        self.cancel_button.clicked.connect(self.cancel)
-        self.stack = CanvasStack(content, "Load a decoder to use this page.")
-        # the content takes the height the window has, never asks for more (a page that scrolls hides its axis)
-        self.stack.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Ignored)
-        self.stack.setMinimumHeight(260)
-        self.readout = QLabel("")
-        self.readout.setWordWrap(True)
-        self.readout.setTextFormat(Qt.RichText)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
-        self.unused = QLabel("")  # which of the window's drawing options this page does not use
-        self.unused.setWordWrap(True)
-        self.unused.setStyleSheet("color: #666; font-style: italic;")
-        self.unused.hide()
-        lay.addWidget(self.caption)
-        lay.addWidget(self.unused)
-        lay.addLayout(self.bar)
-        lay.addWidget(self.stack, 1)
-        lay.addWidget(self.readout)
-        self._lane: str | None = None  # the lane of the job on screen
-        self.done_for = None  # the RunResult the page's numbers belong to
-        state.attention_ready.connect(lambda *_: self.refresh())
-        state.model_loading.connect(self._loading)
-        state.model_loaded.connect(lambda *_: self._forget())
-        state.input_cleared.connect(lambda: self._cleared())
-        state.options_changed.connect(self._say_unused)
-        self._say_unused()
-
-    def finish_bar(self) -> None:
-        self.bar.addStretch(1)
-        self.bar.addWidget(self.progress)
-        self.bar.addWidget(self.cancel_button)
-
-    # --------------------------------------------------------------------------- jobs
-    def start(self, job, *args, key: str, on_result, message: str) -> bool:
-        """Run job(model, *args) in lane `key`, with progress and Cancel; False when there is no model."""
-        self._lane = key
-        self.progress.setValue(0)
-        self.progress.setFormat(message + " %p%")
-        started = self.state.submit(job, *args, key=key, on_result=lambda v: self._arrived(key, on_result, v),
-                                    on_error=lambda msg: self._failed(key, msg), on_progress=self._progressed)
-        self.progress.setVisible(started)
-        self.cancel_button.setVisible(started)
-        return started
-
-    def _progressed(self, fraction: float, _message: str) -> None:
-        self.progress.setValue(int(round(100 * fraction)))
-        if fraction >= 1 and self.stack.currentWidget() is self.stack.placeholder:
-            self.stack.show_message(self.MEASURED)  # the bar says 100 %: the line no longer says "reading"
-
-    def _arrived(self, key: str, on_result, value) -> None:
-        self._job_ended(key)
-        on_result(value)
-
-    def _job_ended(self, key: str) -> None:
-        if key == self._lane:
-            self.progress.hide()
-            self.cancel_button.hide()
-            self._lane = None
-
-    def cancel(self) -> None:
-        """Stop the job on screen; the page says so (the last numbers are gone with the input they were for)."""
-        if self._lane is None:
-            return
-        for lane in self.follow_up_lanes:
-            self.state.cancel(lane)
-        self.state.cancel(self._lane)
-        self._job_ended(self._lane)
-        self.done_for = None
-        self.stack.show_message(f"Cancelled. {self.AGAIN}")
-        self.caption.setText("")
-        self.readout.setText("")
-
-    def _failed(self, key: str, message: str) -> None:
-        """The job failed: its one line goes to the banner, and the page points there."""
-        self._job_ended(key)
-        self.done_for = None
-        self.caption.setText("")
-        self.readout.setText("")
-        self.stack.show_message("This page could not be drawn: the message at the top of the window says why.")
-        self.state.error_raised.emit(message)
-
-    # --------------------------------------------------------------------------- what to draw
-    def usable(self):
-        """The result to measure now, or None (with the page saying why): no decoder, no input, hidden."""
-        info = self.state.info
-        if info is not None and not is_decoder(info):
-            self.done_for = None
-            self.stack.show_message(NOT_A_DECODER.format(what=self.WHAT, name=info.name))
-            self.caption.setText("")
-            self.readout.setText("")
-            return None
-        return self.result_to_draw()
-
-    def _forget(self) -> None:
-        self.done_for = None
-
-    def _loading(self, src: str) -> None:
-        """Another model is coming: this page's numbers belong to the old one, so they go."""
-        self._cleared(f"Loading {src or 'the model'}…")
-
-    def _say_unused(self) -> None:
-        parts = []
-        if self.state.hide_special:
-            parts.append("Hide specials: not used here — every token writes into the residual stream.")
-        if self.state.log_scale:
-            parts.append("Log scale: not used here — the numbers are logits, probabilities and shares.")
-        self.unused.setText(" ".join(parts))
-        self.unused.setVisible(bool(parts))
-
-    def _cleared(self, message: str = "Type or paste some text.") -> None:
-        """The input is gone (or the model is being replaced): stop the job, drop the numbers, say why."""
-        for lane in self.follow_up_lanes:
-            self.state.cancel(lane)
-        if self._lane is not None:
-            self.state.cancel(self._lane)
-            self._job_ended(self._lane)
-        self.done_for = None
-        self.caption.setText("")
-        self.readout.setText("")
-        self.stack.show_message(message)
-
-    def open_head(self, layer: int, head: int) -> None:
-        self.state.select(layer, head)
-        self.head_opened.emit(int(layer), int(head))
 
 
 class LensTable(QTableWidget):
@@ -285,7 +121,7 @@ class LensPage(ToolPage):
         self.run_button = QPushButton("Run")
         self.run_button.setToolTip("Measure the lens and the attribution again")
         for w in (QLabel("Final norm:"), self.norm_box, QLabel("Attribute:"), self.target_edit, self.run_button):
-            self.bar.addWidget(w)
+            self.control_row.addWidget(w)
         self.finish_bar()
         self.position = -1  # the position attributed (-1: the last)
         self.attribution = None

@@ -12,8 +12,9 @@ GROUP = "Interventions"  # one top-level tab, each page a sub-tab in it
 
 def _ablation(state):
     from attn_explorer.gui.interventions.ablation import AblationPage
+    from attn_explorer.session.interventions import InterventionSession
 
-    return AblationPage(state)
+    return AblationPage(InterventionSession(state))  # the page gets its own session object, as napari's QtDims(dims)
 
 
 def _relevance(state):

@@ -11,12 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSizePolicy,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QPushButton, QWidget
 
-from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, colormap,
-                                               picture_panel, set_bar_label)
+from attn_explorer.gui.widgets.heatmap import TokenAxis, colormap, picture_panel, set_bar_label
 from attn_explorer.gui.widgets.overlay import blend, heat_levels
+from attn_explorer.gui.widgets.page import PageFrame
 from attn_explorer.session.relevance import LANE, METHOD_TITLES, METHODS, relevance_job, target_hint, target_kind
 
 POSITIVE, NEGATIVE = "#c44e52", "#4c72b0"  # for the target / against it
@@ -26,10 +25,10 @@ SHORT_TITLES = {"gradient_rollout": "Gradient rollout", "attnlrp": "AttnLRP (sub
                 "attention": "Raw attention"}
 
 
-class RelevancePage(LazyPage, QWidget):
+class RelevancePage(PageFrame):
     def __init__(self, state, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.state = state
+        # the canvas takes the room that is left: its own size hint must not make the page scroll at 1024×700
+        super().__init__(state, None, parent, fill_height=240)
         self.method = QComboBox()
         for m in METHODS:
             self.method.addItem(SHORT_TITLES[m], m)
@@ -39,36 +38,10 @@ class RelevancePage(LazyPage, QWidget):
         self.target.setToolTip("What is explained: a class (images), the next token (decoders) or a reference "
                                "sentence whose similarity is explained (encoders). Press Enter to explain it.")
         self.explain_button = QPushButton("Explain")
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setEnabled(False)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
-        self.progress.setFormat("%p %")
-        self.progress.setMaximumWidth(160)
-        self.status = QLabel("")
-        bar = QHBoxLayout()
         for w, stretch in ((QLabel("Method"), 0), (self.method, 0), (QLabel("Target"), 0), (self.target, 1),
-                           (self.explain_button, 0), (self.cancel_button, 0)):
-            bar.addWidget(w, stretch)
-        line = QHBoxLayout()  # progress on its own line: the controls above fit 1024 px
-        line.addWidget(self.progress)
-        line.addWidget(self.status, 1)
-        self.caption = QLabel("")
-        self.caption.setWordWrap(True)
-        self.readout = QLabel("")
-        self.readout.setStyleSheet("font-family: monospace;")
-        self.canvas = PaintedGraphicsWidget()
-        self.stack = CanvasStack(self.canvas)
-        # the canvas takes the room that is left: its own size hint must not make the page scroll at 1024×700
-        self.stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
-        self.stack.setMinimumHeight(240)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
-        lay.addLayout(bar)
-        lay.addLayout(line)
-        lay.addWidget(self.caption)
-        lay.addWidget(self.stack, 1)
-        lay.addWidget(self.readout)
+                           (self.explain_button, 0)):
+            self.control_row.addWidget(w, stretch)
+        self.unused_note(hide="relevance is drawn over every token", log="relevance is drawn as measured")
         self._build_plots()
         self.data = None  # the Relevance on screen
         self.shown_heat = None  # images: the (rows, cols) relevance drawn
@@ -76,7 +49,6 @@ class RelevancePage(LazyPage, QWidget):
         self.method.currentIndexChanged.connect(lambda *_: self.refresh())
         self.target.returnPressed.connect(self.refresh)
         self.explain_button.clicked.connect(self.refresh)
-        self.cancel_button.clicked.connect(self.cancel)
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
         state.attention_ready.connect(self.refresh)
         state.model_loaded.connect(self._model_changed)
@@ -109,8 +81,7 @@ class RelevancePage(LazyPage, QWidget):
         self.data, self._for = None, None
         self.caption.setText("")
         self.readout.setText("")
-        self.status.setText("")
-        self.progress.setValue(0)
+        self.progress.hide()
         if message:
             self.stack.show_message(message)
 
@@ -143,16 +114,15 @@ class RelevancePage(LazyPage, QWidget):
         self._clear("")
         self._for = key
         self.stack.show_message(f"Explaining with {METHOD_TITLES[method]}…")
-        self.status.setText("forward pass…")
+        self.progress.start("forward pass…", "%p %")
         x, kw = self.state.run_input()
         started = self.state.submit(relevance_job, x, kw, method, target, key=LANE,
                                     on_result=lambda d: self._arrived(key, d), on_error=lambda m: self._failed(key, m),
                                     on_progress=lambda f, m: self._progressed(key, f, m))
         if not started:
             self._for = None
+            self.progress.hide()
             self.stack.show_message("Load a model to explain its output.")
-            return
-        self.cancel_button.setEnabled(True)
 
     def cancel(self) -> None:
         """Stop the explanation in flight: nothing of it arrives; the page says so."""
@@ -160,33 +130,29 @@ class RelevancePage(LazyPage, QWidget):
             return
         self.state.cancel(LANE)
         self._for = None
-        self.cancel_button.setEnabled(False)
-        self.progress.setValue(0)
-        self.status.setText("cancelled: press Explain to run it again")
+        self.progress.bar.setValue(0)
+        self.progress.stopped("cancelled: press Explain to run it again")
         self.stack.show_message("Cancelled.")
 
     def _progressed(self, key, fraction: float, message: str) -> None:
         if not self._is_current(key):
             return
-        self.progress.setValue(int(round(100 * fraction)))
-        self.status.setText(message)
+        self.progress.advance(fraction, message, say=True)
 
     def _arrived(self, key, data) -> None:
         if not self._is_current(key) or key[0] is not self.state.result:
             return
         self.data = data
-        self.cancel_button.setEnabled(False)
-        self.progress.setValue(100)
-        self.status.setText("done: one forward pass" + ("" if data.method in ("rollout", "attention") else
-                                                        " and one backward pass"))
+        self.progress.advance(1.0)
+        self.progress.finish("done: one forward pass" + ("" if data.method in ("rollout", "attention") else
+                                                         " and one backward pass"))
         self._draw()
 
     def _failed(self, key, message: str) -> None:
         if not self._is_current(key):
             return
-        self.cancel_button.setEnabled(False)
-        self._clear("This page could not be drawn: the message at the top of the window says why.")
-        self.state.error_raised.emit(message)
+        self._clear("")
+        self.show_failure(message)
 
     def _redraw_if_drawn(self, *_) -> None:
         if self.data is not None and self.isVisible():
@@ -255,11 +221,6 @@ class RelevancePage(LazyPage, QWidget):
             s = np.asarray(d.scores[d.patch_offset:], dtype=np.float64)
             total = float(np.abs(s).sum()) or 1.0
             neg = f" Negative relevance (against the class) is not drawn: {float(-s[s < 0].sum()) / total:.0%} of Σ|R|."
-        unused = [what for what, on in (("Scale: log", self.state.log_scale), ("Hide specials", self.state.hide_special))
-                  if on]
-        if unused:  # no control may be silently ignored
-            neg += (f" <i>{' and '.join(unused)}: not used here — relevance is drawn as measured, over every "
-                    "token.</i>")
         untrained = "" if self.state.info is None or self.state.info.trained else \
             " <b>Untrained model (random weights): the pattern means nothing.</b>"
         return (f"<b>Relevance</b> of each input {'patch' if image else 'token'} for <b>{d.target}</b> "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtWidgets import QComboBox, QLabel, QScrollArea, QSpinBox, QWidget
 
-from attn_explorer.gui.interventions.lens import ToolPage, visible
+from attn_explorer.gui.interventions.tool import ToolPage, visible
 from attn_explorer.gui.widgets.tables import NumberTable
 from attn_explorer.session.lens import WHY_CONVENTION, why_job
 from attn_explorer.session.state import SessionState
@@ -41,7 +41,7 @@ class WhyPage(ToolPage):
         self.shown_spin.setToolTip("How many writers to list; the rest are summed into 'all others'")
         for w in (QLabel("Layer"), self.layer_spin, QLabel("Head"), self.head_spin, QLabel("Query"), self.query_box,
                   QLabel("Key"), self.key_box, QLabel("Show"), self.shown_spin):
-            self.bar.addWidget(w)
+            self.control_row.addWidget(w)
         self.finish_bar()
         self.why = None  # the WhyMatrix on screen
         self.boxes_for = None  # the RunResult the query and key lists were made from

@@ -134,7 +134,7 @@ class UnusedNote(QLabel):
 
 class PageFrame(LazyPage, QWidget):
     """A page: caption, unused-options note, rows of controls (`control_row` is the first), the job's progress line,
-    the canvas area (`stack` holds `canvas`, or a message in its place) and the read-out."""
+    the canvas area (`stack` holds the content, or a message in its place) and the read-out."""
 
     head_opened = Signal(int, int)  # layer, head: the user asked to see that head
     failed = Signal(str)  # the page's job failed: one line, shown in the window's banner
@@ -158,8 +158,9 @@ class PageFrame(LazyPage, QWidget):
         self.progress = JobProgress(again)
         self.progress.cancel_asked.connect(self.cancel)
         self.progress.restart_asked.connect(self.restart)
-        self.canvas = content if content is not None else PaintedGraphicsWidget()
-        self.stack = CanvasStack(self.canvas, message)
+        if content is None:  # a page drawn with pyqtgraph: `canvas` is its GraphicsLayoutWidget
+            content = self.canvas = PaintedGraphicsWidget()
+        self.stack = CanvasStack(content, message)  # stack.canvas: the content
         if fill_height is not None:
             self.stack.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Ignored)
             self.stack.setMinimumHeight(fill_height)

@@ -49,11 +49,11 @@ def test_the_page_renders_and_a_head_switched_off_shows_its_effect(make_window, 
     assert c.kind == "decoder" and c.heads == 0 and np.allclose(c.before, c.after)
     assert "All heads on" in page.effect_text.text()
     with qtbot.waitSignal(page.compared, timeout=20000):
-        _click(qtbot, page.canvas, page.switch_centre(*PLANTED))
+        _click(qtbot, page.switches, page.switch_centre(*PLANTED))
     assert page.off == {PLANTED} and page.comparison.heads == 1
     assert np.abs(page.comparison.after - page.comparison.before).max() > 1e-3
     assert "1 off: L1 H4" in page.off_label.text() and "1 head off (set to zero)" in page.effect_text.text()
-    np.testing.assert_array_equal(page.switch_image.image[PLANTED], 1.0)
+    np.testing.assert_array_equal(page.switches.image.image[PLANTED], 1.0)
     with qtbot.waitSignal(page.compared, timeout=20000):
         page.how.setCurrentIndex(1)  # mean instead of zero: measured again
     assert "set to its mean" in page.effect_text.text()
@@ -65,25 +65,25 @@ def test_the_page_renders_and_a_head_switched_off_shows_its_effect(make_window, 
 def test_a_scan_reaches_100_percent_finds_the_planted_head_and_a_click_opens_it(make_window, qtbot, planted):
     w, page = _page(make_window, qtbot, planted, TEXT)
     seen = []
-    page.progress.valueChanged.connect(seen.append)
+    page.progress.bar.valueChanged.connect(seen.append)
     with qtbot.waitSignal(page.scan_finished, timeout=30000) as done:
         assert page.run_scan()
     assert done.args == [True]
     assert seen and seen[-1] == 1000 and page.progress.isHidden() and page.run_button.isEnabled()
     assert page.scan.values.shape == (3, 6)
     assert page.table_cells()[0][:2] == PLANTED  # the largest effect first
-    assert "change of the metric" in page.scan_text.text() and "the largest: <b>L1 H4</b>" in page.scan_text.text()
-    np.testing.assert_allclose(page.scan_image.image, page.scan.effect.astype(np.float32))
-    page.table.sortItems(3, Qt.AscendingOrder)  # sortable: the most negative effect on top
+    assert "change of the metric" in page.readout.text() and "the largest: <b>L1 H4</b>" in page.readout.text()
+    np.testing.assert_allclose(page.results.image.image, page.scan.effect.astype(np.float32))
+    page.results.table.sortItems(3, Qt.AscendingOrder)  # sortable: the most negative effect on top
     effects = [e for _, _, e in page.table_cells()]
     assert effects == sorted(effects)
-    _click(qtbot, page.scan_canvas, page.scan_centre(0, 2))
+    _click(qtbot, page.results.canvas, page.scan_centre(0, 2))
     qtbot.waitUntil(lambda: w.current_page_name == "head")
     assert (w.state.layer, w.state.head) == (0, 2)
     w.show_page("ablation")
-    page.table.sortItems(0, Qt.AscendingOrder)
+    page.results.table.sortItems(0, Qt.AscendingOrder)
     row = next(i for i, c in enumerate(page.table_cells()) if c[:2] == PLANTED)
-    page.table.cellClicked.emit(row, 0)
+    page.results.table.cellClicked.emit(row, 0)
     assert w.current_page_name == "head" and (w.state.layer, w.state.head) == PLANTED
 
 
@@ -91,13 +91,13 @@ def test_a_scan_can_be_cancelled(make_window, qtbot, planted):
     w, page = _page(make_window, qtbot, planted, TEXT)
     stopped = []
     page.scan_finished.connect(stopped.append)
-    page.progress.valueChanged.connect(lambda v: page.cancel_button.click() if page.cancel_button.isVisible() else None)
+    page.progress.bar.valueChanged.connect(lambda v: page.progress.button.click() if page.progress.isVisible() else None)
     assert page.run_scan()
     qtbot.waitUntil(lambda: stopped == [False], timeout=20000)  # cancelled at the first progress report
     qtbot.waitUntil(lambda: not w.state.job_busy("interventions-scan"), timeout=20000)
     qtbot.wait(50)  # a result already queued would arrive here; none may
-    assert stopped == [False] and page.scan is None and "cancelled" in page.scan_text.text()
-    assert page.progress.isHidden() and not page.cancel_button.isVisible() and page.run_button.isEnabled()
+    assert stopped == [False] and page.scan is None and "cancelled" in page.readout.text()
+    assert page.progress.isHidden() and not page.progress.button.isVisible() and page.run_button.isEnabled()
 
 
 def test_patching_from_the_page_and_bad_input_in_the_banner(make_window, qtbot, planted):
@@ -109,9 +109,9 @@ def test_patching_from_the_page_and_bad_input_in_the_banner(make_window, qtbot, 
     with qtbot.waitSignal(page.scan_finished, timeout=30000) as done:
         page.run_scan()
     assert done.args == [True] and page.scan.kind == "patch-position" and page.scan.values.shape == (3, 8)
-    assert "corrupt" in page.scan_text.text()
+    assert "corrupt" in page.readout.text()
     layer, pos, _ = page.table_cells()[0]
-    page.table.cellClicked.emit(0, 0)  # a position cell opens that layer with the position as the query
+    page.results.table.cellClicked.emit(0, 0)  # a position cell opens that layer with the position as the query
     assert w.current_page_name == "head" and w.state.layer == layer and w.state.query == pos
     w.show_page("ablation")
     page.corrupt.setText("The capital")  # fewer tokens: one line in the banner, the last good result stays

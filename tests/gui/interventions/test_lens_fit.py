@@ -78,13 +78,12 @@ def test_the_table_fits_and_the_attribution_labels_keep_their_first_characters(m
 def test_the_progress_text_fits_and_the_line_changes_when_the_bar_completes(make_window, qtbot, tiny):
     w, page = _lens_page(make_window, qtbot, tiny, (1024, 700))
     page.stack.show_message("Reading every layer's residual stream through the unembedding…")
-    page.progress.setFormat("Logit lens %p%")
-    page.progress.show()
+    page.progress.start("", "Logit lens %p%")  # the frame's progress line, as a job starts it
     qtbot.wait(50)
-    assert page.progress.height() >= page.progress.fontMetrics().height() + 4  # the text is not clipped
+    assert page.progress.bar.height() >= page.progress.bar.fontMetrics().height() + 4  # the text is not clipped
     page._progressed(0.5, "")
     assert "Reading" in page.stack.placeholder.text()
     page._progressed(1.0, "")  # every layer read: the line says what happens now, with the bar at 100 %
-    assert page.progress.value() == 100 and "Reading" not in page.stack.placeholder.text()
+    assert page.progress.fraction == 1.0 and "Reading" not in page.stack.placeholder.text()
 
 

@@ -40,7 +40,7 @@ def test_lens_page_table_attribution_and_a_head(make_window, qtbot, tiny):
     page = w.pages["lens"]
     recorder = TorchCalls()
     seen = []
-    page.progress.valueChanged.connect(seen.append)
+    page.progress.bar.valueChanged.connect(seen.append)
     with recorder:
         w.show_page("lens")
         qtbot.waitUntil(lambda: page.attribution is not None, timeout=60000)
@@ -50,7 +50,7 @@ def test_lens_page_table_attribution_and_a_head(make_window, qtbot, tiny):
     assert (t.rowCount(), t.columnCount()) == (L + 1, N)
     assert t.verticalHeaderItem(0).text() == f"after L{L - 1}" and t.verticalHeaderItem(L).text() == "embeddings"
     assert t.texts()[0] == [visible(x) for x in _next_tokens(w)]  # the top row is the model's own prediction
-    assert "frozen" in page.caption.text() and 100 in seen and page.progress.isHidden()
+    assert "frozen" in page.caption.text() and 1000 in seen and page.progress.isHidden()
     a = page.attribution
     assert a.position == N - 1 and abs(a.total - a.logit) < 1e-4
     assert f"{a.logit:.4f}" in page.readout.text() and f"{a.total:.4f}" in page.readout.text()
@@ -92,9 +92,9 @@ def test_lens_job_can_be_cancelled(make_window, qtbot, tiny):
     w.show_page("lens")
     qtbot.waitUntil(lambda: page.table.lens is not None, timeout=60000)
     page.measure()
-    assert page.cancel_button.isVisible()
-    qtbot.mouseClick(page.cancel_button, Qt.LeftButton)
-    assert page.cancel_button.isHidden() and "Cancelled" in page.stack.placeholder.text()
+    assert page.progress.button.isVisible()
+    qtbot.mouseClick(page.progress.button, Qt.LeftButton)
+    assert page.progress.isHidden() and "Cancelled" in page.stack.placeholder.text()
     qtbot.waitUntil(lambda: not w.state.job_busy("lens-table"), timeout=30000)
     qtbot.waitUntil(lambda: not w.state.job_busy("lens-attribution"), timeout=30000)
     assert page.table.lens is None and page.attribution is None  # nothing arrived after the cancel
@@ -105,14 +105,14 @@ def test_flow_page_threshold_edge_panel_and_head(make_window, qtbot, tiny):
     w = make_window(model=tiny, text=TEXT)
     page = w.pages["flow"]
     seen = []
-    page.progress.valueChanged.connect(seen.append)
+    page.progress.bar.valueChanged.connect(seen.append)
     recorder = TorchCalls()
     with recorder:
         w.show_page("flow")
         qtbot.waitUntil(lambda: page.graph is not None, timeout=60000)
         page.slider.setValue(3)  # tracing again happens here, in NumPy
     assert not recorder.calls, recorder.report()
-    assert 100 in seen and page.output_box.currentIndex() == len(w.state.result.tokens) - 1
+    assert 1000 in seen and page.output_box.currentIndex() == len(w.state.result.tokens) - 1
     page.slider.setValue(1)
     many = len(page.edges)
     page.slider.setValue(30)
@@ -141,7 +141,7 @@ def test_why_page_sums_and_opens_a_writer(make_window, qtbot, tiny):
     w.state.select(2, 3)
     page = w.pages["why"]
     seen = []
-    page.progress.valueChanged.connect(seen.append)
+    page.progress.bar.valueChanged.connect(seen.append)
     recorder = TorchCalls()
     with recorder:
         w.show_page("why")
@@ -150,7 +150,7 @@ def test_why_page_sums_and_opens_a_writer(make_window, qtbot, tiny):
     assert not recorder.calls, recorder.report()
     why = page.why
     assert (why.layer, why.head, why.query) == (2, 3, w.state.query)
-    assert 100 in seen and page.progress.isHidden()
+    assert 1000 in seen and page.progress.isHidden()
     row = w.state.result.attentions[2, 3, why.query, : why.query + 1]
     assert why.key == int(np.argmax(row))  # the key the head weighs most
     assert abs(why.total - why.logit) < 1e-4 and f"{why.logit:.4f}" in page.readout.text()
@@ -162,8 +162,8 @@ def test_why_page_sums_and_opens_a_writer(make_window, qtbot, tiny):
     assert abs(page.why.total - page.why.logit) < 1e-4 and f"key {page.why.key}" in page.caption.text()
     # a cancel says how to come back, and changing the key does
     page.key_box.setCurrentIndex(2)  # another key than the two above: a job starts
-    assert page.cancel_button.isVisible()
-    qtbot.mouseClick(page.cancel_button, Qt.LeftButton)
+    assert page.progress.button.isVisible()
+    qtbot.mouseClick(page.progress.button, Qt.LeftButton)
     assert "Change the layer, head, query or key" in page.stack.placeholder.text() and page.caption.text() == ""
     page.key_box.setCurrentIndex(0)
     qtbot.waitUntil(lambda: page.why is not None and page.why.key == 0, timeout=30000)
@@ -204,9 +204,9 @@ def test_emptied_input_clears_and_unused_options_are_named(make_window, qtbot, t
     page = w.pages["flow"]
     w.show_page("flow")
     qtbot.waitUntil(lambda: page.graph is not None, timeout=60000)
-    assert page.unused.isHidden()
+    assert page.note.isHidden()
     w.state.set_options(hide_special=True)
-    assert page.unused.isVisible() and "Hide specials: not used here" in page.unused.text()
+    assert page.note.isVisible() and "Hide specials: not used here" in page.note.text()
     w.state.set_text("")
     qtbot.waitUntil(lambda: page.stack.currentWidget() is page.stack.placeholder, timeout=10000)
     assert page.caption.text() == "" and page.readout.text() == ""  # nothing on screen describes the old text

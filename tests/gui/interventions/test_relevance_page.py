@@ -29,7 +29,7 @@ def test_image_relevance_overlay_reaches_100_percent_and_follows_the_method(make
     page = w.pages["relevance"]
     qtbot.waitUntil(lambda: page.data is not None, timeout=30000)
     d = page.data
-    assert page.progress.value() == 100 and "backward" in page.status.text()
+    assert page.progress.fraction == 1.0 and "backward" in page.progress.label.text()
     assert d.grid == (4, 4) and d.scores.shape == (17,) and page.picture.isVisible() and not page.bars_plot.isVisible()
     assert f'logit of class "{label}"' in page.caption.text()  # the trained model gets this digit right
     assert page.picture_img.image.shape[:2] == w.state.result.image.shape[:2]
@@ -46,15 +46,15 @@ def test_cancel_stops_the_explanation_and_nothing_of_it_lands(make_window, qtbot
     page = w.pages["relevance"]
     qtbot.waitUntil(lambda: page.data is not None, timeout=30000)
     page.method.setCurrentIndex(page.method.findData("attnlrp"))  # starts a new explanation
-    assert page.data is None and page.cancel_button.isEnabled()
+    assert page.data is None and page.progress.button.isVisible()
     page.cancel()
-    assert "cancelled" in page.status.text() and not page.cancel_button.isEnabled()
+    assert "cancelled" in page.progress.label.text() and not page.progress.button.isVisible()
     qtbot.waitUntil(lambda: not w.state.job_busy(LANE), timeout=30000)  # the cancelled job is over
     qtbot.wait(0)  # queued handlers of the finished job run now
-    assert page.data is None and "cancelled" in page.status.text()
+    assert page.data is None and "cancelled" in page.progress.label.text()
     page.explain_button.click()
     qtbot.waitUntil(lambda: page.data is not None, timeout=30000)
-    assert page.data.method == "attnlrp" and page.progress.value() == 100
+    assert page.data.method == "attnlrp" and page.progress.fraction == 1.0
 
 
 def test_text_encoder_needs_a_reference_then_draws_one_bar_per_token(make_window, qtbot):
@@ -78,11 +78,11 @@ def test_unused_drawing_options_are_named_and_the_note_goes_with_them(make_windo
     w = make_window(model="tiny-vit-digits", image=digit[0], view="relevance")
     page = w.pages["relevance"]
     qtbot.waitUntil(lambda: page.data is not None, timeout=30000)
-    assert "not used here" not in page.caption.text()
+    assert "not used here" not in page.note.text() and page.note.isHidden()
     w.state.set_options(hide_special=True)
-    qtbot.waitUntil(lambda: "Hide specials: not used here" in page.caption.text(), timeout=30000)
+    qtbot.waitUntil(lambda: "Hide specials: not used here" in page.note.text(), timeout=30000)
     w.state.set_options(hide_special=False)
-    qtbot.waitUntil(lambda: page.data is not None and "not used here" not in page.caption.text(), timeout=30000)
+    qtbot.waitUntil(lambda: page.data is not None and page.note.isHidden(), timeout=30000)
 
 
 def test_no_torch_on_the_gui_thread_while_relevance_arrives_and_is_redrawn(make_window, qtbot, digit):

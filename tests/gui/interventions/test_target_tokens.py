@@ -35,7 +35,7 @@ def test_the_bars_show_the_leading_space_and_the_target_list_gives_the_exact_tok
     labels = list(c.labels)
     assert any(t.startswith(" ") for t in labels)  # the tiny vocabulary has tokens with a leading space
     # the bars name each token as it is: " capital" reads "␣capital", never "capital"
-    assert page.bar_axis._labels == [token_text(t) for t in labels]
+    assert page.effect_bars.axis._labels == [token_text(t) for t in labels]
     # the target box offers the bars' tokens, drawn the same way, most likely first
     assert page.target.tokens()[: len(labels)] == labels or set(labels) <= set(page.target.tokens())
     spaced = next(i for i, t in enumerate(page.target.tokens()) if t.startswith(" "))
@@ -53,10 +53,10 @@ def test_every_bar_is_labelled_at_1024_by_700(make_window, qtbot, planted):
     qtbot.wait(50)
     n = len(page.comparison.labels)
     assert n >= 7
-    assert len(page.bar_axis.drawn_labels()) == n
+    assert len(page.effect_bars.axis.drawn_labels()) == n
     w.resize(1920, 1080)
     qtbot.wait(50)
-    assert len(page.bar_axis.drawn_labels()) == n
+    assert len(page.effect_bars.axis.drawn_labels()) == n
 
 
 def test_a_per_position_scan_column_goes_with_the_scan(make_window, qtbot, planted):
@@ -65,17 +65,17 @@ def test_a_per_position_scan_column_goes_with_the_scan(make_window, qtbot, plant
     page.corrupt.setText("The capital of Italy is")
     with qtbot.waitSignal(page.scan_finished, timeout=60000):
         page.run_scan()
-    header = lambda j: page.table.horizontalHeaderItem(j).text()  # noqa: E731
-    assert header(2) == "pos" and page.table.rowCount() > 0
+    header = lambda j: page.results.table.horizontalHeaderItem(j).text()  # noqa: E731
+    assert header(2) == "pos" and page.results.table.rowCount() > 0
     page.scan_kind.setCurrentIndex(0)  # another kind of scan: the positions' table is not its table
-    assert page.table.rowCount() == 0 and header(2) == "H"
+    assert page.results.table.rowCount() == 0 and header(2) == "H"
     page.scan_kind.setCurrentIndex(2)
     with qtbot.waitSignal(page.scan_finished, timeout=60000):
         page.run_scan()
     assert header(2) == "pos"
     w.state.load_model("tiny-vit-digits", want_image=True)  # the image model: no positions to patch
     qtbot.waitUntil(lambda: w.state.info is not None and w.state.info.modality == "image", timeout=60000)
-    assert page.table.rowCount() == 0 and header(2) == "H"
+    assert page.results.table.rowCount() == 0 and header(2) == "H"
 
 
 def test_the_generate_bars_draw_newline_and_space(qtbot):
