@@ -6,12 +6,12 @@ arrow keys); the colormap, linear/log scale and "hide special tokens" too. Long 
 the axes label as many tokens as fit, and the mouse wheel zooms in (drag pans) until every token has
 its label.
 
-A long input (session.long_view.windowed: a lazy run, whose maps were never kept) is never drawn from a
-whole map: the worker lanes pool it to the view's pixels, and every zoom or pan asks again for the visible
-window, at full resolution once it fits (newest ask wins; an answer for another run, head or window is
-dropped). Under the map, the selected query's row spans every key (gui/explorer/query_strip.py); "Go to
-token" jumps to a number or a word; the colour scale is the weights, each row scaled to its max, or a
-percentile clip with sink columns left apart (session.long_view.colour_scale), and a label says which.
+Its parts, each in its own module of gui/explorer: the map drawn and the title's counts (head_maps.py); a
+long input's map, never drawn whole but asked of the worker lanes pooled to the view's pixels and again for
+the visible window after every zoom or pan (long_map.py); the selected query's row over every key, under the
+map (query_strip.py); "Go to token", by number or word (goto_box.py); the colour scale, the weights, each
+row scaled to its max, or a percentile clip with sink columns left apart, with a label that says which
+(colour_key.py); the hover line (hover.py).
 """
 from __future__ import annotations
 
@@ -19,101 +19,33 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QSizePolicy, QWidget
-from superqt import QElidingLabel
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
-                                       cell_under, colormap, follow_loading, set_bar_label, style_colorbar)
+                                       cell_under, follow_loading, set_bar_label, style_colorbar)
+from attn_explorer.gui.explorer.colour_key import ColourScaleBox, scale_text
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
+from attn_explorer.gui.explorer.goto_box import GoToBox, view_around
+from attn_explorer.gui.explorer.head_maps import AXIS_TITLES, common_prefix, shown_count, stack_matrix
+from attn_explorer.gui.explorer.head_maps import head_matrix  # noqa: F401 - tests/gui/test_readable.py imports it here
+from attn_explorer.gui.explorer.hover import HOVER_HINT, HoverLine, cell_text, window_cell_text
+from attn_explorer.gui.explorer.long_map import LongMap
 from attn_explorer.gui.explorer.query_strip import QueryStrip
 from attn_explorer.errors import UserError
-from attn_explorer.maths import hidden_tokens, kept_tokens, renormalise_without, without_specials
-from attn_explorer.session.long_view import (COLOUR_NAMES, COLOUR_SCALES, STRIP_LANE, WINDOW_LANE, Window, WindowAsk,
-                                             colour_scale, find_token, result_tag, strip_job, strip_of_row,
-                                             visible_ask, window_job, windowed)
+from attn_explorer.session.long_view import (STRIP_LANE, Scaled, Window, colour_scale, find_token, result_tag,
+                                             strip_job, strip_of_row, windowed)
 from attn_explorer.session.stacks import STACK_NAMES, StackMaps
 from attn_explorer.session.state import SessionState
-
-def common_prefix(a: list[str], b: list[str]) -> int:
-    """How many leading tokens a and b share (an edit at the end keeps all but the last few)."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-class HoverLine(QElidingLabel):
-    """The hover read-out: one line elided to the room there is, its whole text in the tooltip. It never asks
-    for more width (at 1024 px a long input's line widened the window and cut off the colour bar)."""
-
-    def __init__(self, text: str = "", parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-        self.setMinimumWidth(0)
-        self.setText(text)
-
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
-        super().setText(text)
-        self.setToolTip(text)
-
-
-HOVER_HINT = "Hover over the map: query → key: weight. Wheel zooms, drag pans."
-
-
-def head_matrix(r, layer: int, head: int, hide_special: bool) -> tuple[np.ndarray, list[str]]:
-    """The (n, n) map to draw and its token labels; with hide_special, specials dropped and rows renormalised."""
-    m = r.attentions[layer, head]
-    if not hide_special:
-        return m, list(r.tokens)
-    return without_specials(m, r.special), [r.tokens[i] for i in kept_tokens(r.special, len(r.tokens))]
-
-
-def stack_matrix(m: StackMaps, layer: int, head: int, hide_special: bool
-                 ) -> tuple[np.ndarray, list[str], list[str], np.ndarray]:
-    """One head of a stack (rows = queries, columns = keys; cross-attention: target × source): the map to
-    draw, its row and column labels, and the row indices shown. With hide_special, specials dropped on
-    both axes and rows renormalised."""
-    a = m.attentions[layer, head]
-    R, C = a.shape
-    if not hide_special:
-        return a, list(m.rows), list(m.cols), np.arange(R)
-    if m.square:
-        keep = kept_tokens(m.row_special, R)
-        return without_specials(a, m.row_special), [m.rows[i] for i in keep], [m.cols[j] for j in keep], keep
-    keep_r, keep_c = kept_tokens(m.row_special, R), kept_tokens(m.col_special, C)
-    cols = hidden_tokens(m.col_special)
-    a = a[keep_r] if cols is None else renormalise_without(a[keep_r], cols)
-    return a, [m.rows[i] for i in keep_r], [m.cols[j] for j in keep_c], keep_r
-
-
-AXIS_TITLES = {"encoder": ("query (row)", "key (column)"),
-               "decoder": ("target token (query, row)", "target token (key, column)"),
-               "cross": ("target token (query, row)", "source token (key, column)")}
-
-
-def shown_count(r, n: int) -> str:
-    """What an n×n map of result r shows, in words that agree with the token count elsewhere: "16×16 (all 16
-    tokens)", or "256×256: 256 of 257 tokens, 1 special hidden, rows renormalised"."""
-    total = r.num_tokens
-    if n == total:
-        return f"{n}×{n} (all {total} tokens)"
-    return f"{n}×{n}: {n} of {total} tokens, {total - n} special hidden, rows renormalised"
-
-
-GOTO_SPAN = 48  # most tokens on each axis after "Go to token" (fewer when the axis has no room to name them all)
-ASK_DELAY_MS = 40  # zoom and pan settle this long before the window is asked for again
-BASE_LANE = WINDOW_LANE + ":whole"  # the whole map pooled to the screen, under the window
 
 
 class HeadView(LazyPage, QWidget):
     """One large heatmap of the selected head, with the selected query's row as a strip over every key.
 
     A short input's map is drawn whole from the run. A long one (session.long_view.windowed) is never held:
-    the view asks the window lane for the whole map pooled to its pixels, and after each wheel zoom or
-    drag pan for the visible rows × columns, at full resolution once they fit the pixels (newest ask
+    `long_map` asks the window lane for the whole map pooled to the view's pixels, and after each wheel zoom
+    or drag pan for the visible rows × columns, at full resolution once they fit the pixels (newest ask
     wins; an answer for another run, head or window is dropped). Single click picks the query; double click
     asks to look inside the head for it (`inside_requested(token index)`; the window opens "Inside a head")."""
 
@@ -145,34 +77,19 @@ class HeadView(LazyPage, QWidget):
         self.colorbar.axis.setWidth(None)  # wide enough for "0.005" and the title beside it
         self.query_mark = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=1))
         self.plot.addItem(self.query_mark)
+        self.long_map = LongMap(state, self.plot, self.base_image, self.image, self)
         self.matrix: np.ndarray | None = None  # short inputs: the map drawn (None for a long one)
         self.tokens: list[str] = []  # the rows' labels (the queries)
         self.col_tokens: list[str] = []  # the columns' labels (the keys)
         self.shown_rows: np.ndarray = np.arange(0)  # row i of the map is the stack's row shown_rows[i]
         self.stack_shown = "encoder"
         self.long = False  # the map on screen is drawn windowed (a long input)
-        self.window: Window | None = None  # long inputs: the visible window's answer drawn over the base
-        self.base: Window | None = None  # long inputs: the whole map pooled to the screen
-        self._asked: WindowAsk | None = None  # the newest window asked for (drawn or on its way)
-        self._base_asked: WindowAsk | None = None  # the newest whole map asked for
         self._head: tuple | None = None  # (run tag, layer, head) of what the images show
         self.scale_info = ""  # the colour scale's description, as the label shows it
 
-        self.goto = QLineEdit()
-        self.goto.setPlaceholderText("Go to token (number or word)")
-        self.goto.setToolTip("Type a token's number or a word and press Enter (Ctrl+G comes here): it becomes the "
-                             "query and the map moves to it (a word: its next occurrence after the query)")
-        self.goto.setMinimumWidth(200)
-        self.goto.setMaximumWidth(240)
-        self.goto_note = QLabel("")
-        self._goto_at: int | None = None  # the token the "Go to" line names (None: it names none)
-        self._goto_text = ""  # what the box said when it went there
-        self.scale_combo = QComboBox()
-        for key in COLOUR_SCALES:
-            self.scale_combo.addItem(COLOUR_NAMES[key], key)
-        self.scale_combo.setToolTip("Colour: the weights themselves (comparable across heads); each row scaled to "
-                                    "its own max (a row that spreads its weight reads as well as one that gives it "
-                                    "to a sink); or 0 to the 99th percentile with sink columns left blank")
+        self.goto_box = GoToBox()
+        self.goto, self.goto_note = self.goto_box.edit, self.goto_box.note
+        self.scale_combo = ColourScaleBox()
         self.scale_label = QLabel("")
         self.scale_label.setWordWrap(True)
         self.strip = QueryStrip()
@@ -180,8 +97,7 @@ class HeadView(LazyPage, QWidget):
         self.stack_switch = StackSwitch(state)
         lay = titled_page(self, self.title, self.stack_switch)
         tools = QHBoxLayout()
-        tools.addWidget(self.goto)
-        tools.addWidget(self.goto_note, 1)
+        tools.addWidget(self.goto_box, 1)
         tools.addWidget(QLabel("Colour:"))
         tools.addWidget(self.scale_combo)
         lay.addLayout(tools)
@@ -190,16 +106,13 @@ class HeadView(LazyPage, QWidget):
         lay.addWidget(self.scale_label)
         lay.addWidget(self.readout)
 
-        self._ask_timer = QTimer(self)
-        self._ask_timer.setSingleShot(True)
-        self._ask_timer.setInterval(ASK_DELAY_MS)
-        self._ask_timer.timeout.connect(self._ask_window)
+        self.long_map.changed.connect(self._paint)
         self.plot.vb.sigRangeChanged.connect(self._range_moved)
         self.plot.vb.sigResized.connect(self._range_moved)
         self.goto.returnPressed.connect(lambda: self.go_to(self.goto.text()))
         find = QShortcut(QKeySequence("Ctrl+G"), self)  # on this page: type where to go
         find.setContext(Qt.WidgetWithChildrenShortcut)
-        find.activated.connect(lambda: (self.goto.setFocus(), self.goto.selectAll()))
+        find.activated.connect(self.goto_box.focus)
         self.scale_combo.activated.connect(lambda i: state.set_options(colour_scale=self.scale_combo.itemData(i)))
         self.strip.key_clicked.connect(self._key_clicked)
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
@@ -255,8 +168,8 @@ class HeadView(LazyPage, QWidget):
         same_r, same_c = common_prefix(self.tokens, rows), common_prefix(self.col_tokens, cols)
         keep = zoomed and same_r >= max(2, int(y0)) and same_c >= max(2, int(x0))
         self.tokens, self.col_tokens = rows, cols
-        if not (keep and self._goto_at is not None and self._goto_at < same_r):
-            self._forget_goto()  # it named a token of the old input
+        if not (keep and self.goto_box.at is not None and self.goto_box.at < same_r):
+            self.goto_box.forget()  # it named a token of the old input
         self.left_axis.set_labels(rows)
         self.bottom_axis.set_labels(cols)
         R, C = len(rows), len(cols)
@@ -270,18 +183,10 @@ class HeadView(LazyPage, QWidget):
             self.plot.setRange(xRange=(0, C), yRange=(0, R), padding=0)
         return True
 
-    def _forget_goto(self) -> None:
-        """The "Go to" line names no token any more: the box loses what it went to (what the user is typing
-        there stays), so that box and line never disagree."""
-        if self._goto_at is not None and self.goto.text() == self._goto_text:
-            self.goto.clear()
-        self._goto_at, self._goto_text = None, ""
-        self.goto_note.setText("")
-
     def _draw_dense(self, m: StackMaps, l: int, h: int) -> None:
         """A short input: the whole map from the run, as it is."""
         st = self.state
-        self.window = self.base = self._asked = None
+        self.long_map.forget()
         self.base_image.clear()
         self.matrix, rows, cols, self.shown_rows = stack_matrix(m, l, h, st.hide_special)
         self._head = (result_tag(st.result), l, h)
@@ -293,26 +198,10 @@ class HeadView(LazyPage, QWidget):
         self.matrix = None
         self.shown_rows = np.arange(len(m.rows))
         new_tokens = self._set_axes(list(m.rows), list(m.cols))
-        head = (result_tag(r), l, h)
-        if head != self._head or new_tokens:
-            self._head = head
-            self.window = self.base = self._asked = None
-            self.image.clear()
-            self.base_image.clear()
-            self.state.cancel(WINDOW_LANE)
-            self._ask_base(r, l, h)
+        self.long_map.show(r, l, h, new_tokens)
+        self._head = self.long_map.head
         self._paint()
-        self._ask_timer.start()
-
-    def _pixels(self) -> tuple[int, int]:
-        vb = self.plot.vb
-        return max(16, int(vb.height())), max(16, int(vb.width()))
-
-    def _ask_base(self, r, l: int, h: int) -> None:
-        n = r.num_tokens
-        ask = self._base_asked = visible_ask(r, l, h, (0, n), (0, n), self._pixels())
-        self.state.submit(window_job, r, ask, key=BASE_LANE, uses_model=False,
-                          on_result=lambda win: self._window_arrived(win, base=True))
+        self.long_map.ask_soon()
 
     def _range_moved(self, *_) -> None:
         """A zoom, pan or resize: the hover line described another cell, and a long map asks again."""
@@ -320,54 +209,7 @@ class HeadView(LazyPage, QWidget):
         vr = self.plot.vb.viewRange()
         self.strip.mark_window(*vr[0])
         if self.long:
-            self._ask_timer.start()
-
-    def visible_ask(self) -> WindowAsk | None:
-        """The window the view shows now, as it would ask for it (None: no long map on screen)."""
-        r = self.state.result
-        if not self.long or r is None or self._head is None or self._head[0] != result_tag(r):
-            return None
-        (x0, x1), (y0, y1) = self.plot.vb.viewRange()
-        return visible_ask(r, self._head[1], self._head[2], (x0, x1), (y0, y1), self._pixels())
-
-    def _ask_window(self) -> None:
-        ask = self.visible_ask()
-        if ask is None:
-            return
-        n = self.state.result.num_tokens
-        if ask.rows == (0, n) and ask.cols == (0, n):  # the whole map: the base shows it
-            base = self.base.ask if self.base is not None else self._base_asked
-            if base is None or base.cells != ask.cells:  # the view was resized: pool to its pixels again
-                self._ask_base(self.state.result, ask.layer, ask.head)
-            self.state.cancel(WINDOW_LANE)
-            self._asked = None
-            if self.window is not None:
-                self.window = None
-                self.image.clear()
-                self._paint()
-            return
-        if ask == self._asked:
-            return
-        self._asked = ask
-        self.state.submit(window_job, self.state.result, ask, key=WINDOW_LANE, uses_model=False,
-                          on_result=lambda win: self._window_arrived(win))
-
-    def _window_arrived(self, win: Window, base: bool = False) -> None:
-        """An answer of the window lane: drawn only if it is for the run, head and window shown now."""
-        r = self.state.result
-        if r is None or not self.long or (win.ask.tag, win.ask.layer, win.ask.head) != self._head:
-            return  # another run or head: dropped
-        if win.ask.tag != result_tag(r):
-            return
-        if base:
-            if win.ask != self._base_asked:
-                return  # pooled for another size of the view: its newer ask is on the way
-            self.base = win
-        elif win.ask == self._asked:
-            self.window = win
-        else:
-            return  # the view moved on since it was asked
-        self._paint()
+            self.long_map.ask_soon()
 
     def _paint(self) -> None:
         """Colour what is at hand (the dense map, or the base and the window) by the session's colour scale."""
@@ -378,48 +220,20 @@ class HeadView(LazyPage, QWidget):
             self.image.setImage(top.values, levels=top.levels, autoLevels=False)
             R, C = self.matrix.shape
             self.image.setRect(QRectF(0, 0, C, R))
-            self._scale_shown(top, self.matrix.shape[1])
+            self._scale_shown(top)
             return
-        top = None
-        for win, item in ((self.base, self.base_image), (self.window, self.image)):
-            if win is None:
-                continue
-            scaled = colour_scale(win.values, mode, log)
-            top = scaled
-            item.setLookupTable(colormap(st.colormap).getLookupTable(0.0, 1.0, 256))
-            item.setImage(scaled.values, levels=scaled.levels, autoLevels=False)
-            a, b = win.ask.rows
-            c, d = win.ask.cols
-            item.setRect(QRectF(c, a, d - c, b - a))
-        if self.window is None:
-            self.image.clear()
-        if top is not None:
-            if self.window is not None and self.base is not None:  # one colour bar: the window's levels for both
-                self.base_image.setLevels(top.levels)
-            self._scale_shown(top, None, self.window or self.base)
+        painted = self.long_map.paint(mode, log, st.colormap)
+        if painted is not None:
+            self._scale_shown(*painted)
         else:
             self.scale_label.setText("Computing the map from q and k…")
 
-    def _scale_shown(self, scaled, cols: int | None, win: Window | None = None) -> None:
+    def _scale_shown(self, scaled: Scaled, win: Window | None = None) -> None:
         """The colour bar's levels and title, and the label that says which colour scale is on."""
         self.colorbar.setLevels(values=scaled.levels)
         set_bar_label(self.colorbar, scaled.label)
-        text = f"Colour: <b>{html.escape(scaled.label, quote=False)}</b>"
-        if scaled.sinks.size:
-            if win is not None:
-                keys = [f"{win.col_edges[j]:,}" + (f"–{win.col_edges[j + 1] - 1:,}"
-                                                   if win.col_edges[j + 1] - win.col_edges[j] > 1 else "")
-                        for j in scaled.sinks[:4]]
-            else:
-                keys = [f"{j:,}" for j in scaled.sinks[:4]]
-                names = [self.col_tokens[j] for j in scaled.sinks[:4] if j < len(self.col_tokens)]
-                keys = [f'{k} "{html.escape(t)}"' for k, t in zip(keys, names)]
-            text += (f" — sink key{'s' if len(keys) > 1 else ''} {', '.join(keys)} left blank: "
-                     f"{scaled.sink_share:.0%} of these rows' weight on average")
-        if self.long and self.state.hide_special:
-            text += " — <i>Hide special tokens applies to inputs up to the windowed length only</i>"
-        self.scale_info = text
-        self.scale_label.setText(text)
+        self.scale_info = scale_text(scaled, win, self.col_tokens, self.long and self.state.hide_special)
+        self.scale_label.setText(self.scale_info)
 
     def _mark_query(self) -> None:
         """Outline the query's row (where it is shown)."""
@@ -491,19 +305,15 @@ class HeadView(LazyPage, QWidget):
         try:
             i = find_token(list(m.rows), text, after=st.query)
         except UserError as e:
-            self.goto_note.setText(f'<span style="color:#b00020">{html.escape(str(e), quote=False)}</span>')
+            self.goto_box.failed(str(e))
             return None
         st.set_query(i)
         at = np.flatnonzero(self.shown_rows == i)
         pos = int(at[0]) if at.size else int(np.searchsorted(self.shown_rows, i))
-        R, C = len(self.tokens), len(self.col_tokens)
-        rows = min(GOTO_SPAN, R, self.left_axis.tokens_that_fit())  # a label each
-        cols = min(GOTO_SPAN, C, self.bottom_axis.tokens_that_fit())
-        y0 = min(max(0, pos - rows // 2), max(0, R - rows))
-        x0 = min(max(0, pos - cols // 2), max(0, C - cols))
-        self.plot.setRange(xRange=(x0, x0 + cols), yRange=(y0, y0 + rows), padding=0)
-        self.goto_note.setText(f'token {i:,} "{html.escape(m.rows[i])}"')
-        self._goto_at, self._goto_text = i, self.goto.text()
+        x, y = view_around(pos, len(self.tokens), len(self.col_tokens),
+                           self.left_axis.tokens_that_fit(), self.bottom_axis.tokens_that_fit())
+        self.plot.setRange(xRange=x, yRange=y, padding=0)
+        self.goto_box.went_to(i, m.rows[i])
         return i
 
     # --------------------------------------------------------------------------------- header
@@ -534,40 +344,27 @@ class HeadView(LazyPage, QWidget):
 
     def _options(self):
         style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)
-        i = self.scale_combo.findData(self.state.colour_scale)
-        if i >= 0 and i != self.scale_combo.currentIndex():
-            self.scale_combo.setCurrentIndex(i)
+        self.scale_combo.show_scale(self.state.colour_scale)
         self.refresh()
 
     def _cleared(self) -> None:
         """The input was emptied: the strip, read-outs and any window on its way go with the map."""
-        for lane in (WINDOW_LANE, BASE_LANE, STRIP_LANE):
-            self.state.cancel(lane)
-        self.window = self.base = self._asked = None
+        self.long_map.cancel()
+        self.state.cancel(STRIP_LANE)
+        self.long_map.forget()
         self._head = None
         self.strip.clear()
-        self._forget_goto()
+        self.goto_box.forget()
         self.readout.setText(HOVER_HINT)
 
     # --------------------------------------------------------------------------------- pointer
     def describe(self, i: int, j: int) -> str:
         """`query "it" → key "animal": 0.43` for row i, column j (of the dense map drawn)."""
-        return f'query "{self.tokens[i]}" → key "{self.col_tokens[j]}": {self.matrix[i, j]:.2f}'
+        return cell_text(self.tokens, self.col_tokens, self.matrix, i, j)
 
     def describe_long(self, i: int, j: int) -> str | None:
         """What the pointer is over in a long map: one weight at full resolution, else the pooled cell."""
-        for win in (self.window, self.base):
-            if win is None or not (win.ask.rows[0] <= i < win.ask.rows[1] and win.ask.cols[0] <= j < win.ask.cols[1]):
-                continue
-            a = int(np.searchsorted(win.row_edges, i, side="right") - 1)
-            b = int(np.searchsorted(win.col_edges, j, side="right") - 1)
-            v = float(win.values[a, b])
-            r0, r1, c0, c1 = win.row_edges[a], win.row_edges[a + 1], win.col_edges[b], win.col_edges[b + 1]
-            if r1 - r0 == 1 and c1 - c0 == 1:
-                return f'query "{self.tokens[i]}" ({i:,}) → key "{self.col_tokens[j]}" ({j:,}): {v:.3f}'
-            return (f"queries {r0:,}–{r1 - 1:,} → keys {c0:,}–{c1 - 1:,}: largest weight {v:.3f} "
-                    "(pooled: zoom in for each weight)")
-        return None
+        return window_cell_text((self.long_map.window, self.long_map.base), self.tokens, self.col_tokens, i, j)
 
     def _clicked(self, ev) -> None:
         r = self.state.result

@@ -25,8 +25,8 @@ def long_window(make_window, qtbot, monkeypatch):
     w = make_window(model="textbook", text=TEXT, view="head")
     w.resize(1024, 700)
     hv = w.head_view
-    qtbot.waitUntil(lambda: hv.long and hv.base is not None and not w.state.busy and _lanes_idle(w.state)
-                    and hv.base.ask.cells == hv.visible_ask().cells, timeout=30000)
+    qtbot.waitUntil(lambda: hv.long and hv.long_map.base is not None and not w.state.busy and _lanes_idle(w.state)
+                    and hv.long_map.base.ask.cells == hv.long_map.visible_ask().cells, timeout=30000)
     return w
 
 
@@ -34,12 +34,17 @@ def _lanes_idle(state) -> bool:
     return not any(state.job_busy(k) for k in (long_view.WINDOW_LANE, long_view.STRIP_LANE, "long-window:whole"))
 
 
+def _window_on_screen(hv) -> bool:
+    """The window answered for what the head page shows now is the one drawn."""
+    return hv.long_map.window is not None and hv.long_map.window.ask == hv.long_map.visible_ask()
+
+
 def test_the_whole_map_is_pooled_to_the_screen_and_zoom_asks_again_at_full_resolution(long_window, qtbot):
     w = long_window
     st, hv = w.state, w.head_view
     r = st.result
     assert r.num_tokens == N and hv.matrix is None  # never the whole map in the GUI
-    base = hv.base
+    base = hv.long_map.base
     assert base.ask.rows == (0, N) and base.ask.cols == (0, N)
     assert base.ask.cells[0] < N and base.pooled  # fewer pixels than rows: pooled
     np.testing.assert_array_equal(base.values, r.attention(st.layer, st.head, pool=base.ask.cells))
@@ -47,8 +52,8 @@ def test_the_whole_map_is_pooled_to_the_screen_and_zoom_asks_again_at_full_resol
     assert all(t.isdigit() for _, t in hv.left_axis.drawn_labels())  # positions while crowded, not tokens
 
     hv.plot.setRange(xRange=(120, 150), yRange=(200, 212), padding=0)  # as a wheel zoom leaves it
-    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
-    win = hv.window
+    qtbot.waitUntil(lambda: _window_on_screen(hv), timeout=10000)
+    win = hv.long_map.window
     a, b = win.ask.rows
     c, d = win.ask.cols
     assert not win.pooled and (a, b, c, d) == (200, 212, 120, 150)
@@ -62,7 +67,8 @@ def test_the_whole_map_is_pooled_to_the_screen_and_zoom_asks_again_at_full_resol
 
     hv.plot.setRange(xRange=(300, 330), yRange=(300, 312), padding=0)  # a drag pan
     assert hv.readout.text().startswith("Hover over the map")  # it described a cell of the old window
-    qtbot.waitUntil(lambda: hv.window.ask.rows == (300, 312) and hv.window.ask.cols == (300, 330), timeout=10000)
+    qtbot.waitUntil(lambda: hv.long_map.window.ask.rows == (300, 312) and hv.long_map.window.ask.cols == (300, 330),
+                    timeout=10000)
     np.testing.assert_array_equal(hv.image.image, r.attention(st.layer, st.head, rows=(300, 312), cols=(300, 330)))
 
 
@@ -70,30 +76,31 @@ def test_an_answer_for_another_window_head_or_run_is_dropped(long_window, qtbot)
     w = long_window
     st, hv = w.state, w.head_view
     hv.plot.setRange(xRange=(10, 40), yRange=(10, 34), padding=0)
-    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
+    qtbot.waitUntil(lambda: _window_on_screen(hv), timeout=10000)
     old_run = st.result
     stale_ask = long_view.WindowAsk(long_view.result_tag(old_run), st.layer, st.head, (50, 74), (50, 80), (24, 30))
     stale = long_view.window_job(old_run, stale_ask)  # a pan the view has since left
-    shown = hv.window
-    hv._window_arrived(stale)
-    assert hv.window is shown  # not the window on screen: dropped
+    shown = hv.long_map.window
+    hv.long_map.window_arrived(stale)
+    assert hv.long_map.window is shown  # not the window on screen: dropped
 
     with qtbot.waitSignal(st.selection_changed):
         st.select(head=(st.head + 1) % 4)
     other_head = long_view.window_job(old_run, long_view.WindowAsk(stale_ask.tag, st.layer, (st.head + 3) % 4,
                                                                    shown.ask.rows, shown.ask.cols, shown.ask.cells))
-    hv._window_arrived(other_head)
-    assert hv.window is None or hv.window.ask.head == st.head  # the old head's answer never shows
-    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
-    assert hv.window.ask.head == st.head
+    hv.long_map.window_arrived(other_head)
+    assert hv.long_map.window is None or hv.long_map.window.ask.head == st.head  # the old head's answer never shows
+    qtbot.waitUntil(lambda: _window_on_screen(hv), timeout=10000)
+    assert hv.long_map.window.ask.head == st.head
 
     with qtbot.waitSignal(st.attention_ready, timeout=30000):  # a new run (another text)
         st.set_text(TEXT.replace("zebra", "giraffe"))
-    qtbot.waitUntil(lambda: hv.base is not None and hv.base.ask.tag == long_view.result_tag(st.result), timeout=10000)
-    before = hv.window
-    hv._window_arrived(long_view.window_job(old_run, long_view.WindowAsk(
+    tag = long_view.result_tag(st.result)
+    qtbot.waitUntil(lambda: hv.long_map.base is not None and hv.long_map.base.ask.tag == tag, timeout=10000)
+    before = hv.long_map.window
+    hv.long_map.window_arrived(long_view.window_job(old_run, long_view.WindowAsk(
         long_view.result_tag(old_run), st.layer, st.head, (0, 24), (0, 30), (24, 30))))
-    assert hv.window is before  # the old run's answer is dropped
+    assert hv.long_map.window is before  # the old run's answer is dropped
     assert hv.strip.strip is None or hv.strip.strip.tag == long_view.result_tag(st.result)
 
 
@@ -139,8 +146,7 @@ def test_go_to_token_by_number_or_word(long_window, qtbot):
     (x0, x1), (y0, y1) = hv.plot.vb.viewRange()
     assert y0 <= 250 < y1 and x0 <= 250 < x1 and y1 - y0 <= 49
     assert 'token 250 "' in hv.goto_note.text()
-    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask() and not hv.window.pooled,
-                    timeout=10000)
+    qtbot.waitUntil(lambda: _window_on_screen(hv) and not hv.long_map.window.pooled, timeout=10000)
     assert hv.left_axis.labels_every_token()
     assert hv.go_to("zebra") == N - 1 and st.query == N - 1  # the one occurrence, at the end
     assert hv.go_to("dog") == 12 and hv.go_to("dog") == 12 + len(WORDS)  # the next after the query each time
@@ -179,14 +185,15 @@ def test_colour_scales_with_a_sink_and_the_label_that_says_which_is_on(long_wind
     w = long_window
     st, hv = w.state, w.head_view
     hv.plot.setRange(xRange=(0, 30), yRange=(0, 24), padding=0)
-    qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
+    qtbot.waitUntil(lambda: _window_on_screen(hv), timeout=10000)
     st.set_options(colour_scale="row")
     assert "row's max" in hv.scale_label.text() and "row's max" in hv.colorbar.axis.labelText
     np.testing.assert_allclose(np.nanmax(hv.image.image, axis=1), 1.0, rtol=1e-6)
     assert hv.scale_combo.currentData() == "row"
     st.set_options(colour_scale="clip")
     assert "99th pct" in hv.scale_label.text()
-    top = np.percentile(hv.window.values[:, np.setdiff1d(np.arange(30), long_view.sink_columns(hv.window.values))], 99)
+    values = hv.long_map.window.values
+    top = np.percentile(values[:, np.setdiff1d(np.arange(30), long_view.sink_columns(values))], 99)
     assert hv.colorbar.levels()[1] == pytest.approx(top, rel=1e-5)
     st.set_options(colour_scale="weight")
     assert "Colour: <b>weight</b>" in hv.scale_label.text()
@@ -270,12 +277,12 @@ def test_a_lazy_run_on_the_explorer_pages_with_no_torch_on_the_gui_thread(lazy_w
     assert r.is_lazy and r.display is None  # no mosaic pooled with the run: the grid fills it in
     dense = r.lazy  # the store: every check below compares with what it computes
     with TorchCalls() as calls:
-        qtbot.waitUntil(lambda: hv.long and hv.base is not None, timeout=20000)
+        qtbot.waitUntil(lambda: hv.long and hv.long_map.base is not None, timeout=20000)
         hv.plot.setRange(xRange=(40, 70), yRange=(400, 412), padding=0)
-        qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=20000)
+        qtbot.waitUntil(lambda: _window_on_screen(hv), timeout=20000)
         assert hv.go_to("zebra") == N - 1
         qtbot.waitUntil(lambda: hv.strip.strip is not None and hv.strip.strip.query == N - 1, timeout=20000)
-        qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=20000)
+        qtbot.waitUntil(lambda: _window_on_screen(hv), timeout=20000)
         st.set_options(colour_scale="clip")
         w.show_page("grid")
         g = w.grid
@@ -287,7 +294,7 @@ def test_a_lazy_run_on_the_explorer_pages_with_no_torch_on_the_gui_thread(lazy_w
         assert "not drawn" in w.dk_panel.readout.text()
     assert not calls.calls, calls.report()
 
-    win = hv.window
+    win = hv.long_map.window
     np.testing.assert_allclose(win.values, dense.attention(st.layer, st.head, rows=win.ask.rows, cols=win.ask.cols),
                                atol=1e-7)
     np.testing.assert_allclose(hv.strip.strip.values.max(), dense.attention(st.layer, st.head, rows=N - 1).max())
@@ -402,8 +409,8 @@ def test_local_and_global_layers_are_marked_on_a_lazy_run(qtbot, settings, tmp_p
         st.select(layer=1, head=2)
         qtbot.waitUntil(lambda: "Layer 1 (local, window 5), head 2" in hv.title.text() and hv.long, timeout=10000)
         hv.plot.setRange(xRange=(10, 30), yRange=(12, 24), padding=0)
-        qtbot.waitUntil(lambda: hv.window is not None and hv.window.ask == hv.visible_ask(), timeout=10000)
-        win = hv.window
+        qtbot.waitUntil(lambda: _window_on_screen(hv), timeout=10000)
+        win = hv.long_map.window
         np.testing.assert_array_equal(win.values, st.result.attention(1, 2, rows=(12, 24), cols=(10, 30)))
         i, j = np.nonzero(win.values > 0)
         rows, cols = i + 12, j + 10
@@ -421,8 +428,8 @@ def test_a_zoom_that_settles_after_the_window_closed_starts_nothing(long_window,
     w = long_window
     st, hv = w.state, w.head_view
     hv.plot.setRange(xRange=(5, 35), yRange=(5, 17), padding=0)
-    assert hv._ask_timer.isActive()
+    assert hv.long_map.timer.isActive()
     st.shutdown()
-    hv._ask_window()  # the timer firing now
+    hv.long_map.ask_window()  # the timer firing now
     assert not st.job_busy(long_view.WINDOW_LANE)
-    assert st.submit(long_view.window_job, st.result, hv.visible_ask(), key="after", uses_model=False) is False
+    assert st.submit(long_view.window_job, st.result, hv.long_map.visible_ask(), key="after", uses_model=False) is False
