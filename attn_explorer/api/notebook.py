@@ -46,6 +46,17 @@ export default {
 """
 
 
+
+def save_page(path, text: str) -> Path:
+    """Write a page's text to path, atomically (no half-written file on a failure)."""
+    from attn_explorer.files import atomic_write
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    return atomic_write(Path(path), write)
+
 class PageView:
     """One run's page as Jupyter shows it (`_repr_html_`), a file (`save`), or a two-way widget."""
 
@@ -74,15 +85,7 @@ class PageView:
 
     def save(self, path) -> Path:
         """Write the page to path (.html), atomically."""
-        from attn_explorer.files import atomic_write
-
-        text = self.html()
-
-        def write(tmp):
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-
-        return atomic_write(Path(path), write)
+        return save_page(path, self.html())
 
     def _repr_html_(self) -> str:
         """The page in a sandboxed iframe (scripts only); where the notebook runs the output's script, the
@@ -292,15 +295,7 @@ class AnalysisView:
 
     def save(self, path) -> Path:
         """Write the page to path (.html), atomically."""
-        from attn_explorer.files import atomic_write
-
-        text = self.html()
-
-        def write(tmp):
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-
-        return atomic_write(Path(path), write)
+        return save_page(path, self.html())
 
     def _repr_html_(self) -> str:
         return self._body()

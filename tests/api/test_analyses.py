@@ -14,26 +14,15 @@ import attn_explorer as ax
 from attn_explorer.api import analyses as reg
 from attn_explorer.errors import UserError
 from tests.api.test_html import fake_run
+from tests.analysis_registry import prev_token, registry_kept
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    """Each test starts from the registry it found and leaves it so."""
-    reg.load_entry_points()
-    before = dict(reg._registry)
-    yield
-    with reg._lock:
-        reg._registry.clear()
-        reg._registry.update(before)
-
-
-def prev_token(r):
-    """Per layer and head: the mean weight of rows i >= 1 on token i - 1."""
-    n = r.attentions.shape[-1]
-    i = np.arange(1, n)
-    return r.attentions[:, :, i, i - 1].mean(-1)
+    with registry_kept():
+        yield
 
 
 def test_register_run_and_list():

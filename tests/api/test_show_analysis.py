@@ -8,24 +8,15 @@ import numpy as np
 import pytest
 
 import attn_explorer as ax
-from attn_explorer.api import analyses as reg
 from attn_explorer.errors import UserError
 from tests.api.test_html import fake_run
+from tests.analysis_registry import prev_token, registry_kept
 
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    reg.load_entry_points()
-    before = dict(reg._registry)
-    yield
-    with reg._lock:
-        reg._registry.clear()
-        reg._registry.update(before)
-
-
-def prev_token(r):
-    i = np.arange(1, r.attentions.shape[-1])
-    return r.attentions[:, :, i, i - 1].mean(-1)
+    with registry_kept():
+        yield
 
 
 def cells(page: str) -> list[tuple[str, float]]:

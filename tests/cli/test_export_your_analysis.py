@@ -9,25 +9,16 @@ import numpy as np
 import pytest
 
 import attn_explorer as ax
-from attn_explorer.api import analyses as reg
 from tests.cli.conftest import assert_one_error_line, files_under
+from tests.analysis_registry import prev_token, registry_kept
 
 TEXT = "the cat sat on the mat because it was tired"
 
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    reg.load_entry_points()
-    before = dict(reg._registry)
-    yield
-    with reg._lock:
-        reg._registry.clear()
-        reg._registry.update(before)
-
-
-def prev_token(r):
-    i = np.arange(1, r.attentions.shape[-1])
-    return r.attentions[:, :, i, i - 1].mean(-1)
+    with registry_kept():
+        yield
 
 
 def test_export_saves_your_analysis_beside_the_attention(tmp_path, cli):

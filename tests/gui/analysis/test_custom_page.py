@@ -10,27 +10,16 @@ import pytest
 from PySide6.QtCore import Qt
 
 import attn_explorer as ax
-from attn_explorer.api import analyses as reg
 from attn_explorer.session.custom import HOW_TO_REGISTER
+from tests.analysis_registry import prev_token, registry_kept
 
 TEXT = "the cat sat on the mat because it was tired"
 
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    reg.load_entry_points()
-    before = dict(reg._registry)
-    with reg._lock:
-        reg._registry.clear()  # each test sees only what it registers
-    yield
-    with reg._lock:
-        reg._registry.clear()
-        reg._registry.update(before)
-
-
-def prev_token(r):
-    i = np.arange(1, r.attentions.shape[-1])
-    return r.attentions[:, :, i, i - 1].mean(-1)
+    with registry_kept(empty=True):
+        yield
 
 
 def choose(page, name: str) -> None:
