@@ -15,7 +15,7 @@ cached ones, so each step runs one token through the stack and attends to everyt
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +26,7 @@ from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.layers import make_norm
 from attn_explorer.core.linear import Linear
 from attn_explorer.core.output import ModelOutput
-from attn_explorer.core.positional import rope_tables
+from attn_explorer.core.positional import PLAIN_ROPE, RopeScaling, rope_tables
 from attn_explorer.core.hooks import Hooks
 
 
@@ -66,7 +66,20 @@ class LlamaConfig:
     attn_softcap: float | None = None  # attention logits -> c·tanh(logits / c) (Gemma 2's attn_logit_softcapping)
     final_softcap: float | None = None  # next-token logits -> c·tanh(logits / c) (final_logit_softcapping)
     rope_local_theta: float | None = None  # RoPE base of the windowed layers (rope_local_base_freq); None: rope_theta
-    rope_linear_factor: float = 1.0  # linear RoPE scaling of the global layers: positions divided by this factor
+    # RoPE's frequency scaling (transformers' rope type and its numbers): of every layer, or, where
+    # rope_local_theta is set (Gemma 3), of the global layers, the local ones taking rope_local_scaling
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    rope_local_scaling: RopeScaling = field(default_factory=RopeScaling)
+    rope_linear_factor: float = 1.0  # mirrors a linear rope_scaling's factor (and reads checkpoints saved before it)
+
+    def __post_init__(self):
+        for name in ("rope_scaling", "rope_local_scaling"):  # a checkpoint's stored config gives plain objects
+            if isinstance(getattr(self, name), dict):
+                setattr(self, name, RopeScaling(**getattr(self, name)))
+        if self.rope_scaling.kind == "linear":
+            self.rope_linear_factor = self.rope_scaling.factor
+        elif self.rope_linear_factor != 1.0 and self.rope_scaling == PLAIN_ROPE:
+            self.rope_scaling = RopeScaling("linear", factor=self.rope_linear_factor)
 
     @property
     def usable_positions(self) -> int:
@@ -115,26 +128,27 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         # Tied: no matrix of its own; `logits` multiplies by the embedding. Untied without a head: none.
         untied_head = not cfg.tie_embeddings and cfg.head
         self.lm_head = Linear(cfg.dim, cfg.vocab_size, bias=False) if untied_head else None
-        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin) for positions 0..n-1
-        self._rope_local: tuple[torch.Tensor, torch.Tensor] | None = None  # the same at rope_local_theta
+        # per kind (False: global, True: local) the (variant, cos, sin) last made; see `rope`
+        self._rope_cache: dict[bool, tuple] = {}
 
     def rope(self, start: int, n: int, device, dtype, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """RoPE's (cos, sin) for positions start..start+n-1, each (n, rotary_dim); the table is
-        computed once for the longest length seen and sliced after. local=True: the windowed layers'
-        table (base rope_local_theta, no scaling; Gemma 3)."""
+        """RoPE's (cos, sin) for positions start..start+n-1 of a forward over start+n positions, each
+        (n, rotary_dim). The table is computed once for the longest length seen and sliced after, and
+        again when the scaling's frequencies change with the length (LongRoPE past its original length,
+        dynamic NTK past max_position_embeddings). local=True: the windowed layers' table (base
+        rope_local_theta and rope_local_scaling; Gemma 3)."""
         end = start + n
-        t = self._rope_local if local else self._rope
+        cfg = self.cfg
+        theta, scaling = (cfg.rope_local_theta, cfg.rope_local_scaling) if local else (cfg.rope_theta, cfg.rope_scaling)
+        variant = scaling.variant(end)
+        old = self._rope_cache.get(local)
+        t = None if old is None or old[0] != variant else old[1:]
         # a table made under inference_mode cannot be saved for backward: autograd gets it made again
         stale = t is not None and t[0].is_inference() and not torch.is_inference_mode_enabled()
         if t is None or stale or t[0].shape[0] < end or t[0].device != device or t[0].dtype != dtype:
             size = max(end, 64 if t is None else 2 * t[0].shape[0])
-            cfg = self.cfg
-            t = rope_tables(size, cfg.rotary_dim, cfg.rope_local_theta if local else cfg.rope_theta, device=device,
-                            dtype=dtype, linear_factor=1.0 if local else cfg.rope_linear_factor)
-            if local:
-                self._rope_local = t
-            else:
-                self._rope = t
+            t = rope_tables(size, cfg.rotary_dim, theta, device=device, dtype=dtype, scaling=scaling, seq_len=end)
+            self._rope_cache[local] = (variant, *t)
         return t[0][start:end], t[1][start:end]
 
     def new_cache(self) -> KVCache:

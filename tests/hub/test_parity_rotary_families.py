@@ -202,11 +202,12 @@ def _edit_config(folder, **changes):
 
 
 @pytest.mark.parametrize("name,changes,words", [
+    # RoPE scalings are read (tests/hub/test_rope_scaling.py); broken or unknown ones are refused
     ("phi3", dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
-                                   "long_factor": [1.0] * 4}), "rope_scaling 'longrope'"),
-    ("phi3", dict(rope_parameters=None, rope_scaling={"type": "su", "short_factor": [1.0] * 4}), "rope_scaling 'su'"),
-    ("qwen2", dict(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}), "'yarn'"),
-    ("gpt_neox", dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0}), "'dynamic'"),
+                                   "long_factor": [1.0] * 3}), "long_factor must list 4"),
+    ("phi3", dict(rope_parameters=None, rope_scaling={"type": "su", "short_factor": [1.0] * 4}), "long_factor"),
+    ("qwen2", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0}), "'yarn' needs factor"),
+    ("gpt_neox", dict(rope_parameters={"rope_type": "dynamic-ntk", "factor": 2.0}), "'dynamic-ntk'"),
     ("mistral", dict(sliding_window=0), "sliding_window"),
     ("qwen2-window", dict(layer_types=["full_attention", "sliding_attention"]), "layer_types"),
     ("gpt_neox", dict(rope_parameters={"rope_type": "default", "partial_rotary_factor": 1.5}), "rotary"),

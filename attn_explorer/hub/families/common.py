@@ -5,9 +5,12 @@ these fields through here, never through its own copy, so one reader's fix reach
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from attn_explorer.core.positional import ROPE_KINDS, RopeScaling
 from attn_explorer.errors import UserError
 
 ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu",
@@ -62,6 +65,9 @@ def norm_eps(cfg: dict, key: str, default: float) -> float:
 
 # ---- RoPE ---------------------------------------------------------------------------------------------
 
+LAYER_KINDS = ("full_attention", "sliding_attention")  # rope_parameters' keys when split by layer type
+
+
 def rope_kind(p: dict) -> str:
     """A rope_parameters / rope_scaling entry's type ("default" when it names none)."""
     return p.get("rope_type", p.get("type")) or "default"
@@ -76,20 +82,116 @@ def rope_fields(cfg: dict, family: str) -> tuple[dict, dict]:
     return params, scaling
 
 
-def rope(cfg: dict, family: str, theta: float = 10000.0, fraction: float = 1.0) -> tuple[float, float]:
-    """(rope_theta, the rotated share of d_k) from transformers 5's rope_parameters or the older
-    rope_theta / rope_scaling / partial_rotary_factor (GPT-NeoX: rotary_emb_base, rotary_pct).
-    Only plain RoPE: any rope scaling is refused in one line."""
+def rope_entry(cfg: dict, family: str, layer_kind: str = "full_attention") -> tuple[dict, bool]:
+    """(the RoPE entry for layer_kind's layers, whether rope_parameters is split by layer type), as
+    transformers reads it: the older rope_scaling, where set, stands in for rope_parameters; a
+    rope_parameters keyed by layer type ({"full_attention": {...}, "sliding_attention": {...}}, Gemma 3)
+    gives layer_kind's entry; a flat one serves every layer."""
     params, scaling = rope_fields(cfg, family)
-    kind = scaling.get("rope_type", scaling.get("type")) or params.get("rope_type") or "default"
-    if kind != "default":
-        raise UserError(f"{family} with rope_scaling {kind!r} is not supported (only plain RoPE)")
-    theta = params.get("rope_theta", cfg.get("rope_theta", cfg.get("rotary_emb_base", theta)))
-    fraction = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", cfg.get("rotary_pct", fraction)))
+    p = scaling or params
+    nested = any(k in p for k in (*LAYER_KINDS, *(cfg.get("layer_types") or ())) if isinstance(k, str))
+    if nested:
+        p = p.get(layer_kind) or {}
+        if not isinstance(p, dict):
+            raise UserError(f"{family}: rope_parameters' {layer_kind} must be an object, not {json_kind(p)}")
+    return dict(p), nested
+
+
+def _number(p: dict, key: str, family: str, kind: str, default=None, low: float = 0.0, whole: bool = False):
+    """p[key] (default when absent or null): a finite number >= low (a whole one if whole), refused in one line."""
+    v = p.get(key)
+    if v is None:
+        if default is None:
+            raise UserError(f"{family}: rope type {kind!r} needs {key} in rope_parameters / rope_scaling")
+        return default
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= low
+    if not ok or (whole and not isinstance(v, int)):
+        raise UserError(f"{family}: rope {key} must be a {'whole' if whole else 'finite'} number >= {low:g}, "
+                        f"got {v!r}")
+    return v
+
+
+def rope_scaling(cfg: dict, p: dict, family: str, rotary_dim: int, nested: bool = False,
+                 aliases: dict[str, str] | None = None) -> RopeScaling:
+    """The scaling of one RoPE entry p (see rope_entry), with transformers' defaults: llama3, yarn and
+    longrope count from original_max_position_embeddings (Phi-3's top-level one first, else the entry's,
+    else max_position_embeddings); dynamic from max_position_embeddings. An unknown type, or a field
+    that is missing or not a number, is refused in one line. aliases: a family's old names (Phi-3's "su")."""
+    kind = rope_kind(p)
+    kind = (aliases or {}).get(kind, kind)
+    if not isinstance(kind, str) or kind not in ROPE_KINDS:
+        raise UserError(f"{family}: rope type {kind!r} is not supported (supported: {', '.join(ROPE_KINDS)})")
+    if kind == "default":
+        return RopeScaling()
+    top = _number(cfg, "max_position_embeddings", family, kind, default=2048, low=1, whole=True)
+    fields: dict = {"max_positions": top}
+    if kind in ("llama3", "yarn", "longrope"):
+        original = cfg.get("original_max_position_embeddings") if not nested else None
+        fields["original_positions"] = _number({"o": original if original is not None else
+                                                p.get("original_max_position_embeddings", top)},
+                                               "o", family, kind, low=1, whole=True)
+    if kind == "dynamic":
+        fields["original_positions"] = top
+    if kind in ("linear", "dynamic", "llama3"):
+        fields["factor"] = _number(p, "factor", family, kind)
+    elif kind == "yarn" and "factor" not in p:
+        raise UserError(f"{family}: rope type 'yarn' needs factor in rope_parameters / rope_scaling")
+    elif kind in ("yarn", "longrope", "proportional"):  # null: yarn and longrope take max / original
+        fields["factor"] = None if p.get("factor") is None else _number(p, "factor", family, kind)
+    if kind in ("yarn", "longrope") and p.get("attention_factor") is not None:
+        fields["attention_factor"] = _number(p, "attention_factor", family, kind)
+    if kind == "yarn":
+        for key in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
+            if p.get(key) is not None:
+                fields[key] = _number(p, key, family, kind, low=-math.inf)
+        # transformers reads truncate from the top of rope_parameters, so a per-layer-type entry's is unseen
+        fields["truncate"] = bool(p.get("truncate", True)) if not nested else True
+    if kind == "llama3":
+        fields.update(low_freq_factor=_number(p, "low_freq_factor", family, kind, low=-math.inf),
+                      high_freq_factor=_number(p, "high_freq_factor", family, kind, low=-math.inf))
+        if fields["high_freq_factor"] == fields["low_freq_factor"]:
+            raise UserError(f"{family}: llama3 rope needs high_freq_factor > low_freq_factor")
+    if kind == "longrope":
+        for key in ("short_factor", "long_factor"):
+            v = p.get(key)
+            if not isinstance(v, list) or len(v) != rotary_dim // 2 or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in v):
+                raise UserError(f"{family}: longrope's {key} must list {rotary_dim // 2} positive numbers (one per "
+                                f"rotated pair), got {v!r}")
+            fields[key] = tuple(v)
+    if kind == "proportional":
+        fields["proportion"] = 1.0  # set by `rope` from the rotated share
+    return RopeScaling(kind, **fields)
+
+
+def rope(cfg: dict, family: str, head_dim: int, theta: float = 10000.0, fraction: float = 1.0,
+         layer_kind: str = "full_attention", aliases: dict[str, str] | None = None) -> tuple[float, float, RopeScaling]:
+    """(rope_theta, the rotated share of d_k, the frequency scaling) of layer_kind's layers, from
+    transformers 5's rope_parameters (flat, or one entry per layer type) or the older rope_theta /
+    rope_scaling / partial_rotary_factor (GPT-NeoX: rotary_emb_base, rotary_pct); theta and fraction
+    are the family's defaults. Proportional RoPE turns the whole head, the share's frequencies only."""
+    p, nested = rope_entry(cfg, family, layer_kind)
+    theta = p.get("rope_theta", cfg.get("rope_theta", cfg.get("rotary_emb_base", theta)))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+        raise UserError(f"{family}: rope_theta must be a number > 0, got {theta!r}")
+    fraction = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor", cfg.get("rotary_pct", fraction)))
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise UserError(f"{family}: the rotary share (rotary_pct / partial_rotary_factor) must be in (0, 1], "
                         f"got {fraction!r}")
-    return float(theta), float(fraction)
+    proportional = rope_kind(p) == "proportional"
+    scaling = rope_scaling(cfg, p, family, int(head_dim * (1.0 if proportional else fraction)), nested, aliases)
+    if proportional:
+        scaling = dataclasses.replace(scaling, proportion=fraction)
+        fraction = 1.0
+    return float(theta), float(fraction), scaling
+
+
+def rope_positions(max_positions: int, scaling: RopeScaling) -> int:
+    """How many positions a model may run: max_position_embeddings, which dynamic NTK scaling stretches
+    by its factor (transformers sets no limit; the factor says how far the scaling was meant to reach)."""
+    if scaling.kind == "dynamic" and scaling.factor > 1:
+        return int(max_positions * scaling.factor)
+    return max_positions
 
 
 # ---- sliding windows ------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from attn_explorer.core.gpt2 import GPT2, GPT2Config
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, act, layer_types,
-                                               layer_windows, norm_eps, rope, width, window)
+                                               layer_windows, norm_eps, rope, rope_positions, width, window)
 
 # ---- GPT-2: causal, pre-LN, fused QKV in Conv1D (in, out) layout -------------------------------
 
@@ -102,14 +102,16 @@ def _rotary_decoder(cfg: dict, family: str, **fields) -> LlamaConfig:
         raise UserError(f"{family} with hidden_act {cfg.get('hidden_act')!r} is not supported (only silu)")
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    theta, fraction = rope(cfg, family, **fields.pop("rope_defaults", {}))
+    theta, fraction, scaling = rope(cfg, family, head_dim, **fields.pop("rope_defaults", {}))
     if int(head_dim * fraction) % 2:
         raise UserError(f"{family}: RoPE needs an even number of rotated dimensions, got {int(head_dim * fraction)}")
     base = dict(
         vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
         num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
-        mlp_hidden=cfg["intermediate_size"], max_positions=cfg.get("max_position_embeddings", 2048),
-        eps=norm_eps(cfg, "rms_norm_eps", 1e-6), rope_theta=theta, rotary_fraction=fraction, act=activation,
+        mlp_hidden=cfg["intermediate_size"], max_positions=rope_positions(cfg.get("max_position_embeddings", 2048),
+                                                                          scaling),
+        eps=norm_eps(cfg, "rms_norm_eps", 1e-6), rope_theta=theta, rotary_fraction=fraction, rope_scaling=scaling,
+        act=activation,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         head_size=head_dim if head_dim * heads != cfg["hidden_size"] else None,
     )
@@ -136,7 +138,11 @@ def _mistral_config(cfg: dict) -> LlamaConfig:
 
 
 def _phi3_config(cfg: dict) -> LlamaConfig:
-    return _rotary_decoder(cfg, "phi3", sliding_windows=_every_layer_window(cfg, "phi3"), qkv_layout="stacked",
+    # transformers' Phi3Config: the old "su" and "yarn" are LongRoPE, and its top-level
+    # original_max_position_embeddings (4096 when config.json has none) outranks the rope entry's
+    cfg = {"original_max_position_embeddings": 4096, **cfg}
+    return _rotary_decoder(cfg, "phi3", rope_defaults=dict(aliases={"su": "longrope", "yarn": "longrope"}),
+                           sliding_windows=_every_layer_window(cfg, "phi3"), qkv_layout="stacked",
                            fused_gate_up=True)
 
 

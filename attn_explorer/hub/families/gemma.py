@@ -4,9 +4,10 @@ GeGLU, QK-norm on Gemma 3)."""
 from __future__ import annotations
 
 from attn_explorer.core.llama import Llama, LlamaConfig
+from attn_explorer.core.positional import RopeScaling
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, act, layer_types,
-                                               layer_windows, norm_eps, rope_fields, rope_kind, window)
+                                               layer_windows, norm_eps, rope, rope_entry, rope_positions, window)
 
 _LL = r"layers\.(\d+)\."
 _GEMMA_DEFAULTS = {  # transformers' config defaults, where config.json may leave a field out
@@ -25,27 +26,21 @@ def _gemma_layer_types(cfg: dict, family: str) -> list[str]:
                                                for i in range(n)])
 
 
-def _gemma_rope(cfg: dict, family: str) -> tuple[float, float | None, float]:
-    """(global base, local base or None, global linear factor) from rope_parameters (transformers 5:
-    Gemma 3 keeps one entry per layer type) or the older rope_theta / rope_local_base_freq / rope_scaling."""
+def _gemma_rope(cfg: dict, family: str, head_dim: int) -> tuple[float, RopeScaling, float | None, RopeScaling]:
+    """(global base, global scaling, local base or None, local scaling) through the shared RoPE reader:
+    transformers 5's rope_parameters (Gemma 3 keeps one entry per layer type), or the older rope_theta /
+    rope_scaling (the global layers' only) / rope_local_base_freq."""
     d = _GEMMA_DEFAULTS[family]
-    params, scaling = rope_fields(cfg, family)
-    nested = family == "gemma3_text" and ("full_attention" in params or "sliding_attention" in params)
-    full = (params.get("full_attention") or {}) if nested else dict(params)
-    if not nested and scaling:
-        full = {**full, **scaling}
-    local = (params.get("sliding_attention") or {}) if nested else {}
-    for which, p in (("global", full), ("local", local)):
-        kind = rope_kind(p)
-        if kind not in ("default", "linear") or (kind == "linear" and which == "local"):
-            raise UserError(f"Gemma with {which} rope type {kind!r} is not supported (only plain, or linear on "
-                            "the global layers)")
-    theta = float(full.get("rope_theta", cfg.get("rope_theta", d["rope_theta"])))
-    factor = float(full.get("factor", 1.0)) if rope_kind(full) == "linear" else 1.0
-    local_theta = None
+    theta, fraction, scaling = rope(cfg, family, head_dim, theta=d["rope_theta"])
+    local_theta, local_scaling, local_fraction = None, RopeScaling(), 1.0
     if family == "gemma3_text":
-        local_theta = float(local.get("rope_theta", cfg.get("rope_local_base_freq", d["rope_local_base_freq"])))
-    return theta, local_theta, factor
+        local_theta = float(cfg.get("rope_local_base_freq", d["rope_local_base_freq"]))
+        if rope_entry(cfg, family)[1]:  # one entry per layer type
+            local_theta, local_fraction, local_scaling = rope(cfg, family, head_dim, theta=local_theta,
+                                                              layer_kind="sliding_attention")
+    if fraction != 1.0 or local_fraction != 1.0:
+        raise UserError(f"{family} with partial_rotary_factor is not supported")
+    return theta, scaling, local_theta, local_scaling
 
 
 def _gemma_config(cfg: dict) -> LlamaConfig:
@@ -63,15 +58,15 @@ def _gemma_config(cfg: dict) -> LlamaConfig:
     heads = cfg["num_attention_heads"]
     w = window(cfg, family, d["sliding_window"])
     types = _gemma_layer_types(cfg, family)
-    theta, local_theta, factor = _gemma_rope(cfg, family)
     head_dim = cfg.get("head_dim", d["head_dim"])
+    theta, scaling, local_theta, local_scaling = _gemma_rope(cfg, family, head_dim)
     # Gemma3ForConditionalGeneration's head applies no final soft-cap (the checkpoints set none anyway)
     softcap = None if multimodal else cfg.get("final_logit_softcapping", d["final_logit_softcapping"])
     return LlamaConfig(
         vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
         num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
         mlp_hidden=cfg["intermediate_size"],
-        max_positions=cfg.get("max_position_embeddings", d["max_position_embeddings"]),
+        max_positions=rope_positions(cfg.get("max_position_embeddings", d["max_position_embeddings"]), scaling),
         eps=norm_eps(cfg, "rms_norm_eps", 1e-6), rope_theta=theta,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
         attention_bias=bool(cfg.get("attention_bias", False)), head_size=head_dim, norm="rms1p", act=activation,
@@ -81,7 +76,7 @@ def _gemma_config(cfg: dict) -> LlamaConfig:
         attn_softcap=cfg.get("attn_logit_softcapping", d["attn_logit_softcapping"]) if family == "gemma2" else None,
         final_softcap=None if softcap is None else float(softcap),
         sliding_windows=layer_windows(types, w),
-        rope_local_theta=local_theta, rope_linear_factor=factor,
+        rope_local_theta=local_theta, rope_scaling=scaling, rope_local_scaling=local_scaling,
     )
 
 
