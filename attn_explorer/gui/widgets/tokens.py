@@ -16,7 +16,8 @@ EMPTY = "∅"
 
 def token_text(token: str, width: int | None = None) -> str:
     """A token with its white space drawn (' Mary' -> '␣Mary', '\\n' -> '↵'), cut to `width` characters."""
-    t = "".join(SYMBOLS.get(c, c) for c in token) or EMPTY
+    # a byte-level tokenizer's newline ('Ċ') reaches the views as the two characters backslash-n (hub.text)
+    t = "".join(SYMBOLS.get(c, c) for c in token.replace("\\n", "\n")) or EMPTY
     if width is not None and len(t) > width:
         t = t[: width - 1] + "…"
     return t

@@ -218,6 +218,8 @@ def _save_screenshot(app, window, state, out: Path) -> int:
     while time.monotonic() < settle or (state.runner.busy_lanes() and time.monotonic() < side):
         app.processEvents()
         time.sleep(0.01)
+        if state.runner.busy_lanes():
+            settle = time.monotonic() + 0.3  # the last answer's layout (an axis that widens for its labels) too
     out.parent.mkdir(parents=True, exist_ok=True)
     from attn_explorer.gui.window.export import export_png
 

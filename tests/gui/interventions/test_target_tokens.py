@@ -29,6 +29,16 @@ def test_token_text_draws_white_space_and_reads_back():
         assert token_from_text(token_text(t)) == t
 
 
+def test_a_byte_level_newline_token_is_drawn_as_a_newline():
+    """SmolLM2's newline token 'Ċ' reaches the views as backslash-n (hub.text's display): it was printed as
+    '\\n' in the lens table and the bars; it is drawn ↵, and picking it gives the newline the tokenizer reads."""
+    from attn_explorer.hub.text import _display
+
+    shown = token_text(_display("Ċ"))
+    assert shown == "↵" and token_text(_display("ĠĊ")) == "␣↵"
+    assert token_from_text(shown) == "\n"
+
+
 def test_the_bars_show_the_leading_space_and_the_target_list_gives_the_exact_token(make_window, qtbot, planted):
     w, page = _page(make_window, qtbot, planted)
     c = page.comparison
