@@ -119,7 +119,8 @@ def scaled_dot_product_attention(
     # Scale whichever is smaller, q (N·d_k) or the logits (N·M), but q only where that rounds as transformers'
     # order (logits, then scale) does: a power of two (d_k = 16, 64, 256) is exact either way; 1/sqrt(8) is not
     # (Phi-3's partial-rotary test drifted 1e-5 from transformers by it).
-    scale_q = q.shape[-1] < M and softcap is None and math.frexp(s)[0] == 0.5
+    exact = isinstance(s, (int, float)) and math.frexp(s)[0] == 0.5  # a tensor d_k scale (autograd): the logits
+    scale_q = q.shape[-1] < M and softcap is None and exact
     if scale_q and s != 1.0:
         q = q * s
     if differentiable(q, k, v):  # half_grad: AttnLRP's uniform rule inside core.explain.lrp_rules, else nothing
