@@ -59,7 +59,7 @@ class HeadTrace:
     scale: float  # the factor on the logits: dk_scale / sqrt(d_k)
     probs: np.ndarray  # (N,) the probabilities that forward pass computed (0 where not allowed)
     output: np.ndarray  # (d_k,) probs @ v: the head's output for this query, before W_O
-    head_share: np.ndarray  # (D,) the same output after this head's slice of W_O (the forward's capture)
+    head_share: np.ndarray  # (D,) the same output after this head's slice of W_O (the forward's hook_z @ W_O)
     attention_row: np.ndarray  # (N,) RunResult.attentions[layer, head, query] of that forward, float32
     trained: bool  # False: random weights
 

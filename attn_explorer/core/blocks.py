@@ -131,7 +131,7 @@ class BlockStack(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Returns (x, attentions (B, L, H, N, M) or None); M = N, or past + N with a cache.
 
-        opts: mask, causal, rope and dk_scale for every layer (need_weights, capture and probs_out
+        opts: mask, causal, rope and dk_scale for every layer (need_weights, hooks and probs_out
         are set here, per layer). cache: each layer's past keys and values, extended by x's tokens.
         hooks: the forward's named hook points (core.hooks): hook_embed on x, then each block's.
         layer_opts: per layer, AttentionOptions fields that differ from opts (Gemma's sliding window

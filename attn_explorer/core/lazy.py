@@ -3,7 +3,7 @@
 A probability is exp(logit_ij - lse_i), so any tile of any head's map (a window, a row, a column, a
 pooled view) can be computed again exactly from q, k and lse, in O(tile) memory.
 
-keep_attention is what MultiHeadAttention runs when its capture asks for "keep": the layer's output and
+keep_attention is what MultiHeadAttention runs when its hooks keep q and k (core.hooks.Hooks(keep=True)): the output and
 the rows' lse. On the CPU it is torch's fused flash kernel, which returns the lse with the output at
 the plain fused forward's speed; a sliding-window layer runs query chunks against their key band only
 (O(n·w), no n×n mask); soft-capping, autograd and other devices take a blocked path of our own.

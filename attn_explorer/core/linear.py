@@ -7,7 +7,7 @@ these shapes (benchmarks/bench_forward.py). Layers that read the same input (Q, 
 share one packed weight and so one product.
 
 The packed copy is a cache, never the truth: the parameters stay ordinary nn.Linear weights (the
-state_dict names the checkpoint maps onto, W_O for the per-head captures), and the copy is rebuilt
+state_dict names the checkpoint maps onto, W_O for the per-head outputs), and the copy is rebuilt
 whenever one of them is replaced, moved or changed in place (its version counter moves). Training
 (autograd), other devices and other dtypes take plain F.linear. The cost is one extra copy of the
 weights in memory, made on the first fast call.
