@@ -8,7 +8,7 @@ lives in hub/convert.py.
 """
 from __future__ import annotations
 
-from attn_explorer.hub.families import clip, decoders, encoders, gemma, seq2seq, vision  # noqa: F401 - rows
+from attn_explorer.hub.families import clip, decoders, encoders, gemma, modernbert, seq2seq, vision  # noqa: F401 - rows
 from attn_explorer.hub.families.common import ACTS, ARCHITECTURES, Architecture
 
 __all__ = ["ACTS", "ARCHITECTURES", "Architecture"]
