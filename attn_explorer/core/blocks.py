@@ -8,7 +8,7 @@ from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, MultiHeadAttention
 from attn_explorer.core.hooks import Hooks
-from attn_explorer.core.layers import MLP, LayerScale, SwiGLU, make_norm
+from attn_explorer.core.layers import MLP, HeadsRMSNorm, LayerScale, SwiGLU, make_norm
 
 
 def _no_hook(point: str, x: torch.Tensor) -> torch.Tensor:
@@ -40,6 +40,9 @@ class BlockConfig:
     parallel: bool = False  # GPT-NeoX's parallel residual
     qkv_layout: str = "stacked"  # a fused qkv's rows: "stacked" or "per_head" (GPT-NeoX)
     fused_gate_up: bool = False  # the SwiGLU's gate and up as one projection (Phi-3)
+    pre_norms: bool = True  # False: no norm before either branch, only sandwich's after each (OLMo 2)
+    qk_norm_full: bool = False  # qk_norm over all heads' q (k) together, H·d_k wide, not per head (OLMo 2)
+    residual_scale: float = 1.0  # each branch times this before the residual sum (Granite's residual_multiplier)
 
 
 class TransformerBlock(nn.Module):
@@ -55,6 +58,10 @@ class TransformerBlock(nn.Module):
         x = x + post_attn_norm(MHA(LN1(x)));  x = x + post_mlp_norm(MLP(LN2(x)))
     head_dim sets d_k when it is not dim / num_heads; qk_norm=True normalises q and k per head
     (with the block's norm kind, over d_k); mlp_act is the gated MLP's activation.
+    pre_norms=False with sandwich=True (OLMo 2) keeps only the norms after each branch:
+        x = x + post_attn_norm(MHA(x));  x = x + post_mlp_norm(MLP(x))
+    qk_norm_full=True normalises q (and k) over every head's dimensions at once (OLMo 2), RMSNorm only.
+    residual_scale (Granite) multiplies each branch's addition: x = x + r·MHA(LN1(x)), likewise the MLP.
     parallel=True (GPT-NeoX, Pythia) sums both branches, each read from the block's input:
         x = x + MHA(LN1(x)) + MLP(LN2(x))
     Built from one BlockConfig; `layer` is its index in the stack.
@@ -66,13 +73,22 @@ class TransformerBlock(nn.Module):
         self.cfg, self.layer = cfg, layer
         self.norm_first = c.norm_first
         self.parallel = c.parallel
-        self.norm1 = make_norm(c.norm, c.dim, c.eps)
+        if not c.pre_norms and not c.sandwich:
+            raise ValueError("pre_norms=False needs sandwich=True (the norms after each branch)")
+        self.norm1 = make_norm(c.norm, c.dim, c.eps) if c.pre_norms else nn.Identity()
         self.attn = MultiHeadAttention(
             c.dim, c.num_heads, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias, fused_qkv=c.fused_qkv,
             num_kv_heads=c.num_kv_heads, qkv_layout=c.qkv_layout, head_dim=c.head_dim,
-            qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm else None,
+            qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm and not c.qk_norm_full else None,
         )
-        self.norm2 = make_norm(c.norm, c.dim, c.eps)
+        if c.qk_norm_full:
+            if c.norm != "rms":
+                raise ValueError(f"qk_norm_full needs norm 'rms', got {c.norm!r}")
+            a = self.attn
+            a.q_norm = HeadsRMSNorm(a.num_heads * a.head_dim, c.eps)
+            a.k_norm = HeadsRMSNorm(a.num_kv_heads * a.head_dim, c.eps)
+        self.norm2 = make_norm(c.norm, c.dim, c.eps) if c.pre_norms else nn.Identity()
+        self.residual_scale = c.residual_scale
         self.mlp = (SwiGLU(c.dim, c.mlp_hidden, bias=c.mlp_bias, act=c.mlp_act, fused=c.fused_gate_up)
                     if c.mlp == "swiglu" else MLP(c.dim, c.mlp_hidden, c.act, c.mlp_bias))
         self.ls1 = LayerScale(c.dim, c.layerscale) if c.layerscale is not None else nn.Identity()
@@ -94,18 +110,22 @@ class TransformerBlock(nn.Module):
         x = hook("hook_resid_pre", x)
         if self.parallel:  # both branches read the block's input (GPT-NeoX's use_parallel_residual)
             a, probs = self.attn(self.norm1(x), opts)
-            a = hook("hook_attn_out", self.ls1(self.post_attn_norm(a)))
-            m = hook("hook_mlp_out", self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x)))))
+            a = hook("hook_attn_out", self._scaled(self.ls1(self.post_attn_norm(a))))
+            m = hook("hook_mlp_out", self._scaled(self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))))
             out = x + a + m
         elif self.norm_first:
             a, probs = self.attn(self.norm1(x), opts)
-            x = x + hook("hook_attn_out", self.ls1(self.post_attn_norm(a)))
-            out = x + hook("hook_mlp_out", self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x)))))
+            x = x + hook("hook_attn_out", self._scaled(self.ls1(self.post_attn_norm(a))))
+            out = x + hook("hook_mlp_out", self._scaled(self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))))
         else:
             a, probs = self.attn(x, opts)
             x = self.norm1(x + hook("hook_attn_out", self.ls1(a)))
             out = self.norm2(x + hook("hook_mlp_out", self.ls2(self.mlp(x))))
         return hook("hook_resid_post", out), probs
+
+    def _scaled(self, branch: torch.Tensor) -> torch.Tensor:
+        """A branch's addition to the stream: times residual_scale where it is not 1 (Granite)."""
+        return branch if self.residual_scale == 1.0 else branch * self.residual_scale
 
 
 class BlockStack(nn.Module):

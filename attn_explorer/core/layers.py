@@ -1,4 +1,4 @@
-"""Norms and MLPs: LayerNorm, RMSNorm, the GELU / tanh-GELU MLP and SwiGLU."""
+"""Norms and MLPs: LayerNorm, RMSNorm (per head or over all heads), the GELU / tanh-GELU MLP and SwiGLU."""
 from __future__ import annotations
 
 import torch
@@ -28,6 +28,16 @@ class RMSNorm(nn.Module):
         if self.unit_offset:
             return (x * (1.0 + self.weight.float())).to(dtype)
         return self.weight * x.to(dtype)
+
+
+class HeadsRMSNorm(RMSNorm):
+    """An RMSNorm over every head's q (or k) together: (B, H, N, d_k) in and out, normalised over H·d_k
+    as one vector, as OLMo 2 normalises q_proj's whole output before the head split."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, H, N, d = x.shape
+        y = super().forward(x.transpose(1, 2).reshape(B, N, H * d))
+        return y.view(B, N, H, d).transpose(1, 2)
 
 
 class LayerNorm(nn.LayerNorm):

@@ -10,6 +10,10 @@ too (sandwich), embeddings times sqrt(width), a GeGLU MLP, their own attention s
 logits (Gemma 2), q/k norms (Gemma 3), and local layers that see only their window of tokens
 (with their own RoPE base in Gemma 3) between global ones.
 
+SmolLM3, Granite and OLMo 2 / 3 are switches too: layers without RoPE (nope_layers), Granite's
+multipliers (embeddings, each residual branch, the attention scale, the logits' divisor), and OLMo's
+norms only after each branch (pre_norms=False) with q/k normalised over all heads' width.
+
 For generation the forward takes a `KVCache`: the new tokens' keys and values are appended to the
 cached ones, so each step runs one token through the stack and attends to everything before it.
 """
@@ -70,6 +74,13 @@ class LlamaConfig:
     # rope_local_theta is set (Gemma 3), of the global layers, the local ones taking rope_local_scaling
     rope_scaling: RopeScaling = field(default_factory=RopeScaling)
     rope_local_scaling: RopeScaling = field(default_factory=RopeScaling)
+    # SmolLM3, Granite, OLMo 2 / 3:
+    nope_layers: list | None = None  # per layer, True: no RoPE there, no positions at all (SmolLM3's NoPE layers)
+    embed_multiplier: float = 1.0  # token embeddings times this (Granite's embedding_multiplier)
+    residual_multiplier: float = 1.0  # each branch times this before the residual sum (Granite)
+    logits_divisor: float = 1.0  # next-token logits divided by this (Granite's logits_scaling)
+    pre_norms: bool = True  # False: only the norms after each branch (OLMo 2's post_attention/feedforward norms)
+    qk_norm_full: bool = False  # q_norm / k_norm over all heads' width before the head split (OLMo 2)
     rope_linear_factor: float = 1.0  # mirrors a linear rope_scaling's factor (and reads checkpoints saved before it)
 
     def __post_init__(self):
@@ -103,13 +114,17 @@ class LlamaConfig:
             head_dim=self.head_size, qk_norm=self.qk_norm, parallel=self.parallel_residual,
             fused_qkv=self.qkv_layout != "separate",
             qkv_layout="stacked" if self.qkv_layout == "separate" else self.qkv_layout,
-            fused_gate_up=self.fused_gate_up, sandwich=self.sandwich_norms,
+            fused_gate_up=self.fused_gate_up, sandwich=self.sandwich_norms, pre_norms=self.pre_norms,
+            qk_norm_full=self.qk_norm_full, residual_scale=self.residual_multiplier,
         )
 
     def layer_kinds(self) -> list[str]:
-        """Per layer, for people: "local, window 512" (a sliding window) or "global"."""
+        """Per layer, for people: "local, window 512" (a sliding window) or "global", with ", no positions"
+        on a layer without RoPE (SmolLM3's NoPE layers)."""
         windows = self.sliding_windows or [None] * self.num_layers
-        return [f"local, window {w}" if w else "global" for w in windows]
+        nope = self.nope_layers or [False] * self.num_layers
+        return [(f"local, window {w}" if w else "global") + (", no positions" if n else "")
+                for w, n in zip(windows, nope)]
 
 
 class Llama(nn.Module):
@@ -171,6 +186,8 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         past = decoder_start(cache, N, self.cfg.max_positions)
         x = self.embed_tokens(input_ids)
         cfg = self.cfg
+        if cfg.embed_multiplier != 1.0:  # Granite's embedding_multiplier
+            x = x * cfg.embed_multiplier
         if cfg.scale_embeddings:  # sqrt(dim) rounded to the weights' dtype first, as transformers does
             x = x * torch.tensor(cfg.dim ** 0.5, dtype=x.dtype, device=x.device)
         opts = AttentionOptions(mask=key_padding_mask(attention_mask), causal=True, dk_scale=dk_scale,
@@ -181,6 +198,9 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         if layer_opts and cfg.rope_local_theta is not None:  # Gemma 3: the local layers' own RoPE base
             local_rope = self.rope(past, N, x.device, x.dtype, local=True)
             layer_opts = [dict(o, rope=local_rope) if o["window"] else o for o in layer_opts]
+        if cfg.nope_layers and any(cfg.nope_layers):  # SmolLM3: these layers see no positions
+            layer_opts = layer_opts or [{} for _ in range(cfg.num_layers)]
+            layer_opts = [dict(o, rope=None) if n else o for o, n in zip(layer_opts, cfg.nope_layers)]
         x, attn = self.blocks(x, opts, dk_layers=dk_layers, output_attentions=output_attentions,
                               hooks=hooks, cache=cache, layer_opts=layer_opts)
         return ModelOutput(hidden=self.norm(x), attentions=attn)
@@ -198,5 +218,7 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
             raise RuntimeError("this Llama was loaded without its LM head: it has no next-token logits")
         else:
             logits = self.lm_head(hidden)
+        if self.cfg.logits_divisor != 1.0:  # Granite's logits_scaling
+            logits = logits / self.cfg.logits_divisor
         c = self.cfg.final_softcap
         return logits if c is None else torch.tanh(logits / c) * c  # Gemma's final_logit_softcapping

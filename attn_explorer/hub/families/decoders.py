@@ -1,7 +1,10 @@
 """Decoders: GPT-2 and OPT (learned positions, LayerNorm), and the rotary decoders on our one Llama-style
-model: Llama (SmolLM2), Qwen2/2.5, Qwen3, Mistral, Phi-3, GPT-NeoX (Pythia). The rotary ones share one
-reader (`_rotary_decoder`); each row sets only its switches."""
+model: Llama (SmolLM2), Qwen2/2.5, Qwen3, Mistral, Phi-3, GPT-NeoX (Pythia), SmolLM3 (NoPE layers),
+Granite (multipliers). The rotary ones share one reader (`_rotary_decoder`); each row sets only its
+switches (OLMo 2 / 3 reuse it from families/olmo.py)."""
 from __future__ import annotations
+
+import math
 
 from attn_explorer.core.gpt2 import GPT2, GPT2Config
 from attn_explorer.core.llama import Llama, LlamaConfig
@@ -157,6 +160,52 @@ def _gpt_neox_config(cfg: dict) -> LlamaConfig:
     )
 
 
+def _smollm3_nope(cfg: dict) -> list[bool]:
+    """Per layer, True where SmolLM3 uses no RoPE: no_rope_layers lists 1 (RoPE) or 0 (none) per layer;
+    without it, every no_rope_layer_interval-th layer (4 by default) has none, as transformers builds it."""
+    n = cfg["num_hidden_layers"]
+    flags = cfg.get("no_rope_layers")
+    if flags is None:
+        every = cfg.get("no_rope_layer_interval", 4)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise UserError(f"smollm3: no_rope_layer_interval must be a whole number >= 1, got {every!r}")
+        flags = [int((i + 1) % every != 0) for i in range(n)]
+    if not isinstance(flags, list) or len(flags) != n or any(f not in (0, 1) for f in flags):
+        raise UserError(f"smollm3: no_rope_layers must list 1 (RoPE) or 0 (none) per layer ({n}), got {flags!r}")
+    return [not f for f in flags]
+
+
+def _smollm3_config(cfg: dict) -> LlamaConfig:
+    nope = _smollm3_nope(cfg)
+    w = window(cfg, "smollm3") if cfg.get("use_sliding_window") else None
+    # transformers' default layer_types: a window on the NoPE layers where use_sliding_window
+    types = layer_types(cfg, "smollm3", lambda n: ["sliding_attention" if w is not None and nope[i]
+                                                   else "full_attention" for i in range(n)])
+    windows = layer_windows(types, w)
+    return _rotary_decoder(cfg, "smollm3", rope_defaults=dict(theta=2_000_000.0),
+                           attention_bias=bool(cfg.get("attention_bias", False)),
+                           mlp_bias=bool(cfg.get("mlp_bias", False)),
+                           tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+                           sliding_windows=windows if any(windows) else None,
+                           nope_layers=nope if any(nope) else None)
+
+
+def _multiplier(cfg: dict, name: str) -> float:
+    m = cfg.get(name, 1.0)
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m == 0:
+        raise UserError(f"granite: {name} must be a finite non-zero number, got {m!r}")
+    return float(m)
+
+
+def _granite_config(cfg: dict) -> LlamaConfig:
+    return _rotary_decoder(cfg, "granite", attention_bias=bool(cfg.get("attention_bias", False)),
+                           mlp_bias=bool(cfg.get("mlp_bias", False)),
+                           embed_multiplier=_multiplier(cfg, "embedding_multiplier"),
+                           attn_scale=_multiplier(cfg, "attention_multiplier"),
+                           residual_multiplier=_multiplier(cfg, "residual_multiplier"),
+                           logits_divisor=_multiplier(cfg, "logits_scaling"))
+
+
 _LL = r"layers\.(\d+)\."
 LLAMA_RULES = [
     (r"embed_tokens\.weight", "embed_tokens.weight"),
@@ -204,6 +253,9 @@ ARCHITECTURES.update({
     "qwen2": Architecture("qwen2", "text", Llama, _qwen2_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
     "qwen3": Architecture("qwen3", "text", Llama, _qwen3_config, QWEN3_RULES, ("model.",), ignore=_ROPE_BUFFERS),
     "mistral": Architecture("mistral", "text", Llama, _mistral_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
+    "smollm3": Architecture("smollm3", "text", Llama, _smollm3_config, LLAMA_RULES, ("model.",),
+                            ignore=_ROPE_BUFFERS),
+    "granite": Architecture("granite", "text", Llama, _granite_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
     "phi3": Architecture("phi3", "text", Llama, _phi3_config, PHI3_RULES, ("model.",), ignore=_ROPE_BUFFERS),
     "gpt_neox": Architecture(
         "gpt_neox", "text", Llama, _gpt_neox_config, GPT_NEOX_RULES, ("gpt_neox.",),

