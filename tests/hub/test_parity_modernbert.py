@@ -168,3 +168,31 @@ def test_modernbert_bad_config_is_one_line(tmp_path, field, value, says):
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UserError, match=says):
         ax.load_model(str(folder), device="cpu")
+
+
+def test_modernbert_lazy_and_hooks(tmp_path):
+    """The lazy store (long inputs) recomputes the dense maps, band masks included, with padding and the d_k
+    slider on one local layer; hook_pattern is the map the forward returned, and zeroing the last layer's
+    hook_z moves the hidden state only."""
+    from tests.api.test_lazy import _assert_same_maps, _both
+
+    vocab = modernbert_tokenizer().get_vocab_size()
+    _, folder = _hf_model(tmp_path, "every_2", vocab)
+    m = ax.load_model(str(folder), device="cpu")
+    torch.manual_seed(1)
+    ids = torch.randint(5, vocab, (2, 29))
+    mask = torch.ones_like(ids)
+    mask[1, 21:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    dense, lazy, store = _both(m, inputs, dk_scale=0.7, dk_layers=[1])
+    _assert_same_maps(dense, store, rows_of=[29, 21])
+    torch.testing.assert_close(lazy.hidden[0], dense.hidden[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lazy.hidden[1, :21], dense.hidden[1, :21], atol=1e-5, rtol=1e-5)
+    t = m.trace({"input_ids": ids[:1]}, names=lambda n: n.endswith("hook_pattern"), attentions=True)
+    for i in range(m.info.num_layers):
+        torch.testing.assert_close(t.cache[f"blocks.{i}.attn.hook_pattern"], t.out.attentions[:, i], atol=0, rtol=0)
+    last = m.info.num_layers - 1
+    off = m.trace({"input_ids": ids[:1]}, {f"blocks.{last}.attn.hook_z": lambda z, n: torch.zeros_like(z)},
+                  attentions=True)
+    torch.testing.assert_close(off.out.attentions, t.out.attentions, atol=0, rtol=0)
+    assert (off.out.hidden - t.out.hidden).abs().max() > 1e-4
