@@ -34,11 +34,26 @@ CASES = {
                      dict(num_key_value_heads=3, attention_bias=True, mlp_bias=True, embedding_multiplier=6.5,
                           attention_multiplier=0.3, residual_multiplier=0.7, logits_scaling=3.3,
                           tie_word_embeddings=True)),
+    # norms only after each branch, q/k norms over all heads' width (grouped: k's is H_kv·d_k wide)
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_key_value_heads=2, rope_theta=1000.0)),
+    "olmo2-bias": ("Olmo2Config", "Olmo2ForCausalLM", dict(num_key_value_heads=6, attention_bias=True,
+                                                            tie_word_embeddings=True)),
+    # 3 sliding layers (window 5) to 1 full, transformers' default pattern
+    "olmo3": ("Olmo3Config", "Olmo3ForCausalLM", dict(num_key_value_heads=2, sliding_window=5)),
+    # the sliding layers' own RoPE base, from a per-layer-type rope_parameters
+    "olmo3-local-rope": ("Olmo3Config", "Olmo3ForCausalLM",
+                         dict(num_key_value_heads=3, sliding_window=6,
+                              layer_types=["full_attention", "sliding_attention", "sliding_attention",
+                                           "full_attention"],
+                              rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                                               "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})),
 }
 # ModelInfo.layer_kinds: per layer, as the grid's header shows it (empty when every layer is plain global)
 KINDS = {
     "smollm3": ["global", "global", "global", "global, no positions"],
     "smollm3-window": ["global", "local, window 5, no positions", "global", "local, window 5, no positions"],
+    "olmo3": ["local, window 5"] * 3 + ["global"],
+    "olmo3-local-rope": ["global", "local, window 6", "local, window 6", "global"],
 }
 
 
@@ -75,6 +90,12 @@ def test_parity_with_transformers(built, name):
     family = json.loads((folder / "config.json").read_text())["model_type"]
     assert m.info.family == family and m.info.causal and m.info.can_generate
     assert list(m.info.layer_kinds) == KINDS.get(name, [])
+    cfg = m.module.cfg
+    if family.startswith("olmo"):  # q's norm is H·d_k wide, k's H_kv·d_k; no norm before either branch
+        attn = m.module.blocks.layers[0].attn
+        assert attn.q_norm.weight.shape[0] == 48 and attn.k_norm.weight.shape[0] == 8 * cfg.num_kv_heads
+        assert not cfg.pre_norms
+    assert cfg.rope_local_theta == (100.0 if name == "olmo3-local-rope" else None)
     ids = torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(7))
     att, hidden, ours = max_differences(hf, m, ids)
     print(f"{name}: maps {att:.2e} hidden {hidden:.2e}")
@@ -123,3 +144,14 @@ def test_broken_fields_are_one_line(tmp_path):
     with pytest.raises(UserError) as e:
         ax.load_model(str(tmp_path), device="cpu")
     assert "\n" not in str(e.value) and "logits_scaling" in str(e.value)
+
+
+def test_an_unknown_model_type_lists_the_new_families(tmp_path):
+    make_folder(tmp_path, "olmo2")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": "olmoe"}))
+    with pytest.raises(UserError) as e:
+        ax.load_model(str(tmp_path), device="cpu")
+    message = str(e.value)
+    assert "\n" not in message and "'olmoe'" in message
+    assert all(f in message for f in ("smollm3", "granite", "olmo2", "olmo3"))

@@ -8,7 +8,8 @@ lives in hub/convert.py.
 """
 from __future__ import annotations
 
-from attn_explorer.hub.families import clip, decoders, encoders, gemma, modernbert, seq2seq, vision  # noqa: F401 - rows
+from attn_explorer.hub.families import (clip, decoders, encoders, gemma, modernbert, olmo, seq2seq,  # noqa: F401 - rows
+                                      vision)
 from attn_explorer.hub.families.common import ACTS, ARCHITECTURES, Architecture
 
 __all__ = ["ACTS", "ARCHITECTURES", "Architecture"]
