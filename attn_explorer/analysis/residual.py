@@ -42,6 +42,10 @@ def decoder_parts(module) -> DecoderParts:
     blocks = list(module.blocks.layers)
     if any(not (b.norm_first or b.parallel) for b in blocks):
         raise UserError("post-LN decoders (OPT-350m) are not supported yet: their residual stream is not a sum")
+    scaled = [f for f in ("residual_multiplier", "logits_divisor") if getattr(cfg, f, 1.0) != 1.0]
+    if scaled:  # Granite: each branch and the logits are scaled outside the pieces this decomposition sums
+        raise UserError(f"the logit lens and contributions do not support Granite's multipliers yet "
+                        f"({', '.join(scaled)} ≠ 1): its pieces would not add up to the logit")
     if hasattr(module, "embed_tokens"):  # Llama, Gemma
         norm = module.norm
         unembed = module.embed_tokens.weight if cfg.tie_embeddings else module.lm_head.weight

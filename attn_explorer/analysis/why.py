@@ -155,6 +155,10 @@ def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, quer
         raise UserError(f"layer {layer} does not exist; the model has layers 0..{L - 1}")
     if not 0 <= head < H:
         raise UserError(f"head {head} does not exist; the layer has heads 0..{H - 1}")
+    cfg = getattr(model.module, "cfg", None)
+    if getattr(cfg, "qk_norm_full", False) or not getattr(cfg, "pre_norms", True):
+        raise UserError(f"why this head looks there is not supported yet for {model.info.family}: it normalises q and k "
+                        "over all heads at once, after no norm before attention, and the split is per head")
     with torch.inference_mode():
         run = residual_run(model, x, run_kw, layers=range(layer + 1), full={layer})
         if progress is not None:
