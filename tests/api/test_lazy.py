@@ -67,6 +67,19 @@ def _text_families():
             num_hidden_layers=2, num_key_value_heads=2, query_pre_attn_scalar=20, attn_logit_softcapping=2.0, **gemma))),
         "gemma3 (qk-norm, windows)": lambda: _spread(transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
             num_hidden_layers=3, num_key_value_heads=1, query_pre_attn_scalar=12, sliding_window_pattern=3, **gemma))),
+        # the 2026 decoders: NoPE layers, Granite's multipliers, norms only after each branch with full-width q/k
+        # norms and windows; and ModernBERT's two-sided local windows
+        "smollm3 (NoPE layers)": lambda: _spread(transformers.SmolLM3ForCausalLM(transformers.SmolLM3Config(
+            **{**COMMON, "num_hidden_layers": 4, "num_key_value_heads": 2}))),
+        "granite (multipliers)": lambda: _spread(transformers.GraniteForCausalLM(transformers.GraniteConfig(
+            **{**COMMON, "num_key_value_heads": 2, "embedding_multiplier": 6.0, "attention_multiplier": 0.2,
+               "residual_multiplier": 0.5, "logits_scaling": 4.0}))),
+        "olmo3 (post-norms, windows)": lambda: _spread(transformers.Olmo3ForCausalLM(transformers.Olmo3Config(
+            **{**COMMON, "num_hidden_layers": 4, "num_key_value_heads": 2, "sliding_window": 5}))),
+        "modernbert (two-sided windows)": lambda: _spread(transformers.ModernBertModel(transformers.ModernBertConfig(
+            vocab_size=99, hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
+            global_attn_every_n_layers=3, local_attention=4, max_position_embeddings=64, pad_token_id=0,
+            attn_implementation="eager"))),
         "clip_text": lambda: transformers.CLIPTextModel(transformers.CLIPTextConfig(
             vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
             max_position_embeddings=64, attn_implementation="eager", bos_token_id=0, eos_token_id=2, pad_token_id=1)),
