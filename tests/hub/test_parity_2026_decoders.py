@@ -14,8 +14,8 @@ transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
+from tests.hub import test_parity_rotary_families as rotary  # noqa: E402
 from tests.hub.test_parity_rotary_families import COMMON, N, TOL, VOCAB, max_differences  # noqa: E402
-from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 COMMON4 = {**COMMON, "num_hidden_layers": 4}
 
@@ -58,29 +58,12 @@ KINDS = {
 
 
 def make_folder(folder, name: str):
-    cfg_cls, model_cls, overrides = CASES[name]
-    torch.manual_seed(100 + sorted(CASES).index(name))
-    cfg = getattr(transformers, cfg_cls)(**{**COMMON4, **overrides})
-    hf = getattr(transformers, model_cls)(cfg).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    hf.save_pretrained(folder, safe_serialization=True)
-    train_tokenizer().save(str(folder / "tokenizer.json"))
-    return hf
+    return rotary.make_folder(folder, name, CASES, COMMON4, seed=100)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            folder = tmp_path_factory.mktemp(name)
-            cache[name] = (make_folder(folder, name), folder)
-        return cache[name]
-
-    return get
+    return rotary.folders(tmp_path_factory, make_folder)
 
 
 @pytest.mark.parametrize("name", list(CASES))

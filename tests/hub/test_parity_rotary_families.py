@@ -53,12 +53,12 @@ WINDOWS = {"qwen2-window": [None, 5, 5], "mistral": [6, 6, 6], "phi3-window": [7
 ROTATED = {"gpt_neox": 2, "gpt_neox-sequential": 4, "phi3-partial": 4}  # of d_k = 8 (others: all of d_k)
 
 
-def make_folder(folder, name: str):
-    """transformers' model for CASES[name], every weight moved off its init (norms and biases too),
+def make_folder(folder, name: str, cases: dict = CASES, common: dict = COMMON, seed: int = 0):
+    """transformers' model for cases[name], every weight moved off its init (norms and biases too),
     saved with save_pretrained next to a trained tokenizer. Returns the model."""
-    cfg_cls, model_cls, overrides = CASES[name]
-    torch.manual_seed(sorted(CASES).index(name))
-    cfg = getattr(transformers, cfg_cls)(**{**COMMON, **overrides})
+    cfg_cls, model_cls, overrides = cases[name]
+    torch.manual_seed(seed + sorted(cases).index(name))
+    cfg = getattr(transformers, cfg_cls)(**{**common, **overrides})
     hf = getattr(transformers, model_cls)(cfg).eval()
     with torch.no_grad():
         for p in hf.parameters():
@@ -68,17 +68,22 @@ def make_folder(folder, name: str):
     return hf
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def folders(tmp_path_factory, make=make_folder):
+    """name -> (transformers' model, its folder), each made once by make(folder, name)."""
     cache = {}
 
     def get(name):
         if name not in cache:
             folder = tmp_path_factory.mktemp(name)
-            cache[name] = (make_folder(folder, name), folder)
+            cache[name] = (make(folder, name), folder)
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return folders(tmp_path_factory)
 
 
 def _base(hf):
