@@ -12,6 +12,7 @@ import torch
 from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
+from attn_explorer.api import prefix
 from attn_explorer.api.hooks import (ActivationCache, Trace, ablation_hooks, caching_hook, check_names, merge,
                                      model_hook_names, select_names)
 from attn_explorer.api.lazy import LazyAttention, kept_bytes
@@ -200,11 +201,12 @@ class Model:
         prep = self.prepare(x, max_tokens=kw["max_tokens"], image_size=kw["image_size"])
         dec = prepare_target(self, prep, kw["target"], kw["max_tokens"])
         hidden = kw["hidden"]
-        from attn_explorer.api.prefix import reusable
-
-        kv = kw["reuse_prefix"] and dec is None and reusable(self)  # this run keeps its KV cache for the next
-        keep = self._keep_lazily(prep, kw["lazy"], hidden, dec is not None, kv_cache=kv)
         table = merge(ablate, *self._context_hooks, hooks)
+        # prefix reuse (a decoder's KV cache kept for the next run) only where nothing hooks this one: a hook or
+        # a cache must see every token
+        asked = kw["reuse_prefix"] and self.info.modality == "text" and dec is None
+        reuse = asked and not table and cache is None and prefix.reusable(self) and set(prep.inputs) == {"input_ids"}
+        keep = self._keep_lazily(prep, kw["lazy"], hidden, dec is not None, kv_cache=reuse)
         if cache is not None:
             names, store, every = cache
             if keep:
@@ -217,15 +219,14 @@ class Model:
         if keep and any(n.endswith("attn.hook_pattern") for n in table):
             raise UserError("this run is lazy (a long input: no maps are kept), so attn.hook_pattern is never "
                             "reached; read r.attention(layer, head, ...) instead, or pass lazy=False")
+        if reuse:
+            return prefix.run(self, prep, dk_scale, dk_layers, hidden, lazy=keep)
         hooks_on = Hooks(table, keep=keep) if table or keep else None
-        if kw["reuse_prefix"] and self.info.modality == "text" and dec is None:
-            from attn_explorer.api import prefix
-
-            return prefix.run(self, prep, dk_scale, dk_layers, hidden, hooks_on)
         out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, hooks_on, output_attentions=not keep)
         if self.info.modality == "text":
+            line = prefix.not_reused(self, len(prep.tokens), hooked=bool(table)) if asked else ""
             return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
-                                notes=prep.notes, total_tokens=prep.total_tokens,
+                                notes=prep.notes, total_tokens=prep.total_tokens, reuse=line,
                                 **(result_fields(out, dec, hidden) if dec is not None else {}))
         return self._image_result(out, ms, prep, dk_scale, hidden)
 

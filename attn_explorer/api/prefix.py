@@ -25,7 +25,6 @@ import torch
 from attn_explorer.api.lazy import LazyAttention, LazyLayer
 from attn_explorer.api.result import RunResult
 from attn_explorer.core.attention import KVCache
-from attn_explorer.core.hooks import Hooks
 
 
 @dataclass
@@ -93,34 +92,21 @@ def _start(model, key: tuple, ids: list[int]) -> tuple[int, str]:
     return p, "" if p else "the first token changed"
 
 
-def run(model, prep, dk_scale: float, dk_layers, hidden: bool, hooks: Hooks | None = None) -> RunResult:
-    """`model.run(text, ..., reuse_prefix=True)` for a prepared input: for a decoder, the forward of the
-    tokens after the kept prefix only, spliced with the kept run's rows (dense maps, or for a lazy run
-    (hooks.keep) q and lse) into a result equal to a full run's. An encoder, or a run with hooks on (an
-    intervention, or a cache that must see every token), runs every token, and forgets what was kept (it
-    would only hold memory)."""
-    lazy = bool(hooks is not None and hooks.keep)
-    hooked = hooks is not None and bool(hooks.fns)
-    if not reusable(model) or hooked or set(prep.inputs) != {"input_ids"}:
-        forget()
-        out, ms, _ = model._forward(prep.inputs, dk_scale, dk_layers, hooks, output_attentions=not lazy)
-        n = len(prep.tokens)
-        why = "interventions on" if hooked else "this model keeps no KV cache"
-        line = encoder_line(n) if not model.info.causal else f"reused 0 of {n:,} tokens ({why})"
-        return model._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
-                             notes=prep.notes, total_tokens=prep.total_tokens, reuse=line)
-    return _run_decoder(model, prep, dk_scale, dk_layers, hidden, lazy)
+def not_reused(model, n: int, hooked: bool) -> str:
+    """A run with reuse_prefix asked that reuses nothing (an encoder, a model without a KV cache, or hooks on:
+    an intervention or a cache must see every token): forget what was kept (it would only hold memory), and
+    say why in the status bar's words."""
+    forget()
+    if not model.info.causal:
+        return encoder_line(n)
+    return f"reused 0 of {n:,} tokens ({'interventions on' if hooked else 'this model keeps no KV cache'})"
 
 
-def _forward(model, inputs: dict, dk_scale: float, dk_layers, lazy: bool):
-    """(out, ms) of one forward pass keeping the maps, or (lazy) each layer's q, k and lse in `out.lazy`."""
-    out, ms, _ = model._forward(inputs, dk_scale, dk_layers, Hooks(keep=True) if lazy else None,
-                                output_attentions=not lazy)
-    return out, ms
-
-
-def _run_decoder(model, prep, dk_scale: float, dk_layers, hidden: bool, lazy: bool) -> RunResult:
-    """A decoder's run from the kept prefix (none: every token, into a new cache), kept in turn for the next."""
+def run(model, prep, dk_scale: float, dk_layers, hidden: bool, lazy: bool = False) -> RunResult:
+    """`model.run(text, ..., reuse_prefix=True)` for a decoder (`reusable`) with no hook on: the forward of the
+    tokens after the kept prefix only (Model.trace), spliced with the kept run's rows (dense maps, or for a
+    lazy run q and lse) into a result equal to a full run's; none kept: every token, into a new cache. The
+    run is kept in turn for the next."""
     global _kept
     ids = [int(i) for i in prep.inputs["input_ids"][0].tolist()]
     key = (str(model.dtype), float(dk_scale), None if dk_layers is None else tuple(dk_layers), bool(lazy))
@@ -131,8 +117,9 @@ def _run_decoder(model, prep, dk_scale: float, dk_layers, hidden: bool, lazy: bo
         _kept = None  # the cache changes now: until this run succeeds there is nothing safe to reuse
         if p:
             cache.truncate(p)
-        out, ms = _forward(model, {"input_ids": prep.inputs["input_ids"][:, p:], "cache": cache}, dk_scale,
-                           dk_layers, lazy)
+        t = model.trace({"input_ids": prep.inputs["input_ids"][:, p:], "cache": cache}, dk_scale=dk_scale,
+                        dk_layers=dk_layers, attentions=not lazy, lazy=lazy)
+        out, ms = t.out, t.ms
         full_hidden = out.hidden[0] if not p else torch.cat([kept.hidden[:p], out.hidden[0]])
         old = kept.result if p else None
         if lazy:
