@@ -124,7 +124,7 @@ def _writers(run, layer: int, positions: tuple[int, int]):
     return names, heads, torch.stack(pieces), biases
 
 
-def _side(norm, qk_norm, w, b, pieces, bias, x_real, rope, scale_side: float = 1.0):
+def _side(norm, qk_norm, w, b, pieces, bias, x_real, rope, scale_side: float = 1.0, layout: str = "half"):
     """One side (query or key) at one position: each writer's part of q (or k), (K + 1, d), biases last."""
     import torch
 
@@ -137,7 +137,7 @@ def _side(norm, qk_norm, w, b, pieces, bias, x_real, rope, scale_side: float = 1
     if qk_norm is not None:
         parts = FrozenNorm(qk_norm, parts.sum(0)).lin(parts)
     if rope is not None:
-        parts = apply_rope(parts, rope)
+        parts = apply_rope(parts, rope, layout)
     return parts * scale_side
 
 
@@ -177,7 +177,8 @@ def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, quer
         notes = []
         window = (getattr(cfg, "sliding_windows", None) or [None] * L)[layer]
         rope = None
-        if hasattr(module, "rope"):
+        nope = (getattr(cfg, "nope_layers", None) or [False] * L)[layer]  # SmolLM3: no RoPE on this layer
+        if hasattr(module, "rope") and not nope:
             cos, sin = module.rope(0, n, x_real.device, x_real.dtype, local=bool(window) and
                                    getattr(cfg, "rope_local_theta", None) is not None)
             rope = {p: (cos[p:p + 1], sin[p:p + 1]) for p in (query, key)}
@@ -188,9 +189,9 @@ def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, quer
         dk_on = run.dk_layers is None or layer in set(run.dk_layers)
         scale = attention_scale(attn.head_dim, run.dk_scale if dk_on else 1.0, getattr(cfg, "attn_scale", None))
         qs = _side(block.norm1, attn.q_norm, wq, bq, pieces[:, 0], biases[0], x_real[0],
-                   None if rope is None else rope[query], scale)
+                   None if rope is None else rope[query], scale, attn.rope_layout)
         ks = _side(block.norm1, attn.k_norm, wk, bk, pieces[:, 1], biases[1], x_real[1],
-                   None if rope is None else rope[key])
+                   None if rope is None else rope[key], layout=attn.rope_layout)
         matrix = (qs.double() @ ks.double().t()).cpu().numpy()  # (K + 1, K + 1)
         c = run.caps[layer]
         real = float((c["q"][0, head, query].double() @ c["k"][0, head, key].double()) * scale)

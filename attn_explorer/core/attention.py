@@ -197,8 +197,10 @@ class MultiHeadAttention(nn.Module):
         head_dim: int | None = None,
         num_kv_heads: int | None = None,
         qk_norm=None,
+        rope_layout: str = "half",
     ):
         super().__init__()
+        self.rope_layout = rope_layout  # which dimensions RoPE pairs (positional.apply_rope)
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads or num_heads
         if num_heads % self.num_kv_heads:
@@ -279,7 +281,7 @@ class MultiHeadAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if o.rope is not None:
-            q, k = apply_rope(q, o.rope), apply_rope(k, o.rope)
+            q, k = apply_rope(q, o.rope, self.rope_layout), apply_rope(k, o.rope, self.rope_layout)
         lh = o.hooks
         if lh is not None:
             q, k, v = lh("attn.hook_q", q), lh("attn.hook_k", k), lh("attn.hook_v", v)

@@ -43,6 +43,7 @@ class BlockConfig:
     pre_norms: bool = True  # False: no norm before either branch, only sandwich's after each (OLMo 2)
     qk_norm_full: bool = False  # qk_norm over all heads' q (k) together, H·d_k wide, not per head (OLMo 2)
     residual_scale: float = 1.0  # each branch times this before the residual sum (Granite's residual_multiplier)
+    rope_layout: str = "half"  # which of d_k's dimensions RoPE pairs (positional.apply_rope): "half", "pairs", "pairs_in"
 
 
 class TransformerBlock(nn.Module):
@@ -80,6 +81,7 @@ class TransformerBlock(nn.Module):
             c.dim, c.num_heads, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias, fused_qkv=c.fused_qkv,
             num_kv_heads=c.num_kv_heads, qkv_layout=c.qkv_layout, head_dim=c.head_dim,
             qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm and not c.qk_norm_full else None,
+            rope_layout=c.rope_layout,
         )
         if c.qk_norm_full:
             if c.norm != "rms":

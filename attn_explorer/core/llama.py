@@ -81,6 +81,7 @@ class LlamaConfig:
     logits_divisor: float = 1.0  # next-token logits divided by this (Granite's logits_scaling)
     pre_norms: bool = True  # False: only the norms after each branch (OLMo 2's post_attention/feedforward norms)
     qk_norm_full: bool = False  # q_norm / k_norm over all heads' width before the head split (OLMo 2)
+    rope_layout: str = "half"  # RoPE's pairs: "half" (rotate_half), "pairs" (interleaved: GLM-4, Cohere), "pairs_in"
     rope_linear_factor: float = 1.0  # mirrors a linear rope_scaling's factor (and reads checkpoints saved before it)
 
     def __post_init__(self):
@@ -116,6 +117,7 @@ class LlamaConfig:
             qkv_layout="stacked" if self.qkv_layout == "separate" else self.qkv_layout,
             fused_gate_up=self.fused_gate_up, sandwich=self.sandwich_norms, pre_norms=self.pre_norms,
             qk_norm_full=self.qk_norm_full, residual_scale=self.residual_multiplier,
+            rope_layout=self.rope_layout,
         )
 
     def layer_kinds(self) -> list[str]:

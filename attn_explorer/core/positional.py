@@ -159,14 +159,31 @@ def rope_tables(n: int, head_dim: int, base: float = 10000.0, device=None, dtype
     return cos.to(dtype), sin.to(dtype)
 
 
-def apply_rope(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Rotate pairs (x_i, x_{i+r/2}) of x (B, H, N, d) by each position's angle, where r is the tables'
-    width: r = d rotates every dimension; r < d (partial rotary, GPT-NeoX's rotary_pct) rotates the
-    first r and passes the other d - r through unchanged."""
+ROPE_LAYOUTS = ("half", "pairs", "pairs_in")
+
+
+def apply_rope(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor], layout: str = "half") -> torch.Tensor:
+    """Rotate pairs of x (B, H, N, d) by each position's angle, r being the tables' width: r = d rotates every
+    dimension; r < d (partial rotary, GPT-NeoX's rotary_pct) rotates the first r and passes the other d - r
+    through unchanged.
+
+    layout says which dimensions form pair i (rotated by frequency i):
+      "half"      (x_i, x_{i+r/2}): Llama, Qwen, Gemma, and most (rotate_half);
+      "pairs"     (x_2i, x_2i+1), and the result in the same interleaved order: GLM-4, Cohere, Llama 4;
+      "pairs_in"  (x_2i, x_2i+1), the result in the "half" order (the first of each pair, then the second):
+                  DeepSeek-V3's rope_interleave.
+    The arithmetic is the same in every layout (x·cos + rotate(x)·sin); only where each pair lives differs."""
     cos, sin = tables
     r = cos.shape[-1]
     if r < x.shape[-1]:
-        return torch.cat([apply_rope(x[..., :r], tables), x[..., r:]], dim=-1)
+        return torch.cat([apply_rope(x[..., :r], tables, layout), x[..., r:]], dim=-1)
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"unknown RoPE layout {layout!r}: use one of {', '.join(ROPE_LAYOUTS)}")
+    if layout != "half":  # the pairs' first members, then their second ones
+        x = torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+    out = x * cos + rotated * sin
+    if layout == "pairs":  # back to (first, second) side by side
+        out = out.unflatten(-1, (2, half)).transpose(-1, -2).flatten(-2)
+    return out

@@ -65,3 +65,12 @@ def test_the_contribution_graph_runs_or_refuses_in_one_line(load, name):
         assert "\n" not in str(e)
     else:
         assert g is not None
+
+
+def test_the_why_matrix_on_a_nope_layer_adds_up(load):
+    """SmolLM3's layer 3 has no RoPE: the split must not rotate q and k there either."""
+    m = load("smollm3")
+    assert m.module.cfg.nope_layers[3]
+    for layer in (2, 3):
+        w = why.why_matrix(m, TEXT, None, layer, 1, 6, 2)
+        assert abs(w.total - w.logit) < 1e-4, (layer, w.total, w.logit)
