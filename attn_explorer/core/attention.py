@@ -20,6 +20,7 @@ from attn_explorer.core.linear import Linear, PackedLinears
 from attn_explorer.core.masks import (apply_mask_, attention_scale, causal_mask, differentiable,  # noqa: F401 (re-exported)
                                      fold_mask, key_padding_mask)
 from attn_explorer.core.positional import apply_rope
+from attn_explorer.core.sinks import fold_sink, softmax_with_sink
 
 
 class LayerKV:
@@ -102,6 +103,7 @@ def scaled_dot_product_attention(
     probs_out: torch.Tensor | None = None,
     window: int | None = None,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention. q: (..., N, d_k), k: (..., M, d_k), v: (..., M, d_v).
 
@@ -113,6 +115,8 @@ def scaled_dot_product_attention(
     model's stacked attention tensor, so no n×n buffer is allocated or copied per layer.
     window: a causal sliding window (see causal_mask). softcap: the scaled logits become
     softcap * tanh(logits / softcap) before the mask (Gemma 2); the probabilities stay exact.
+    sinks (gpt-oss): one learned logit per head (H,), q's dim -3, joins each row's softmax as a column
+    with no value (core.sinks): the probabilities over the M keys then sum to 1 - the sink's share.
     """
     N, M = q.shape[-2], k.shape[-2]
     s = attention_scale(q.shape[-1], dk_scale, scale)
@@ -141,6 +145,10 @@ def scaled_dot_product_attention(
         full = fold_mask(mask, causal, N, M, q.device, window)
         if full is not None:
             apply_mask_(logits, full)
+    if sinks is not None:  # gpt-oss: the sink's column in the softmax; a row may always look at the sink
+        probs = softmax_with_sink(logits, sinks, inplace=not differentiable(q, k, v))
+        grad = differentiable(q, k, v)
+        return (torch.matmul(half_grad(probs), half_grad(v)) if grad else torch.matmul(probs, v)), probs
     # exp(-inf - (-inf)) is NaN: a row with nothing to look at must attend to nothing. A causal
     # mask alone empties rows only when there are fewer keys than queries.
     may_empty = mask is not None or (causal and M < N)
@@ -183,7 +191,8 @@ class MultiHeadAttention(nn.Module):
     projections `query`, `key`, `value` (BERT, ViT), which still run as one product on the CPU
     fast path (core.linear). num_kv_heads < num_heads gives grouped-query attention: query head h
     uses key/value head h // (num_heads // num_kv_heads). qk_norm (a module factory, e.g. an RMSNorm
-    over d_k) normalises each head's q and k before RoPE (Gemma 3's q_norm and k_norm).
+    over d_k) normalises each head's q and k before RoPE (Gemma 3's q_norm and k_norm). sinks=True
+    (gpt-oss) gives each head a learned sink logit `sinks` (H,) that joins its softmax (core.sinks).
     """
 
     def __init__(
@@ -198,6 +207,7 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads: int | None = None,
         qk_norm=None,
         rope_layout: str = "half",
+        sinks: bool = False,
     ):
         super().__init__()
         self.rope_layout = rope_layout  # which dimensions RoPE pairs (positional.apply_rope)
@@ -230,6 +240,8 @@ class MultiHeadAttention(nn.Module):
             self.q_norm, self.k_norm = qk_norm(self.head_dim), qk_norm(self.head_dim)
         else:
             self.q_norm = self.k_norm = None
+        # gpt-oss: one learned sink logit per query head (core.sinks), or None
+        self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
 
     def _apply(self, fn, recurse=True):
         if not self.fused_qkv:
@@ -289,7 +301,10 @@ class MultiHeadAttention(nn.Module):
             k, v = o.kv.extend(k, v)  # (B, H_kv, M, d_k)
         if lh is not None and lh.keep:
             ctx, lse = lazy.keep_attention(q, k, v, o, self.head_dim)
-            lh.store(q, k, lse, lazy.LayerOptions.of(o, self.head_dim))  # how tiles recompute this layer's logits
+            if self.sinks is not None:  # the lse includes the sink, so tiles give the probabilities beside it
+                ctx, lse = fold_sink(ctx, lse, self.sinks)
+            # how tiles recompute this layer's logits
+            lh.store(q, k, lse, lazy.LayerOptions.of(o, self.head_dim, sinks=self.sinks))
             return self._finish(ctx, lh, B, N), None
         if self.num_kv_heads != self.num_heads:
             rep = self.num_heads // self.num_kv_heads
@@ -298,7 +313,7 @@ class MultiHeadAttention(nn.Module):
         if o.need_weights or hook_pattern or o.softcap is not None:  # torch's fused kernel cannot soft-cap
             ctx, probs = scaled_dot_product_attention(
                 q, k, v, mask=o.mask, scale=o.scale, dk_scale=o.dk_scale, causal=o.causal,
-                probs_out=o.probs_out, window=o.window, softcap=o.softcap,
+                probs_out=o.probs_out, window=o.window, softcap=o.softcap, sinks=self.sinks,
             )
             if hook_pattern:  # the pattern after the hook (changed in place or replaced) weighs the values
                 new = lh("attn.hook_pattern", probs)
@@ -307,6 +322,11 @@ class MultiHeadAttention(nn.Module):
                 if new is not probs:  # and is the one returned
                     probs = o.probs_out.copy_(new) if o.probs_out is not None and not differentiable(new) else new
             probs = probs if o.need_weights else None
+        elif self.sinks is not None:
+            # torch's fused kernel has no sink column: core.lazy's kernel call (torch's flash kernel on the CPU,
+            # blocked elsewhere) hands back each row's lse with the output, and the sink is folded in exactly
+            probs = None
+            ctx = fold_sink(*lazy.keep_attention(q, k, v, o, self.head_dim), self.sinks)[0]
         else:
             probs = None
             ctx = fused_attention(q, k, v, o.mask, attention_scale(self.head_dim, o.dk_scale, o.scale), o.causal,

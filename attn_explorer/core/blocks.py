@@ -9,6 +9,7 @@ from torch import nn
 from attn_explorer.core.attention import AttentionOptions, KVCache, MultiHeadAttention
 from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.layers import MLP, HeadsRMSNorm, LayerScale, SwiGLU, make_norm
+from attn_explorer.core.moe import MoE, MoEConfig
 
 
 def _no_hook(point: str, x: torch.Tensor) -> torch.Tensor:
@@ -43,7 +44,13 @@ class BlockConfig:
     pre_norms: bool = True  # False: no norm before either branch, only sandwich's after each (OLMo 2)
     qk_norm_full: bool = False  # qk_norm over all heads' q (k) together, H·d_k wide, not per head (OLMo 2)
     residual_scale: float = 1.0  # each branch times this before the residual sum (Granite's residual_multiplier)
+    # gpt-oss:
+    sinks: bool = False  # a learned sink logit per head joins each row's softmax (core.sinks)
     rope_layout: str = "half"  # which of d_k's dimensions RoPE pairs (positional.apply_rope): "half", "pairs", "pairs_in"
+    # MoE (Qwen3-MoE, gpt-oss, Llama 4, DeepSeek-V3):
+    moe: MoEConfig | None = None  # set: the MLP is core.moe.MoE (routed experts; mlp_hidden unused)
+    # Cohere / Cohere 2:
+    one_norm: bool = False  # with parallel: both branches read norm1's output; there is no norm2
 
 
 class TransformerBlock(nn.Module):
@@ -65,6 +72,9 @@ class TransformerBlock(nn.Module):
     residual_scale (Granite) multiplies each branch's addition: x = x + r·MHA(LN1(x)), likewise the MLP.
     parallel=True (GPT-NeoX, Pythia) sums both branches, each read from the block's input:
         x = x + MHA(LN1(x)) + MLP(LN2(x))
+    one_norm=True with parallel (Cohere, Command R) reads both branches from one norm:
+        x = x + MHA(LN1(x)) + MLP(LN1(x))
+    moe (Qwen3-MoE, gpt-oss, Llama 4, DeepSeek-V3) makes the MLP a core.moe.MoE: each token's own k experts.
     Built from one BlockConfig; `layer` is its index in the stack.
     """
 
@@ -81,7 +91,7 @@ class TransformerBlock(nn.Module):
             c.dim, c.num_heads, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias, fused_qkv=c.fused_qkv,
             num_kv_heads=c.num_kv_heads, qkv_layout=c.qkv_layout, head_dim=c.head_dim,
             qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm and not c.qk_norm_full else None,
-            rope_layout=c.rope_layout,
+            rope_layout=c.rope_layout, sinks=c.sinks,
         )
         if c.qk_norm_full:
             if c.norm != "rms":
@@ -89,10 +99,16 @@ class TransformerBlock(nn.Module):
             a = self.attn
             a.q_norm = HeadsRMSNorm(a.num_heads * a.head_dim, c.eps)
             a.k_norm = HeadsRMSNorm(a.num_kv_heads * a.head_dim, c.eps)
-        self.norm2 = make_norm(c.norm, c.dim, c.eps) if c.pre_norms else nn.Identity()
+        if c.one_norm and not c.parallel:
+            raise ValueError("one_norm needs parallel=True (both branches reading the block's input)")
+        self.one_norm = c.one_norm
+        self.norm2 = make_norm(c.norm, c.dim, c.eps) if c.pre_norms and not c.one_norm else nn.Identity()
         self.residual_scale = c.residual_scale
-        self.mlp = (SwiGLU(c.dim, c.mlp_hidden, bias=c.mlp_bias, act=c.mlp_act, fused=c.fused_gate_up)
-                    if c.mlp == "swiglu" else MLP(c.dim, c.mlp_hidden, c.act, c.mlp_bias))
+        if c.moe is not None:
+            self.mlp = MoE(c.dim, c.moe)
+        else:
+            self.mlp = (SwiGLU(c.dim, c.mlp_hidden, bias=c.mlp_bias, act=c.mlp_act, fused=c.fused_gate_up)
+                        if c.mlp == "swiglu" else MLP(c.dim, c.mlp_hidden, c.act, c.mlp_bias))
         self.ls1 = LayerScale(c.dim, c.layerscale) if c.layerscale is not None else nn.Identity()
         self.ls2 = LayerScale(c.dim, c.layerscale) if c.layerscale is not None else nn.Identity()
         if c.sandwich:
@@ -111,19 +127,25 @@ class TransformerBlock(nn.Module):
         hook = lh if lh is not None else _no_hook
         x = hook("hook_resid_pre", x)
         if self.parallel:  # both branches read the block's input (GPT-NeoX's use_parallel_residual)
-            a, probs = self.attn(self.norm1(x), opts)
+            h = self.norm1(x)
+            a, probs = self.attn(h, opts)
             a = hook("hook_attn_out", self._scaled(self.ls1(self.post_attn_norm(a))))
-            m = hook("hook_mlp_out", self._scaled(self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))))
+            h = h if self.one_norm else self.norm2(x)  # Cohere: the MLP reads the attention's input norm
+            m = hook("hook_mlp_out", self._scaled(self.ls2(self.post_mlp_norm(self._mlp(h, lh)))))
             out = x + a + m
         elif self.norm_first:
             a, probs = self.attn(self.norm1(x), opts)
             x = x + hook("hook_attn_out", self._scaled(self.ls1(self.post_attn_norm(a))))
-            out = x + hook("hook_mlp_out", self._scaled(self.ls2(self.post_mlp_norm(self.mlp(self.norm2(x))))))
+            out = x + hook("hook_mlp_out", self._scaled(self.ls2(self.post_mlp_norm(self._mlp(self.norm2(x), lh)))))
         else:
             a, probs = self.attn(x, opts)
             x = self.norm1(x + hook("hook_attn_out", self.ls1(a)))
-            out = self.norm2(x + hook("hook_mlp_out", self.ls2(self.mlp(x))))
+            out = self.norm2(x + hook("hook_mlp_out", self.ls2(self._mlp(x, lh))))
         return hook("hook_resid_post", out), probs
+
+    def _mlp(self, x: torch.Tensor, lh) -> torch.Tensor:
+        """The MLP branch; an MoE one also hands its routing to the block's hooks (mlp.hook_expert_*)."""
+        return self.mlp(x, lh) if isinstance(self.mlp, MoE) else self.mlp(x)
 
     def _scaled(self, branch: torch.Tensor) -> torch.Tensor:
         """A branch's addition to the stream: times residual_scale where it is not 1 (Granite)."""

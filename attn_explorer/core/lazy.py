@@ -35,12 +35,14 @@ class LayerOptions:
     scale: float = 1.0  # the logits' factor, d_k slider included (attention_scale)
     softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) (Gemma 2)
     mask: torch.Tensor | None = None  # bool (True = may attend) or additive, broadcastable to (B, H, N, M)
+    sinks: torch.Tensor | None = None  # gpt-oss: each head's sink logit (H,); the kept lse already includes it
 
     @classmethod
-    def of(cls, opts, head_dim: int) -> "LayerOptions":
+    def of(cls, opts, head_dim: int, sinks: torch.Tensor | None = None) -> "LayerOptions":
         """From an AttentionOptions: the scale worked out once (dk_scale and Gemma's query_pre_attn_scalar)."""
         return cls(causal=bool(opts.causal), window=opts.window, softcap=opts.softcap, mask=opts.mask,
-                   scale=attention_scale(head_dim, opts.dk_scale, opts.scale))
+                   scale=attention_scale(head_dim, opts.dk_scale, opts.scale),
+                   sinks=None if sinks is None else sinks.detach())
 
 
 class Stopped(Exception):
@@ -267,7 +269,7 @@ def _batch_options(o: LayerOptions, batch: int) -> LayerOptions:
     """The layer's options for one batch row (its own padding mask)."""
     if o.mask is None or o.mask.dim() < 4 or o.mask.shape[0] == 1:
         return o
-    return LayerOptions(o.causal, o.window, o.scale, o.softcap, o.mask[batch:batch + 1])
+    return LayerOptions(o.causal, o.window, o.scale, o.softcap, o.mask[batch:batch + 1], o.sinks)
 
 
 def _visible(rows: slice, cols: slice, n: int, m: int, o: LayerOptions) -> bool:

@@ -29,6 +29,7 @@ from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_star
 from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.layers import make_norm
 from attn_explorer.core.linear import Linear
+from attn_explorer.core.moe import MoEConfig
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import PLAIN_ROPE, RopeScaling, rope_tables
 from attn_explorer.core.hooks import Hooks
@@ -83,8 +84,15 @@ class LlamaConfig:
     qk_norm_full: bool = False  # q_norm / k_norm over all heads' width before the head split (OLMo 2)
     rope_layout: str = "half"  # RoPE's pairs: "half" (rotate_half), "pairs" (interleaved: GLM-4, Cohere), "pairs_in"
     rope_linear_factor: float = 1.0  # mirrors a linear rope_scaling's factor (and reads checkpoints saved before it)
+    # gpt-oss:
+    attn_sinks: bool = False  # each head's learned sink logit joins its softmax (core.sinks): rows sum to 1 - sink
+    # MoE (Qwen3-MoE, gpt-oss, Llama 4, DeepSeek-V3): the MLP of the MoE layers is routed experts (core.moe)
+    moe: MoEConfig | None = None  # the MoE layers' experts and router; None: every layer has the dense MLP
+    moe_layers: list | None = None  # per layer, True: MoE, False: the dense MLP (mlp_hidden); None: all MoE
 
     def __post_init__(self):
+        if isinstance(self.moe, dict):
+            self.moe = MoEConfig(**self.moe)
         for name in ("rope_scaling", "rope_local_scaling"):  # a checkpoint's stored config gives plain objects
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, RopeScaling(**getattr(self, name)))
@@ -117,8 +125,12 @@ class LlamaConfig:
             qkv_layout="stacked" if self.qkv_layout == "separate" else self.qkv_layout,
             fused_gate_up=self.fused_gate_up, sandwich=self.sandwich_norms, pre_norms=self.pre_norms,
             qk_norm_full=self.qk_norm_full, residual_scale=self.residual_multiplier,
-            rope_layout=self.rope_layout,
+            rope_layout=self.rope_layout, sinks=self.attn_sinks, moe=self.moe if self.is_moe(layer) else None,
         )
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether layer's MLP is routed experts (moe, and moe_layers marks it or is None)."""
+        return self.moe is not None and (self.moe_layers is None or bool(self.moe_layers[layer]))
 
     def layer_kinds(self) -> list[str]:
         """Per layer, for people: "local, window 512" (a sliding window) or "global", with ", no positions"
