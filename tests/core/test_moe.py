@@ -245,3 +245,36 @@ def test_bad_configs_refused():
         MoEConfig(num_experts=4, top_k=5, hidden=4)
     with pytest.raises(ValueError, match="n_group"):
         MoEConfig(num_experts=6, top_k=1, hidden=4, n_group=4)
+
+
+def test_block_and_llama_config_build_moe_on_the_marked_layers():
+    from attn_explorer.core.blocks import BlockConfig, TransformerBlock
+    from attn_explorer.core.layers import SwiGLU
+    from attn_explorer.core.llama import Llama, LlamaConfig
+    moe = MoEConfig(num_experts=4, top_k=2, hidden=6, norm_topk=True)
+    assert isinstance(TransformerBlock(BlockConfig(16, 2, 32, mlp="swiglu", moe=moe)).mlp, MoE)
+    cfg = LlamaConfig(vocab_size=32, dim=16, num_layers=3, num_heads=2, num_kv_heads=1, mlp_hidden=24, moe=moe,
+                      moe_layers=[True, False, True])
+    m = Llama(cfg)
+    kinds = [type(b.mlp) for b in m.blocks.layers]
+    assert kinds == [MoE, SwiGLU, MoE] and m.blocks.layers[1].mlp.gate.weight.shape == (24, 16)
+    assert [cfg.is_moe(i) for i in range(3)] == [True, False, True]
+    assert LlamaConfig(**{**cfg.__dict__, "moe": moe.__dict__}).moe == moe  # a stored config's plain dict
+    assert all(isinstance(b.mlp, MoE) for b in Llama(LlamaConfig(**{**cfg.__dict__, "moe_layers": None})).blocks.layers)
+
+
+def test_routing_reaches_the_stack_hooks():
+    """blocks.{i}.mlp.hook_expert_indices fires through BlockStack on the MoE layers only."""
+    from attn_explorer.core.hooks import Hooks
+    from attn_explorer.core.llama import Llama, LlamaConfig
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=32, dim=16, num_layers=2, num_heads=2, num_kv_heads=1, mlp_hidden=24,
+                      moe=MoEConfig(num_experts=4, top_k=2, hidden=6), moe_layers=[False, True])
+    m = Llama(cfg)
+    seen = {}
+    fns = {f"blocks.{i}.mlp.hook_expert_{p}": (lambda x, name: seen.__setitem__(name, x),)
+           for i in range(2) for p in ("indices", "weights")}
+    with torch.no_grad():
+        m(torch.randint(0, 32, (1, 5)), hooks=Hooks(fns))
+    assert set(seen) == {"blocks.1.mlp.hook_expert_indices", "blocks.1.mlp.hook_expert_weights"}
+    assert seen["blocks.1.mlp.hook_expert_indices"].shape == (1, 5, 2)
