@@ -54,6 +54,20 @@ class LayerNorm(nn.LayerNorm):
         return y + self.bias if self.bias is not None else y
 
 
+class FloatLayerNorm(LayerNorm):
+    """A LayerNorm computed in float32 step by step (the mean, then the centred variance), its weight applied
+    in float32 before the cast back, as transformers' Cohere and Cohere 2 compute theirs (the same numbers)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        xc = x - x.mean(-1, keepdim=True)
+        y = xc * norm_scale(torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.eps))
+        if self.weight is not None:
+            y = self.weight.float() * y
+        return (y if self.bias is None else y + self.bias.float()).to(dtype)
+
+
 def make_norm(kind: str, dim: int, eps: float) -> nn.Module:
     if kind == "layer":
         return LayerNorm(dim, eps=eps)
@@ -61,7 +75,9 @@ def make_norm(kind: str, dim: int, eps: float) -> nn.Module:
         return RMSNorm(dim, eps=eps)
     if kind == "rms1p":  # Gemma's (1 + weight) RMSNorm
         return RMSNorm(dim, eps=eps, unit_offset=True)
-    raise ValueError(f"unknown norm {kind!r}: use 'layer', 'rms' or 'rms1p'")
+    if kind == "layer_nobias":  # a LayerNorm with a weight and no bias (Cohere, Command R)
+        return FloatLayerNorm(dim, eps=eps, bias=False)
+    raise ValueError(f"unknown norm {kind!r}: use 'layer', 'layer_nobias', 'rms' or 'rms1p'")
 
 
 ACTIVATIONS = {

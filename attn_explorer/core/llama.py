@@ -89,6 +89,9 @@ class LlamaConfig:
     # MoE (Qwen3-MoE, gpt-oss, Llama 4, DeepSeek-V3): the MLP of the MoE layers is routed experts (core.moe)
     moe: MoEConfig | None = None  # the MoE layers' experts and router; None: every layer has the dense MLP
     moe_layers: list | None = None  # per layer, True: MoE, False: the dense MLP (mlp_hidden); None: all MoE
+    # Cohere / Cohere 2 (norm "layer_nobias"; GLM-4 needs no field of its own: sandwich norms, pairs RoPE):
+    parallel_one_norm: bool = False  # with parallel_residual: both branches read one input norm (no norm2)
+    logit_scale: float = 1.0  # next-token logits times this (Cohere's logit_scale)
 
     def __post_init__(self):
         if isinstance(self.moe, dict):
@@ -126,6 +129,7 @@ class LlamaConfig:
             fused_gate_up=self.fused_gate_up, sandwich=self.sandwich_norms, pre_norms=self.pre_norms,
             qk_norm_full=self.qk_norm_full, residual_scale=self.residual_multiplier,
             rope_layout=self.rope_layout, sinks=self.attn_sinks, moe=self.moe if self.is_moe(layer) else None,
+            one_norm=self.parallel_one_norm,
         )
 
     def is_moe(self, layer: int) -> bool:
@@ -234,5 +238,7 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
             logits = self.lm_head(hidden)
         if self.cfg.logits_divisor != 1.0:  # Granite's logits_scaling
             logits = logits / self.cfg.logits_divisor
+        if self.cfg.logit_scale != 1.0:  # Cohere's logit_scale
+            logits = logits * self.cfg.logit_scale
         c = self.cfg.final_softcap
         return logits if c is None else torch.tanh(logits / c) * c  # Gemma's final_logit_softcapping
