@@ -271,6 +271,24 @@ class MultiHeadAttention(nn.Module):
         B, N, _ = x.shape
         return x.view(B, N, heads, self.head_dim).transpose(1, 2)  # (B, H, N, d_k)
 
+    def _qkv(self, x: torch.Tensor, o: AttentionOptions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, H, N, d_k), k and v (B, H_kv, M, d_k): projected, normalised, rotated, hooked (hook_q, hook_k,
+        hook_v) and joined to the cache (opts.kv). A subclass with other projections overrides this (Gemma 4)."""
+        q, k, v = self._project(x) if o.memory is None else self._project_cross(x, o.memory)
+        q = self._split(q, self.num_heads)  # (B, H, N, d_k)
+        k = self._split(k, self.num_kv_heads)  # (B, H_kv, N, d_k)
+        v = self._split(v, self.num_kv_heads)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if o.rope is not None:
+            q, k = apply_rope(q, o.rope, self.rope_layout), apply_rope(k, o.rope, self.rope_layout)
+        lh = o.hooks
+        if lh is not None:
+            q, k, v = lh("attn.hook_q", q), lh("attn.hook_k", k), lh("attn.hook_v", v)
+        if o.kv is not None:
+            k, v = o.kv.extend(k, v)  # (B, H_kv, M, d_k)
+        return q, k, v
+
     def forward(
         self, x: torch.Tensor, opts: AttentionOptions | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -286,19 +304,8 @@ class MultiHeadAttention(nn.Module):
         """
         o = _NO_OPTIONS if opts is None else opts
         B, N, _ = x.shape
-        q, k, v = self._project(x) if o.memory is None else self._project_cross(x, o.memory)
-        q = self._split(q, self.num_heads)  # (B, H, N, d_k)
-        k = self._split(k, self.num_kv_heads)  # (B, H_kv, N, d_k)
-        v = self._split(v, self.num_kv_heads)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if o.rope is not None:
-            q, k = apply_rope(q, o.rope, self.rope_layout), apply_rope(k, o.rope, self.rope_layout)
+        q, k, v = self._qkv(x, o)
         lh = o.hooks
-        if lh is not None:
-            q, k, v = lh("attn.hook_q", q), lh("attn.hook_k", k), lh("attn.hook_v", v)
-        if o.kv is not None:
-            k, v = o.kv.extend(k, v)  # (B, H_kv, M, d_k)
         if lh is not None and lh.keep:
             ctx, lse = lazy.keep_attention(q, k, v, o, self.head_dim)
             if self.sinks is not None:  # the lse includes the sink, so tiles give the probabilities beside it
