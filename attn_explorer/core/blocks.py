@@ -9,6 +9,7 @@ from torch import nn
 from attn_explorer.core.attention import AttentionOptions, KVCache, MultiHeadAttention
 from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.layers import MLP, HeadsRMSNorm, LayerScale, SwiGLU, make_norm
+from attn_explorer.core.mla import MLAConfig, MultiHeadLatentAttention
 from attn_explorer.core.moe import MoE, MoEConfig
 
 
@@ -49,6 +50,8 @@ class BlockConfig:
     rope_layout: str = "half"  # which of d_k's dimensions RoPE pairs (positional.apply_rope): "half", "pairs", "pairs_in"
     # MoE (Qwen3-MoE, gpt-oss, Llama 4, DeepSeek-V3):
     moe: MoEConfig | None = None  # set: the MLP is core.moe.MoE (routed experts; mlp_hidden unused)
+    # DeepSeek-V3:
+    mla: MLAConfig | None = None  # set: the attention is core.mla.MultiHeadLatentAttention (latent q, k, v)
     # Cohere / Cohere 2:
     one_norm: bool = False  # with parallel: both branches read norm1's output; there is no norm2
 
@@ -87,7 +90,8 @@ class TransformerBlock(nn.Module):
         if not c.pre_norms and not c.sandwich:
             raise ValueError("pre_norms=False needs sandwich=True (the norms after each branch)")
         self.norm1 = make_norm(c.norm, c.dim, c.eps) if c.pre_norms else nn.Identity()
-        self.attn = MultiHeadAttention(
+        # DeepSeek-V3 (c.mla): multi-head latent attention instead, its sizes in c.mla
+        self.attn = MultiHeadLatentAttention(c.dim, c.num_heads, c.mla, c.rope_layout) if c.mla else MultiHeadAttention(
             c.dim, c.num_heads, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias, fused_qkv=c.fused_qkv,
             num_kv_heads=c.num_kv_heads, qkv_layout=c.qkv_layout, head_dim=c.head_dim,
             qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm and not c.qk_norm_full else None,
