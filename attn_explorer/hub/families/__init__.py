@@ -11,6 +11,7 @@ from __future__ import annotations
 from attn_explorer.hub.families import (clip, decoders, encoders, gemma, modernbert, olmo, seq2seq,  # noqa: F401 - rows
                                       vision)
 from attn_explorer.hub.families import glm_cohere  # noqa: F401 - rows (GLM-4, Cohere, Cohere 2)
+from attn_explorer.hub.families import gemma4  # noqa: F401 - rows (Gemma 4: gemma4_text, gemma4)
 from attn_explorer.hub.families.common import ACTS, ARCHITECTURES, Architecture
 
 __all__ = ["ACTS", "ARCHITECTURES", "Architecture"]
