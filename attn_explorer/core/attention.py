@@ -16,6 +16,7 @@ from torch import nn
 from attn_explorer.core.explain import half_grad
 from attn_explorer.core.hooks import LayerHooks
 from attn_explorer.core import lazy
+from attn_explorer.core.layers import unit_rms
 from attn_explorer.core.linear import Linear, PackedLinears
 from attn_explorer.core.masks import (apply_mask_, attention_scale, causal_mask, differentiable,  # noqa: F401 (re-exported)
                                      fold_mask, key_padding_mask)
@@ -90,6 +91,9 @@ class AttentionOptions:
     window: int | None = None  # sliding window (local layers): query i sees only its last `window` keys, itself included
     scale: float | None = None  # the logits' factor before dk_scale; None: 1/sqrt(d_k) (Gemma: query_pre_attn_scalar^-1/2)
     softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) before the mask (Gemma 2)
+    # Llama 4:
+    chunk: int | None = None  # attention chunks (attention_chunk_size): a query sees only its own chunk's keys
+    query_scale: torch.Tensor | None = None  # (N,) each new query's factor after RoPE (temperature tuning)
 
 
 def scaled_dot_product_attention(
@@ -104,6 +108,7 @@ def scaled_dot_product_attention(
     window: int | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
+    chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention. q: (..., N, d_k), k: (..., M, d_k), v: (..., M, d_v).
 
@@ -113,7 +118,7 @@ def scaled_dot_product_attention(
     all-zero weights and a zero output, never NaN.
     probs_out: a contiguous (..., N, M) buffer to compute the probabilities in, in place: the
     model's stacked attention tensor, so no n×n buffer is allocated or copied per layer.
-    window: a causal sliding window (see causal_mask). softcap: the scaled logits become
+    window: a causal sliding window, chunk: attention chunks (see causal_mask). softcap: the scaled logits become
     softcap * tanh(logits / softcap) before the mask (Gemma 2); the probabilities stay exact.
     sinks (gpt-oss): one learned logit per head (H,), q's dim -3, joins each row's softmax as a column
     with no value (core.sinks): the probabilities over the M keys then sum to 1 - the sink's share.
@@ -133,7 +138,7 @@ def scaled_dot_product_attention(
             logits = logits * s
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
-        full = fold_mask(mask, causal, N, M, q.device, window)
+        full = fold_mask(mask, causal, N, M, q.device, window, chunk)
         if full is not None:
             logits = logits.masked_fill(~full, float("-inf")) if full.dtype == torch.bool else logits + full
     else:
@@ -142,7 +147,7 @@ def scaled_dot_product_attention(
             logits.mul_(s)
         if softcap is not None:  # in transformers' order: (logits / c), tanh, * c
             logits.div_(softcap).tanh_().mul_(softcap)
-        full = fold_mask(mask, causal, N, M, q.device, window)
+        full = fold_mask(mask, causal, N, M, q.device, window, chunk)
         if full is not None:
             apply_mask_(logits, full)
     if sinks is not None:  # gpt-oss: the sink's column in the softmax; a row may always look at the sink
@@ -172,12 +177,13 @@ def fused_attention(
     scale: float | None = None,
     causal: bool = False,
     window: int | None = None,
+    chunk: int | None = None,
 ) -> torch.Tensor:
     """torch's fused kernel (flash / memory-efficient / math, chosen by torch): the output only."""
     N, M = q.shape[-2], k.shape[-2]
-    if causal and (mask is not None or N != M or window is not None):
+    if causal and (mask is not None or N != M or window is not None or chunk is not None):
         # SDPA refuses a mask with is_causal, and aligns is_causal top-left: fold ours in instead
-        mask, causal = fold_mask(mask, True, N, M, q.device, window), False
+        mask, causal = fold_mask(mask, True, N, M, q.device, window, chunk), False
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
 
 
@@ -207,10 +213,12 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads: int | None = None,
         qk_norm=None,
         rope_layout: str = "half",
+        qk_rms_after_rope: float | None = None,
         sinks: bool = False,
     ):
         super().__init__()
         self.rope_layout = rope_layout  # which dimensions RoPE pairs (positional.apply_rope)
+        self.qk_rms_after_rope = qk_rms_after_rope  # Llama 4: q and k over their RMS, no weight, after RoPE (eps)
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads or num_heads
         if num_heads % self.num_kv_heads:
@@ -282,6 +290,10 @@ class MultiHeadAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if o.rope is not None:
             q, k = apply_rope(q, o.rope, self.rope_layout), apply_rope(k, o.rope, self.rope_layout)
+        if self.qk_rms_after_rope is not None:  # Llama 4's use_qk_norm (an L2Norm in transformers, an RMS in fact)
+            q, k = unit_rms(q, self.qk_rms_after_rope), unit_rms(k, self.qk_rms_after_rope)
+        if o.query_scale is not None:  # Llama 4's temperature tuning of its NoPE layers' queries
+            q = (q * o.query_scale[:, None]).to(q.dtype)
         lh = o.hooks
         if lh is not None:
             q, k, v = lh("attn.hook_q", q), lh("attn.hook_k", k), lh("attn.hook_v", v)
@@ -320,7 +332,7 @@ class MultiHeadAttention(nn.Module):
         if o.need_weights or hook_pattern or o.softcap is not None:  # torch's fused kernel cannot soft-cap
             ctx, probs = scaled_dot_product_attention(
                 q, k, v, mask=o.mask, scale=o.scale, dk_scale=o.dk_scale, causal=o.causal,
-                probs_out=o.probs_out, window=o.window, softcap=o.softcap, sinks=self.sinks,
+                probs_out=o.probs_out, window=o.window, softcap=o.softcap, sinks=self.sinks, chunk=o.chunk,
             )
             if hook_pattern:  # the pattern after the hook (changed in place or replaced) weighs the values
                 new = lh("attn.hook_pattern", probs)
@@ -337,7 +349,7 @@ class MultiHeadAttention(nn.Module):
         else:
             probs = None
             ctx = fused_attention(q, k, v, o.mask, attention_scale(self.head_dim, o.dk_scale, o.scale), o.causal,
-                                  o.window)
+                                  o.window, o.chunk)
         return self._finish(ctx, lh, B, N), probs
 
     def _finish(self, ctx: torch.Tensor, lh: LayerHooks | None, B: int, N: int) -> torch.Tensor:

@@ -52,6 +52,8 @@ class BlockConfig:
     moe: MoEConfig | None = None  # set: the MLP is core.moe.MoE (routed experts; mlp_hidden unused)
     # DeepSeek-V3:
     mla: MLAConfig | None = None  # set: the attention is core.mla.MultiHeadLatentAttention (latent q, k, v)
+    # Llama 4:
+    qk_rms_after_rope: bool = False  # q and k divided by their RMS (eps, no weight) after RoPE (use_qk_norm)
     # Cohere / Cohere 2:
     one_norm: bool = False  # with parallel: both branches read norm1's output; there is no norm2
 
@@ -95,7 +97,7 @@ class TransformerBlock(nn.Module):
             c.dim, c.num_heads, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias, fused_qkv=c.fused_qkv,
             num_kv_heads=c.num_kv_heads, qkv_layout=c.qkv_layout, head_dim=c.head_dim,
             qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm and not c.qk_norm_full else None,
-            rope_layout=c.rope_layout, sinks=c.sinks,
+            rope_layout=c.rope_layout, sinks=c.sinks, qk_rms_after_rope=c.eps if c.qk_rms_after_rope else None,
         )
         if c.qk_norm_full:
             if c.norm != "rms":

@@ -30,6 +30,13 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
+def unit_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last dimension, in float32, with no weight (Llama 4's q and k
+    "L2Norm", which divides by the RMS, not the length)."""
+    y = x.float()
+    return (y * norm_scale(torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps))).to(x.dtype)
+
+
 class HeadsRMSNorm(RMSNorm):
     """An RMSNorm over every head's q (or k) together: (B, H, N, d_k) in and out, normalised over H·d_k
     as one vector, as OLMo 2 normalises q_proj's whole output before the head split."""

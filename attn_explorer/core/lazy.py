@@ -15,12 +15,12 @@ that the causal triangle or the window hide entirely are never computed (they ar
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
-from attn_explorer.core.masks import attention_scale, differentiable
+from attn_explorer.core.masks import attention_scale, chunk_start, differentiable
 
 _flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 NEG_INF = float("-inf")
@@ -36,13 +36,14 @@ class LayerOptions:
     softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) (Gemma 2)
     mask: torch.Tensor | None = None  # bool (True = may attend) or additive, broadcastable to (B, H, N, M)
     sinks: torch.Tensor | None = None  # gpt-oss: each head's sink logit (H,); the kept lse already includes it
+    chunk: int | None = None  # Llama 4's attention chunks: query i sees keys j of its own chunk only (j <= i + M - N)
 
     @classmethod
     def of(cls, opts, head_dim: int, sinks: torch.Tensor | None = None) -> "LayerOptions":
         """From an AttentionOptions: the scale worked out once (dk_scale and Gemma's query_pre_attn_scalar)."""
         return cls(causal=bool(opts.causal), window=opts.window, softcap=opts.softcap, mask=opts.mask,
                    scale=attention_scale(head_dim, opts.dk_scale, opts.scale),
-                   sinks=None if sinks is None else sinks.detach())
+                   sinks=None if sinks is None else sinks.detach(), chunk=opts.chunk)
 
 
 class Stopped(Exception):
@@ -73,23 +74,31 @@ def _mask_part(mask: torch.Tensor, rows: slice, cols: slice, head: slice | None 
     return mask[..., cols]
 
 
-def key_range(lo: int, hi: int, n: int, m: int, causal: bool, window: int | None) -> tuple[int, int]:
+def key_range(lo: int, hi: int, n: int, m: int, causal: bool, window: int | None,
+              chunk: int | None = None) -> tuple[int, int]:
     """The keys [start, stop) that query rows [lo, hi) may see at all (causal: up to row + m - n; a
-    window: from row + m - n - window + 1)."""
+    window: from row + m - n - window + 1; chunks: from the start of row lo's chunk)."""
     if not causal:
         return 0, m
     off = m - n
     start = 0 if window is None else max(0, lo + off - window + 1)
+    start = max(start, chunk_start(lo + off, chunk))
     return start, max(start, min(m, hi + off))
 
 
-def _band_mask(rows: slice, cols: slice, n: int, m: int, causal: bool, window: int | None, device) -> torch.Tensor | None:
-    """bool (r, c): which of rows × cols the causal triangle and window let through; None = all."""
+def _band_mask(rows: slice, cols: slice, n: int, m: int, causal: bool, window: int | None, device,
+               chunk: int | None = None) -> torch.Tensor | None:
+    """bool (r, c): which of rows × cols the causal triangle, window and chunks let through; None = all."""
     if not causal:
         return None
     d = rows.start + (m - n) - cols.start  # tile entry (a, b) is key b <= query a + d
     ok = torch.ones(rows.stop - rows.start, cols.stop - cols.start, dtype=torch.bool, device=device).tril_(d)
-    return ok if window is None else ok.triu_(d - window + 1)
+    if window is not None:
+        ok.triu_(d - window + 1)
+    if chunk is not None:  # key b's position cols.start + b at or after its query's chunk start
+        first = torch.arange(rows.start + m - n, rows.stop + m - n, device=device) // chunk * chunk
+        ok &= torch.arange(cols.start, cols.stop, device=device)[None, :] >= first[:, None]
+    return ok
 
 
 def logits_block(q: torch.Tensor, k: torch.Tensor, opts, head_dim: int, rows: slice, n_total: int,
@@ -110,7 +119,7 @@ def layer_logits(q: torch.Tensor, k: torch.Tensor, o: LayerOptions, rows: slice,
     s = torch.matmul(q[:, :, rows].float(), k[:, :, cols].float().transpose(-2, -1)) * o.scale
     if o.softcap is not None:
         s = torch.tanh(s / o.softcap) * o.softcap
-    band = _band_mask(rows, cols, n_total, m_total, o.causal, o.window, q.device)
+    band = _band_mask(rows, cols, n_total, m_total, o.causal, o.window, q.device, o.chunk)
     if band is not None:
         s = s.masked_fill(~band, NEG_INF)
     if o.mask is not None:
@@ -126,8 +135,8 @@ def keep_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts, head
     """(output (B, H, N, d_v), lse (B, H, N) float32) of exact attention; a row with no visible key gets
     lse = -inf and a zero output. k, v: (B, H_kv, M, d), before grouped-query repetition."""
     o = LayerOptions.of(opts, head_dim)
-    if o.window is not None and not o.causal:
-        raise ValueError("a sliding window needs causal attention")
+    if (o.window is not None or o.chunk is not None) and not o.causal:
+        raise ValueError("a sliding window or attention chunks need causal attention")
     if q.device.type == "cpu" and o.softcap is None and not differentiable(q, k, v):
         return _keep_flash_cpu(q, _rep(k, q.shape[1]), _rep(v, q.shape[1]), o)
     return _keep_blocked(q, _rep(k, q.shape[1]), _rep(v, q.shape[1]), o, block)
@@ -145,17 +154,19 @@ def _keep_flash_cpu(q, k, v, o: LayerOptions, chunk: int = 1024):
     B, H, N, _ = q.shape
     M = k.shape[-2]
     km = _additive(o.mask)
-    if _row_mask(km) and (not o.causal or (o.window is None and N == M)):
+    if _row_mask(km) and (not o.causal or (o.window is None and o.chunk is None and N == M)):
         out, lse = _flash_cpu(q, k, v, 0.0, o.causal, attn_mask=km, scale=o.scale)
         _dead_rows(lse, km, o, slice(0, N), slice(0, M), N, M)
         return out, lse
     if o.window is not None:
         chunk = max(64, min(chunk, o.window))  # rows + window keys a chunk: little beyond the band
+    if o.chunk is not None:  # query blocks on the attention chunks' edges see their own chunk's keys only
+        chunk = o.chunk * max(1, chunk // o.chunk) if o.chunk <= chunk else o.chunk
     out = q.new_empty(B, H, N, v.shape[-1])
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
     for a in range(0, N, chunk):
         rows = slice(a, min(N, a + chunk))
-        c0, c1 = key_range(rows.start, rows.stop, N, M, o.causal, o.window)
+        c0, c1 = key_range(rows.start, rows.stop, N, M, o.causal, o.window, o.chunk)
         if c1 <= c0:  # nothing visible (more queries than keys): attend to nothing
             out[:, :, rows] = 0
             lse[:, :, rows] = NEG_INF
@@ -170,7 +181,7 @@ def _keep_flash_cpu(q, k, v, o: LayerOptions, chunk: int = 1024):
 
 def _chunk_mask(km, o: LayerOptions, rows: slice, cols: slice, n: int, m: int, device) -> torch.Tensor | None:
     """Additive (…, r, c) mask of one query chunk against its key range: the band and the layer's mask."""
-    band = _band_mask(rows, cols, n, m, o.causal, o.window, device)
+    band = _band_mask(rows, cols, n, m, o.causal, o.window, device, o.chunk)
     part = None if km is None else _mask_part(km, rows, cols)
     if band is None:
         return part
@@ -201,7 +212,7 @@ def _keep_blocked(q, k, v, o: LayerOptions, block: int):
     outs, lses = [], []
     for a in range(0, N, block):
         rows = slice(a, min(N, a + block))
-        c0, c1 = key_range(rows.start, rows.stop, N, M, o.causal, o.window)
+        c0, c1 = key_range(rows.start, rows.stop, N, M, o.causal, o.window, o.chunk)
         if c1 <= c0:
             outs.append(q.new_zeros(B, H, rows.stop - a, v.shape[-1]))
             lses.append(torch.full((B, H, rows.stop - a), NEG_INF, device=q.device))
@@ -250,7 +261,7 @@ class _Head:
         if o.softcap is not None:
             s = s.div_(o.softcap).tanh_().mul_(o.softcap).sub_(self.lse[rows, None])
         if not _whole(rows, cols, self.n, self.m, o):
-            s.masked_fill_(~_band_mask(rows, cols, self.n, self.m, o.causal, o.window, s.device), NEG_INF)
+            s.masked_fill_(~_band_mask(rows, cols, self.n, self.m, o.causal, o.window, s.device, o.chunk), NEG_INF)
         if o.mask is not None:
             mk = _mask_part(o.mask, rows, cols, slice(self.head, self.head + 1))[0, 0]
             s = s.masked_fill_(~mk, NEG_INF) if mk.dtype == torch.bool else s.add_(mk)
@@ -269,7 +280,7 @@ def _batch_options(o: LayerOptions, batch: int) -> LayerOptions:
     """The layer's options for one batch row (its own padding mask)."""
     if o.mask is None or o.mask.dim() < 4 or o.mask.shape[0] == 1:
         return o
-    return LayerOptions(o.causal, o.window, o.scale, o.softcap, o.mask[batch:batch + 1], o.sinks)
+    return replace(o, mask=o.mask[batch:batch + 1])
 
 
 def _visible(rows: slice, cols: slice, n: int, m: int, o: LayerOptions) -> bool:
@@ -278,6 +289,8 @@ def _visible(rows: slice, cols: slice, n: int, m: int, o: LayerOptions) -> bool:
         return True
     off = m - n
     if cols.start > rows.stop - 1 + off:  # every key is after every query
+        return False
+    if cols.stop - 1 < chunk_start(rows.start + off, o.chunk):  # every key is before every query's chunk
         return False
     return o.window is None or cols.stop - 1 > rows.start + off - o.window
 
@@ -288,6 +301,8 @@ def _whole(rows: slice, cols: slice, n: int, m: int, o: LayerOptions) -> bool:
         return True
     off = m - n
     if cols.stop - 1 > rows.start + off:  # the first row cannot see the last key
+        return False
+    if cols.start < chunk_start(rows.stop - 1 + off, o.chunk):  # the last row's chunk starts after the first key
         return False
     return o.window is None or cols.start > rows.stop - 1 + off - o.window
 
@@ -311,7 +326,7 @@ def head_probs(q, k, lse, o: LayerOptions, head: int, rows=None, cols=None, batc
     rows / cols: None (all), (start, stop) or a slice."""
     h = _Head(q, k, lse, o, head, batch)
     R, C = _span(rows, h.n), _span(cols, h.m)
-    lo, hi = key_range(R.start, R.stop, h.n, h.m, h.o.causal, h.o.window)
+    lo, hi = key_range(R.start, R.stop, h.n, h.m, h.o.causal, h.o.window, h.o.chunk)
     c0, c1 = max(C.start, lo), min(C.stop, hi)
     if (c0, c1) == (C.start, C.stop):
         return h.probs(R, C)
@@ -371,7 +386,7 @@ def _pool_axis(t: torch.Tensor, edges: torch.Tensor, reduce: str, dim: int) -> t
 def _visible_cells(edges: list[int], rows: slice, h: _Head, target: int) -> list[tuple[int, int]]:
     """Runs of whole column cells [a, b) (each about `target` keys) covering the keys rows can see at all:
     the causal triangle and the window leave the other cells exactly 0."""
-    k0, k1 = key_range(rows.start, rows.stop, h.n, h.m, h.o.causal, h.o.window)
+    k0, k1 = key_range(rows.start, rows.stop, h.n, h.m, h.o.causal, h.o.window, h.o.chunk)
     k0, k1 = max(k0, edges[0]), min(k1, edges[-1])
     if k1 <= k0:
         return []
@@ -407,6 +422,8 @@ def head_pooled(q, k, lse, o: LayerOptions, head: int, cells, reduce: str = "max
     row_target = max(1, tile // col_target)
     if h.o.window is not None:  # a band's rows see rows + window keys: short row blocks waste little
         row_target = min(row_target, max(1, h.o.window // 2))
+    if h.o.chunk is not None:  # likewise a chunk's rows see their chunk only
+        row_target = min(row_target, max(1, h.o.chunk // 2))
     row_groups = _groups(re, row_target)
     ce_abs = (ce + C.start).tolist()
     for done, (ra, rb) in enumerate(row_groups, 1):
