@@ -122,6 +122,7 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     module = _place(module, ck, where_of, folder, progress, device, dtype, max_memory, offload_folder)
     report(progress, 0.85, "preparing input pipeline")
     kw: dict = {}
+    note = "; ".join(filter(None, [note, arch.note]))
     can_generate = bool(getattr(module, "can_generate", False))
     if module.causal and not can_generate and not getattr(module, "text_encoder", False):
         note = "; ".join(filter(None, [note, "no language-model head (a bare base model saved without "

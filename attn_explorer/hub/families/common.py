@@ -29,6 +29,7 @@ class Architecture:
     ignore: tuple[str, ...] = ()  # regexes of HF keys we knowingly do not use (buffers, LM heads)
     transposed: tuple[str, ...] = ()  # regexes of HF keys stored (in, out): GPT-2's Conv1D
     names: dict[str, str] | None = None  # our config field -> config.json's name, for messages (default: HF_NAMES)
+    note: str = ""  # one line ModelInfo.note carries for every model of this row (Llama 4: no vision tower)
 
 
 # model_type -> its row; each module of hub/families appends its own (see families/__init__.py)
