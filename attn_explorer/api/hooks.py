@@ -25,7 +25,8 @@ ABLATIONS = ("zero", "mean")  # how a head is switched off: its output before W_
 def model_hook_names(info) -> list[str]:
     """Every hook point of a model described by info (api.result.ModelInfo), in forward order. An
     encoder-decoder's are its encoder's."""
-    return hook_names(info.num_layers, logits=bool(info.causal and info.can_generate and not info.encoder_decoder))
+    return hook_names(info.num_layers, logits=bool(info.causal and info.can_generate and not info.encoder_decoder),
+                      moe_layers=info.moe_layers)
 
 
 def check_names(names: Iterable[str], valid: list[str]) -> None:
@@ -102,6 +103,7 @@ class Trace:
     ms: float
     logits: torch.Tensor | None = None
     lazy: LazyAttention | None = None
+    routing: object = None  # MoE models: the first input's api.result.Routing (api.routing); None for dense ones
 
 
 def caching_hook(store: dict, detach: bool = True) -> HookFn:

@@ -12,7 +12,7 @@ import torch
 from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
-from attn_explorer.api import prefix
+from attn_explorer.api import prefix, routing
 from attn_explorer.api.hooks import (ActivationCache, Trace, ablation_hooks, caching_hook, check_names, merge,
                                      model_hook_names, select_names)
 from attn_explorer.api.lazy import LazyAttention, kept_bytes
@@ -165,10 +165,11 @@ class Model:
             check_names(hooks, valid)
         chosen = select_names(names, valid)
         store: dict = {}
-        table = merge(*self._context_hooks, hooks, {n: caching_hook(store, detach=not grad) for n in chosen})
+        rt = routing.Recorder(self.info)  # MoE models: each token's experts, for result_of and api.prefix
+        table = merge(*self._context_hooks, hooks, {n: caching_hook(store, detach=not grad) for n in chosen}, rt.table)
         out, ms, logits = self._forward(inputs, dk_scale, dk_layers, Hooks(table, keep=lazy),
                                         output_attentions=attentions, grad=grad)
-        return Trace(out, ActivationCache(store, valid), ms, logits, getattr(out, "lazy", None))
+        return Trace(out, ActivationCache(store, valid), ms, logits, getattr(out, "lazy", None), rt.result())
 
     def result_of(self, trace: Trace, prep: Prepared, dk_scale: float = 1.0) -> RunResult:
         """The RunResult a run of `prep` gives, from a trace of it that kept the maps (attentions=True)."""
@@ -176,7 +177,8 @@ class Model:
             raise UserError("this trace kept no maps: trace(..., attentions=True)")
         if self.info.modality == "text":
             return self._result(trace.out, trace.ms, prep.tokens, prep.special, dk_scale, False,
-                                truncated=prep.truncated, notes=prep.notes, total_tokens=prep.total_tokens)
+                                truncated=prep.truncated, notes=prep.notes, total_tokens=prep.total_tokens,
+                                routing=trace.routing)
         return self._image_result(trace.out, trace.ms, prep, dk_scale, False)
 
     def W_O(self, layer: int) -> torch.Tensor:
@@ -221,12 +223,13 @@ class Model:
                             "reached; read r.attention(layer, head, ...) instead, or pass lazy=False")
         if reuse:
             return prefix.run(self, prep, dk_scale, dk_layers, hidden, lazy=keep)
-        hooks_on = Hooks(table, keep=keep) if table or keep else None
+        rt = routing.Recorder(self.info)  # MoE models: RunResult.routing, recorded by hooks in this same forward
+        hooks_on = Hooks(merge(table, rt.table), keep=keep) if table or keep or rt.table else None
         out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, hooks_on, output_attentions=not keep)
         if self.info.modality == "text":
             line = prefix.not_reused(self, len(prep.tokens), hooked=bool(table)) if asked else ""
             return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
-                                notes=prep.notes, total_tokens=prep.total_tokens, reuse=line,
+                                notes=prep.notes, total_tokens=prep.total_tokens, reuse=line, routing=rt.result(),
                                 **(result_fields(out, dec, hidden) if dec is not None else {}))
         return self._image_result(out, ms, prep, dk_scale, hidden)
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from attn_explorer.api.lazy import LazyAttention, LazyLayer
+from attn_explorer.api import routing
 from attn_explorer.api.result import RunResult
 from attn_explorer.core.attention import KVCache
 
@@ -130,7 +131,8 @@ def run(model, prep, dk_scale: float, dk_layers, hidden: bool, lazy: bool = Fals
         maps.hidden = full_hidden[None]
         line = f"reused {p:,} of {len(ids):,} tokens" + ("" if p else f" ({why})")
         r = model._result(maps, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
-                          notes=prep.notes, total_tokens=prep.total_tokens, reuse=line)
+                          notes=prep.notes, total_tokens=prep.total_tokens, reuse=line,
+                          routing=routing.spliced(old.routing if old is not None else None, t.routing, p))
         _kept = _Kept(weakref.ref(model.module), key, ids, cache, full_hidden, r)
     return r
 

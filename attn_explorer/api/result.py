@@ -39,6 +39,55 @@ class ModelInfo:
     # built-ins, our own checkpoints), else where they came from ("from tiny-bert"): a folder or hub id may
     # hold random weights and nothing in it says so, so it is never called "trained"
     weights: str = ""
+    # MoE models (Qwen3-MoE, gpt-oss, Llama 4, DeepSeek-V3): per layer, True where its MLP is routed experts
+    # (blocks.{i}.mlp.hook_expert_* exist there); () for a dense model
+    moe_layers: tuple[bool, ...] = ()
+    num_experts: int = 0  # experts of each MoE layer
+    experts_per_token: int = 0  # k: experts each token is sent to
+
+
+@dataclass(frozen=True)
+class Routing:
+    """An MoE model's routing in one run (RunResult.routing): per layer, each token's k chosen experts and their
+    weights (what multiplies each expert's output; Llama 4: its input), as the hooks
+    blocks.{i}.mlp.hook_expert_indices / hook_expert_weights saw them. Dense layers (Qwen3-MoE's mlp_only_layers,
+    DeepSeek-V3's first dense layers) have None."""
+
+    num_experts: int
+    experts: tuple  # per layer: int64 (N, k), in the router's order (highest choice score first), or None
+    weights: tuple  # per layer: float32 (N, k), or None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.experts)
+
+    @property
+    def moe_layers(self) -> list[int]:
+        """The layers that route (have experts)."""
+        return [i for i, e in enumerate(self.experts) if e is not None]
+
+    def top(self) -> tuple[np.ndarray, np.ndarray]:
+        """(experts int64 (L, N), weights float32 (L, N)): each token's expert with the largest weight in each
+        layer (the first chosen on a tie); -1 and NaN on dense layers."""
+        n = next(e.shape[0] for e in self.experts if e is not None)
+        top_e = np.full((self.num_layers, n), -1, dtype=np.int64)
+        top_w = np.full((self.num_layers, n), np.nan, dtype=np.float32)
+        for i in self.moe_layers:
+            j = np.argmax(self.weights[i], axis=1)
+            top_e[i] = np.take_along_axis(self.experts[i], j[:, None], 1)[:, 0]
+            top_w[i] = np.take_along_axis(self.weights[i], j[:, None], 1)[:, 0]
+        return top_e, top_w
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What export writes: routing_experts int64 (L, N, k) (-1 on dense layers), routing_weights float32
+        (L, N, k) (0 on dense layers) and routing_num_experts."""
+        n, k = next(e.shape for e in self.experts if e is not None)
+        ex = np.full((self.num_layers, n, k), -1, dtype=np.int64)
+        w = np.zeros((self.num_layers, n, k), dtype=np.float32)
+        for i in self.moe_layers:
+            ex[i], w[i] = self.experts[i], self.weights[i]
+        return {"routing_experts": ex, "routing_weights": w,
+                "routing_num_experts": np.asarray(self.num_experts, dtype=np.int64)}
 
 
 @dataclass
@@ -75,6 +124,11 @@ class RunResult:
     # Model.run(reuse_prefix=True): what was reused of the last run, in words for the status bar ("reused 8,190
     # of 8,192 tokens"; for an encoder, why nothing can be), any reason in brackets at the end; "" when not asked
     reuse: str = ""
+    # gpt-oss (learned attention sinks): float32 (L, H, N), each query row's share given to its head's sink; the
+    # rows of `attentions` sum to 1 - this (api.sinks). None for a model without sinks
+    sinks: np.ndarray | None = None
+    # MoE models: which experts each token went to in every layer (Routing); None for a dense model
+    routing: Routing | None = None
 
     @property
     def is_lazy(self) -> bool:

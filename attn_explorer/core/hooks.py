@@ -12,6 +12,9 @@
     blocks.{i}.hook_attn_out        (B, N, D)  the attention branch's addition to the stream (after W_O, and
                                                after LayerScale / Gemma's post-attention norm; post-LN blocks:
                                                before the norm)
+    blocks.{i}.mlp.hook_expert_indices  (B, N, k)  MoE layers only (core.moe): each token's k chosen experts, int64
+    blocks.{i}.mlp.hook_expert_weights  (B, N, k)  MoE layers only: their routing weights (after top-k, any
+                                                   renormalising and scaling: what multiplies each expert)
     blocks.{i}.hook_mlp_out         (B, N, D)  the MLP branch's addition, the same way
     blocks.{i}.hook_resid_post      (B, N, D)  block i's output
     hook_final                      (B, N, D)  the last hidden state, after the final norm (api floor)
@@ -36,14 +39,21 @@ HookFn = Callable[[torch.Tensor, str], Optional[torch.Tensor]]
 BLOCK_POINTS = ("hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.hook_z",
                 "hook_attn_out", "hook_mlp_out", "hook_resid_post")
 # Points handed over in (B, N, heads, d_head) while the module holds (B, heads, N, d_head).
+# An MoE layer's routing (core.moe), reached inside its MLP, before hook_mlp_out (TransformerLens's MoE names).
+MOE_POINTS = ("mlp.hook_expert_indices", "mlp.hook_expert_weights")
 HEAD_MAJOR = frozenset({"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z"})
 
 
-def hook_names(num_layers: int, logits: bool = False) -> list[str]:
-    """Every hook point of a stack of num_layers blocks, in the order a forward pass reaches them."""
+def hook_names(num_layers: int, logits: bool = False, moe_layers=()) -> list[str]:
+    """Every hook point of a stack of num_layers blocks, in the order a forward pass reaches them.
+    moe_layers: per layer, True where its MLP is routed experts (MOE_POINTS join that block's points)."""
     names = ["hook_embed"]
     for i in range(num_layers):
-        names += [f"blocks.{i}.{p}" for p in BLOCK_POINTS]
+        points = BLOCK_POINTS
+        if i < len(moe_layers) and moe_layers[i]:
+            at = points.index("hook_mlp_out")
+            points = points[:at] + MOE_POINTS + points[at:]
+        names += [f"blocks.{i}.{p}" for p in points]
     return names + ["hook_final"] + (["hook_logits"] if logits else [])
 
 

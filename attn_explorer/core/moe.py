@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attn_explorer.core.explain import act_rule, half_grad
+from attn_explorer.core.hooks import HookError
 from attn_explorer.core.layers import SwiGLU
 from attn_explorer.core.linear import Linear
 
@@ -181,6 +182,10 @@ class MoE(nn.Module):
             k = self.cfg.top_k
             indices = hooks("mlp.hook_expert_indices", indices.view(*shape[:-1], k)).reshape(-1, k)
             weights = hooks("mlp.hook_expert_weights", weights.view(*shape[:-1], k)).reshape(-1, k)
+            bad = indices[(indices < 0) | (indices >= self.cfg.num_experts)]
+            if bad.numel():
+                raise HookError(f"the hook on mlp.hook_expert_indices chose expert {int(bad[0])}; this layer has "
+                                f"experts 0..{self.cfg.num_experts - 1}")
         out = torch.zeros_like(flat)
         for e in indices.unique().tolist():  # only the experts some token chose
             token, slot = torch.where(indices == e)

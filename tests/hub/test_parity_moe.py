@@ -1,0 +1,188 @@
+"""Qwen3-MoE against transformers eager: tiny seeded random configs (every weight, the norms' and the routers'
+too, moved off its init), saved with save_pretrained and loaded through our public loader; attention maps and
+the last hidden state within 1e-5 in float32, logits and greedy tokens as transformers', in both RoPE config
+forms; dense layers (mlp_only_layers, decoder_sparse_step) keep Qwen3's MLP. The routing a run records
+(RunResult.routing) is transformers' router's own choice. Part C: hooks, lazy, prefix reuse, interventions,
+relevance and the lens; part D: the config.json Qwen3-30B-A3B ships, shrunk."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import attn_explorer as ax  # noqa: E402
+from attn_explorer.core.moe import MoE  # noqa: E402
+from attn_explorer.errors import UserError  # noqa: E402
+from tests.hub import test_parity_rotary_families as rotary  # noqa: E402
+from tests.hub.test_parity_rotary_families import COMMON, N, TOL, VOCAB, max_differences  # noqa: E402
+from tests.hub.test_rope_scaling import _save  # noqa: E402
+
+MOE = {**COMMON, "num_hidden_layers": 3, "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 16,
+       "num_experts": 6, "num_experts_per_tok": 2, "experts_implementation": "eager", "rope_theta": 1000.0}
+
+# name -> (transformers config class, model class, config overrides)
+CASES = {
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(norm_topk_prob=True)),
+    # layer 1 dense (mlp_only_layers: Qwen3's SwiGLU at intermediate_size); k = 3, not renormalised
+    "qwen3_moe-dense": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                        dict(mlp_only_layers=[1], num_experts_per_tok=3, norm_topk_prob=False)),
+    # every second layer MoE (decoder_sparse_step 2: layer 1 only), a window of 5 on every layer, tied, biases
+    "qwen3_moe-step2": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                        dict(decoder_sparse_step=2, use_sliding_window=True, sliding_window=5,
+                             tie_word_embeddings=True, attention_bias=True, norm_topk_prob=True)),
+}
+MOE_LAYERS = {"qwen3_moe": (True, True, True), "qwen3_moe-dense": (True, False, True),
+              "qwen3_moe-step2": (False, True, False)}
+
+
+def make_folder(folder, name: str):
+    return rotary.make_folder(folder, name, CASES, MOE, seed=200)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return rotary.folders(tmp_path_factory, make_folder)
+
+
+def _check_parity(hf, m, name):
+    ids = torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(7))
+    att, hidden, ours = max_differences(hf, m, ids)
+    print(f"{name}: maps {att:.2e} hidden {hidden:.2e}")
+    assert att <= TOL and hidden <= TOL, (name, att, hidden)
+    with torch.no_grad():
+        ref = hf(input_ids=ids).logits
+    with torch.inference_mode():
+        logits = m.module.logits(ours.hidden)
+    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_parity_with_transformers(built, name):
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    assert m.info.family == "qwen3_moe" and m.info.causal and m.info.can_generate
+    assert m.info.moe_layers == MOE_LAYERS[name] and m.info.num_experts == 6
+    kinds = [type(b.mlp).__name__ for b in m.module.blocks.layers]
+    assert kinds == ["MoE" if moe else "SwiGLU" for moe in MOE_LAYERS[name]]
+    _check_parity(hf, m, name)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["rope_parameters", "rope_scaling"])
+def test_both_rope_config_forms(built, tmp_path, legacy):
+    """transformers 5's rope_parameters and the legacy rope_theta (+ rope_scaling: a YaRN one here) read alike."""
+    torch.manual_seed(5)
+    cfg = transformers.Qwen3MoeConfig(**{**MOE, "norm_topk_prob": True, "max_position_embeddings": 32,
+                                         "rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 500.0,
+                                                             "original_max_position_embeddings": 16}})
+    hf = transformers.Qwen3MoeForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    folder = _save(hf, tmp_path, legacy)
+    written = json.loads((folder / "config.json").read_text())
+    assert ("rope_scaling" in written) == legacy
+    m = ax.load_model(str(folder), device="cpu")
+    assert m.module.cfg.rope_scaling.kind == "yarn" and m.module.cfg.rope_theta == 500.0
+    _check_parity(hf, m, f"qwen3_moe-yarn-{'legacy' if legacy else 'rope_parameters'}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_generation_equals_transformers(built, name):
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    g = m.generate("The capital of France is Paris. The capital of Italy", max_new_tokens=20)
+    steps = list(g)
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
+                          eos_token_id=None, pad_token_id=0)
+    assert len(steps) == 20
+    assert [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist()
+
+
+def _hf_routing(hf, ids):
+    """transformers' own router's choice per MoE layer: (top-k indices, weights), from hooks on its gates."""
+    got = {}
+
+    def keep(layer):
+        def hook(module, args, out):
+            _, weights, indices = out
+            got[layer] = (indices.detach().clone(), weights.detach().clone())
+        return hook
+
+    handles = [layer.mlp.gate.register_forward_hook(keep(i)) for i, layer in enumerate(hf.model.layers)
+               if hasattr(layer.mlp, "gate") and hasattr(layer.mlp, "experts")]
+    try:
+        with torch.no_grad():
+            hf.model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "qwen3_moe-dense"])
+def test_run_records_transformers_routing(built, name):
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    text = "The capital of France is Paris. The capital of Italy is Rome."
+    r = m.run(text)
+    rt = r.routing
+    assert rt is not None and rt.num_experts == 6 and rt.num_layers == 3
+    ids = torch.tensor([m.tokenizer.encode(text, 512).ids])
+    ref = _hf_routing(hf, ids)
+    assert rt.moe_layers == sorted(ref)
+    for layer in range(3):
+        if layer not in ref:
+            assert rt.experts[layer] is None and rt.weights[layer] is None
+            continue
+        idx, w = ref[layer]
+        assert rt.experts[layer].dtype == np.int64 and rt.weights[layer].dtype == np.float32
+        assert np.array_equal(rt.experts[layer], idx.numpy())
+        np.testing.assert_allclose(rt.weights[layer], w.numpy(), atol=1e-6)
+    top_e, top_w = rt.top()
+    assert top_e.shape == (3, len(r.tokens)) and ((top_e == -1) == ~np.asarray(MOE_LAYERS[name])[:, None]).all()
+    for layer in rt.moe_layers:
+        assert (top_w[layer] == rt.weights[layer].max(1)).all()
+
+
+def test_a_dense_model_has_no_routing(tmp_path):
+    from tests.tiny_llama import make_llama_folder
+    m = ax.load_model(str(make_llama_folder(tmp_path)), device="cpu")
+    assert m.run("a b c").routing is None and not m.info.moe_layers
+    assert not any("expert" in n for n in m.hook_names())
+
+
+def test_broken_fields_are_one_line(tmp_path):
+    make_folder(tmp_path, "qwen3_moe")
+    path = tmp_path / "config.json"
+    cfg = json.loads(path.read_text())
+    for changes, field in (({"num_experts_per_tok": 7}, "num_experts_per_tok"),
+                           ({"num_local_experts": -1}, "num_local_experts"),
+                           ({"num_experts": 5}, "num_experts"),
+                           ({"moe_intermediate_size": "big"}, "moe_intermediate_size"),
+                           ({"decoder_sparse_step": 0}, "decoder_sparse_step"),
+                           ({"mlp_only_layers": [5]}, "mlp_only_layers"),
+                           ({"norm_topk_prob": "yes"}, "norm_topk_prob")):
+        path.write_text(json.dumps({**cfg, **changes}))
+        with pytest.raises(UserError) as e:
+            ax.load_model(str(tmp_path), device="cpu")
+        assert "\n" not in str(e.value) and "qwen3_moe" in str(e.value) and field in str(e.value), changes
+
+
+def test_no_experts_is_a_dense_qwen3(tmp_path):
+    """num_experts 0: transformers builds every layer dense; so do we, and say nothing of routing."""
+    torch.manual_seed(3)
+    cfg = transformers.Qwen3MoeConfig(**{**MOE, "num_experts": 0})
+    hf = transformers.Qwen3MoeForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(tmp_path)
+    rotary.train_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    assert not any(isinstance(b.mlp, MoE) for b in m.module.blocks.layers) and m.run("a b").routing is None
+    _check_parity(hf, m, "qwen3_moe-no-experts")
