@@ -159,6 +159,9 @@ def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, quer
     if getattr(cfg, "qk_norm_full", False) or not getattr(cfg, "pre_norms", True):
         raise UserError(f"why this head looks there is not supported yet for {model.info.family}: it normalises q and k "
                         "over all heads at once, after no norm before attention, and the split is per head")
+    if getattr(cfg, "qk_rms_after_rope", False) or getattr(cfg, "temperature_tuning", None):
+        raise UserError(f"why this head looks there is not supported yet for {model.info.family}: it normalises q and "
+                        "k after RoPE and tunes its NoPE layers' queries by position, which the split does not follow")
     with torch.inference_mode():
         run = residual_run(model, x, run_kw, layers=range(layer + 1), full={layer})
         if progress is not None:
