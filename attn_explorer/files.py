@@ -148,6 +148,8 @@ def result_arrays(r, view: dict | None = None, image: bool = True) -> dict[str, 
         "model": np.asarray(str(r.model), dtype=np.str_),
         "dk_scale": np.asarray(float(r.dk_scale), dtype=np.float64),
     }
+    if getattr(r, "routing", None) is not None:  # MoE: routing_experts / routing_weights (L, N, k), routing_num_experts
+        d.update(r.routing.arrays())
     if r.grid is not None:
         d["grid"] = np.asarray(r.grid, dtype=np.int64)
         if image and r.image is not None:

@@ -191,10 +191,11 @@ class MoE(nn.Module):
             token, slot = torch.where(indices == e)
             w = weights[token, slot, None]
             h = flat[token]
+            # explain's uniform rule on the product of two token-dependent factors (no-ops otherwise)
             if self.cfg.weight_input:  # Llama 4: the weight scales what the expert reads
-                y = self.expert(e, h * w)
+                y = self.expert(e, half_grad(h) * half_grad(w))
             else:
-                y = self.expert(e, h) * w
+                y = half_grad(self.expert(e, h)) * half_grad(w)
             out = out.index_add(0, token, y.to(out.dtype))
         if self.shared is not None:
             out = out + self.shared(flat)
