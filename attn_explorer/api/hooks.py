@@ -104,7 +104,6 @@ class Trace:
     logits: torch.Tensor | None = None
     lazy: LazyAttention | None = None
     routing: object = None  # MoE models: the first input's api.result.Routing (api.routing); None for dense ones
-    routing: object = None  # MoE models: the first input's api.result.Routing (api.routing); None for dense ones
 
 
 def caching_hook(store: dict, detach: bool = True) -> HookFn:

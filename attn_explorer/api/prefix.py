@@ -24,7 +24,6 @@ import torch
 
 from attn_explorer.api.lazy import LazyAttention, LazyLayer
 from attn_explorer.api import routing
-from attn_explorer.api import routing
 from attn_explorer.api.result import RunResult
 from attn_explorer.core.attention import KVCache
 

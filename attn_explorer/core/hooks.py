@@ -15,9 +15,6 @@
     blocks.{i}.mlp.hook_expert_indices  (B, N, k)  MoE layers only (core.moe): each token's k chosen experts, int64
     blocks.{i}.mlp.hook_expert_weights  (B, N, k)  MoE layers only: their routing weights (after top-k, any
                                                    renormalising and scaling: what multiplies each expert)
-    blocks.{i}.mlp.hook_expert_indices  (B, N, k)  MoE layers only (core.moe): each token's k chosen experts, int64
-    blocks.{i}.mlp.hook_expert_weights  (B, N, k)  MoE layers only: their routing weights (after top-k, any
-                                                   renormalising and scaling: what multiplies each expert)
     blocks.{i}.hook_mlp_out         (B, N, D)  the MLP branch's addition, the same way
     blocks.{i}.hook_resid_post      (B, N, D)  block i's output
     hook_final                      (B, N, D)  the last hidden state, after the final norm (api floor)
@@ -42,8 +39,6 @@ HookFn = Callable[[torch.Tensor, str], Optional[torch.Tensor]]
 BLOCK_POINTS = ("hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.hook_z",
                 "hook_attn_out", "hook_mlp_out", "hook_resid_post")
 # Points handed over in (B, N, heads, d_head) while the module holds (B, heads, N, d_head).
-# An MoE layer's routing (core.moe), reached inside its MLP, before hook_mlp_out (TransformerLens's MoE names).
-MOE_POINTS = ("mlp.hook_expert_indices", "mlp.hook_expert_weights")
 # An MoE layer's routing (core.moe), reached inside its MLP, before hook_mlp_out (TransformerLens's MoE names).
 MOE_POINTS = ("mlp.hook_expert_indices", "mlp.hook_expert_weights")
 HEAD_MAJOR = frozenset({"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z"})
