@@ -27,6 +27,7 @@ class DecoderParts:
     unembed: object  # (V, D_embed) weight tensor of the LM head (the embedding when tied)
     softcap: float | None  # final logit soft-cap (Gemma 2), applied after the decomposition
     module: object = None
+    logit_scale: float = 1.0  # every logit times this (Cohere's logit_scale), the pieces' shares too
 
 
 def decoder_parts(module) -> DecoderParts:
@@ -46,10 +47,14 @@ def decoder_parts(module) -> DecoderParts:
     if scaled:  # Granite: each branch and the logits are scaled outside the pieces this decomposition sums
         raise UserError(f"the logit lens and contributions do not support Granite's multipliers yet "
                         f"({', '.join(scaled)} ≠ 1): its pieces would not add up to the logit")
+    if getattr(cfg, "per_layer_dim", None) or any(getattr(b, "layer_scalar", None) is not None for b in blocks):
+        raise UserError("the logit lens and contributions do not support Gemma 4 yet: its layer scalars (and "
+                        "per-layer inputs) act outside the pieces this decomposition sums")
     if hasattr(module, "embed_tokens"):  # Llama, Gemma
         norm = module.norm
         unembed = module.embed_tokens.weight if cfg.tie_embeddings else module.lm_head.weight
-        return DecoderParts(blocks, norm, None, unembed, getattr(cfg, "final_softcap", None), module)
+        return DecoderParts(blocks, norm, None, unembed, getattr(cfg, "final_softcap", None), module,
+                            logit_scale=getattr(cfg, "logit_scale", 1.0))
     norm = module.ln_f if module.ln_f is not None else nn.Identity()
     unembed = module.wte.weight if cfg.tie_embeddings else module.lm_head.weight
     return DecoderParts(blocks, norm, module.project_out, unembed, None, module)
@@ -242,7 +247,8 @@ def unembed(parts: DecoderParts, h):
 
     if parts.project_out is not None:
         h = parts.project_out(h.to(parts.unembed.dtype))
-    return F.linear(h.to(parts.unembed.dtype), parts.unembed).float()
+    logits = F.linear(h.to(parts.unembed.dtype), parts.unembed).float()
+    return logits if parts.logit_scale == 1.0 else logits * parts.logit_scale  # Cohere's logit_scale
 
 
 def softcapped(parts: DecoderParts, logits):

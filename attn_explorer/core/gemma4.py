@@ -49,8 +49,8 @@ class Gemma4Config(LlamaConfig):
     k_eq_v: bool = False  # attention_k_eq_v: the global layers' values are their keys' projection
     kv_source: list | None = None  # per layer: the earlier layer whose keys and values it reads, or None
     wide_mlp: bool = False  # use_double_wide_mlp: the KV-sharing layers' MLPs are twice as wide
-    per_layer_dim: int = 0  # hidden_size_per_layer_input (0: no per-layer inputs)
-    per_layer_vocab: int = 0  # vocab_size_per_layer_input
+    per_layer_dim: int | None = None  # hidden_size_per_layer_input (None: no per-layer inputs)
+    per_layer_vocab: int | None = None  # vocab_size_per_layer_input
 
     def is_local(self, layer: int) -> bool:
         return bool(self.local_layers and self.local_layers[layer])

@@ -1,0 +1,301 @@
+"""Gemma 4's text model (core/gemma4.py) against transformers' Gemma4ForCausalLM in eager mode: tiny seeded
+random configs, every weight moved off its init (the norms' and the layer scalars too), windows shorter than
+the input, local layers with their own d_k and RoPE base, global ones with a wider d_k and proportional RoPE;
+attention_k_eq_v on and off, KV sharing, double-wide MLPs and per-layer inputs. Maps and the last hidden state
+within 1e-5 in float32, logits close, greedy tokens equal; a config.json shaped like google/gemma-4-31B-it's;
+the hooks, lazy attention, ablation and the analyses that refuse, each tested."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers.models.gemma4")
+
+import attn_explorer as ax  # noqa: E402
+from attn_explorer.analysis import interventions, lens  # noqa: E402
+from attn_explorer.errors import UserError  # noqa: E402
+from attn_explorer.core import linear  # noqa: E402
+from tests.hub.test_parity import linear_path  # noqa: E402,F401
+from tests.hub.test_parity_rotary_families import N, TOL, VOCAB, folders, max_differences  # noqa: E402
+from tests.tiny_llama import train_tokenizer  # noqa: E402
+
+WINDOW = 5  # < N: the local layers' rows are cut
+TYPES6 = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+          "full_attention"]
+ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 5000.0}}
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_attention_heads=4, head_dim=8,
+              global_head_dim=16, sliding_window=WINDOW, max_position_embeddings=128, attn_implementation="eager",
+              bos_token_id=1, eos_token_id=2, pad_token_id=0, initializer_range=0.2, vocab_size_per_layer_input=VOCAB)
+CASES = {
+    # k = v on the global layers (1 key/value head there, 2 on the local ones), the last 2 layers read layer 3's
+    # and layer 2's keys and values with MLPs twice as wide, per-layer inputs, a final soft-cap, tied head
+    "k_eq_v-shared-ple": dict(num_hidden_layers=6, layer_types=TYPES6, num_key_value_heads=2,
+                              num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=2,
+                              use_double_wide_mlp=True, hidden_size_per_layer_input=4, final_logit_softcapping=3.0,
+                              rope_parameters=ROPE),
+    # separate values, no sharing, no per-layer inputs, transformers' default layer pattern and RoPE
+    # (proportional 0.25 at 1e6 on the global layers, 1e4 on the local ones), untied head with biases
+    "dense": dict(num_hidden_layers=7, num_key_value_heads=2, num_global_key_value_heads=1, attention_k_eq_v=False,
+                  hidden_size_per_layer_input=0, tie_word_embeddings=False, attention_bias=True),
+    # k = v with the local layers' key/value heads on the global ones too; per-layer inputs without sharing
+    "k_eq_v-ple": dict(num_hidden_layers=4, num_key_value_heads=1, attention_k_eq_v=True,
+                       hidden_size_per_layer_input=6, final_logit_softcapping=5.0,
+                       layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+                       rope_parameters=ROPE),
+}
+# The oneDNN fast path (prepacked products, core.linear) rounds its sums in another order than F.linear: through
+# these odd widths (37, 6) and the per-layer inputs the last hidden state drifts up to 1.5e-5 from transformers'
+# on it, while F.linear gives 0 / 0. Both are tested; the fast path within FAST_TOL.
+FAST_TOL = 5e-5
+KINDS = {
+    "k_eq_v-shared-ple": ["local, window 5", "local, window 5", "global", "local, window 5",
+                          "local, window 5, keys and values of layer 3", "global, keys and values of layer 2"],
+    "dense": ["local, window 5"] * 5 + ["global", "global"],  # the last layer is always global
+    "k_eq_v-ple": ["local, window 5", "global"] * 2,
+}
+
+
+def make_folder(folder, name: str):
+    torch.manual_seed(400 + sorted(CASES).index(name))
+    hf = transformers.Gemma4ForCausalLM(transformers.Gemma4TextConfig(**{**COMMON, **CASES[name]})).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+        for n, b in hf.named_buffers():
+            if n.endswith("layer_scalar"):
+                b.mul_(0.5 + torch.rand(1))
+    hf.save_pretrained(folder, safe_serialization=True)
+    train_tokenizer().save(str(folder / "tokenizer.json"))
+    return hf
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return folders(tmp_path_factory, make_folder)
+
+
+def _ids():
+    return torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(7))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_parity_with_transformers(built, name, linear_path):
+    hf, folder = built(name)
+    tol = TOL if linear_path == "flinear" else FAST_TOL
+    m = ax.load_model(str(folder), device="cpu")
+    assert m.info.family == "gemma4_text" and m.info.causal and m.info.can_generate
+    assert list(m.info.layer_kinds) == KINDS[name]
+    cfg = m.module.cfg
+    own = "rope_parameters" in CASES[name]  # else transformers' default: 1e6 global, 1e4 local
+    assert cfg.rope_scaling.kind == "proportional" and cfg.rope_scaling.proportion == (0.5 if own else 0.25)
+    assert (cfg.rope_theta, cfg.rope_local_theta) == ((5000.0, 100.0) if own else (1e6, 1e4))
+    att, hidden, ours = max_differences(hf, m, _ids())
+    print(f"gemma4 {name} ({linear_path}): maps {att:.2e} hidden {hidden:.2e}")
+    assert att <= tol and hidden <= tol, (name, att, hidden)
+    with torch.no_grad():
+        ref = hf(input_ids=_ids()).logits
+    with torch.inference_mode():
+        logits = m.module.logits(ours.hidden)
+    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4, msg=name)
+    for layer, w in enumerate(cfg.sliding_windows):  # exactly zero outside each local query's window
+        if w:
+            i, j = torch.meshgrid(torch.arange(N), torch.arange(N), indexing="ij")
+            assert ours.attentions[:, layer][..., (i - j >= w) | (j > i)].abs().max() == 0
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_generation_equals_transformers(built, name):
+    """20 tokens through our KV cache (shared slots on the KV-sharing layers; windows shorter than the text)."""
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    g = m.generate("The capital of France is Paris. The capital of Italy", max_new_tokens=20)
+    steps = list(g)
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
+                          eos_token_id=None, pad_token_id=0)
+    assert len(steps) == 20 and [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist()
+
+
+@pytest.mark.parametrize("what", ["local rope", "shared kv", "layer scalar"])
+def test_each_difference_from_gemma3_is_seen(built, what):
+    """The parity above sees the split RoPE, the KV sharing and the layer scalars: without each, it fails."""
+    hf, folder = built("k_eq_v-shared-ple")
+    m = ax.load_model(str(folder), device="cpu")
+    if what == "local rope":
+        m.module.cfg.rope_local_theta = m.module.cfg.rope_theta
+        m.module._rope_cache.clear()
+    elif what == "shared kv":  # layer 4 reads layer 1's keys and values instead of layer 3's
+        m.module.cfg.kv_source = [None, None, None, None, 1, 2]
+    else:
+        for block in m.module.blocks.layers:
+            block.layer_scalar.fill_(1.0)
+    att, hidden, _ = max_differences(hf, m, _ids())
+    assert max(att, hidden) > 1e-3, what
+
+
+def test_the_multimodal_config_loads_its_language_model(tmp_path, built, monkeypatch):
+    """model_type gemma4 (Gemma4ForConditionalGeneration's folder): text_config, the language model's weights
+    under model.language_model., the vision tower's tensors left out."""
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.setattr(linear, "fast_path_enabled", False)
+    hf, folder = built("k_eq_v-ple")
+    text = json.loads((folder / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": text,
+        "vision_config": {"model_type": "gemma4_vision"}, "audio_config": None, "tie_word_embeddings": True,
+        "image_token_id": 258880, "dtype": "float32"}))
+    sd = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v
+          for k, v in load_file(str(folder / "model.safetensors")).items()}
+    sd["model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight"] = torch.zeros(3, 3)
+    sd["model.embed_vision.embedding_projection.weight"] = torch.zeros(3, 3)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    train_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    assert m.info.family == "gemma4_text"
+    att, hidden, _ = max_differences(hf, m, _ids())
+    assert att <= TOL and hidden <= TOL
+
+
+def _real_31b_shape(**changes) -> dict:
+    """google/gemma-4-31B-it's config.json (its keys, dtype, architectures; no quantization_config), shrunk."""
+    types = (["sliding_attention"] * 5 + ["full_attention"]) * 2
+    text = {
+        "attention_bias": False, "attention_dropout": 0.0, "attention_k_eq_v": True, "bos_token_id": 2,
+        "dtype": "bfloat16", "enable_moe_block": False, "eos_token_id": 1, "expert_intermediate_size": None,
+        "final_logit_softcapping": 30.0, "global_head_dim": 16, "head_dim": 8,
+        "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 32, "hidden_size_per_layer_input": 0,
+        "initializer_range": 0.02, "intermediate_size": 48, "layer_types": types, "max_position_embeddings": 262144,
+        "model_type": "gemma4_text", "moe_intermediate_size": None, "num_attention_heads": 4, "num_experts": None,
+        "num_global_key_value_heads": 1, "num_hidden_layers": 12, "num_key_value_heads": 2,
+        "num_kv_shared_layers": 0, "pad_token_id": 0, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                                               "rope_type": "proportional"},
+                            "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}},
+        "sliding_window": 1024, "tie_word_embeddings": True, "top_k_experts": None,
+        "use_bidirectional_attention": "vision", "use_cache": True, "use_double_wide_mlp": False,
+        "vocab_size": VOCAB, "vocab_size_per_layer_input": VOCAB}
+    text.update(changes)
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "audio_config": None, "audio_token_id": 258881,
+            "boa_token_id": 256000, "boi_token_id": 255999, "dtype": "bfloat16", "eoa_token_id": 258883,
+            "eoa_token_index": 258883, "eoi_token_id": 258882, "eos_token_id": [1, 106], "image_token_id": 258880,
+            "initializer_range": 0.02, "model_type": "gemma4", "text_config": text, "tie_word_embeddings": True,
+            "transformers_version": "5.7.0", "video_token_id": 258884,
+            "vision_config": {"model_type": "gemma4_vision", "hidden_size": 1152, "num_hidden_layers": 27},
+            "vision_soft_tokens_per_image": 280}
+
+
+def test_a_hub_shaped_config_loads_with_a_tiny_state_dict(tmp_path, monkeypatch):
+    """Part D: the 31B's config.json (global_head_dim / num_global_key_value_heads, no per_layer_config),
+    its tensor names, bfloat16 weights; loads, and matches transformers built from the same folder."""
+    monkeypatch.setattr(linear, "fast_path_enabled", False)
+    cfg = _real_31b_shape()
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    torch.manual_seed(3)
+    fp32 = {**cfg, "dtype": "float32", "text_config": {**cfg["text_config"], "dtype": "float32"}}  # fp32 RoPE tables
+    hf = transformers.Gemma4ForConditionalGeneration(transformers.Gemma4Config(**{
+        k: v for k, v in fp32.items() if k not in ("architectures", "vision_config", "transformers_version")},
+        attn_implementation="eager")).eval()
+    sd = {k: (v + torch.randn_like(v) * 0.1).to(torch.bfloat16) for k, v in hf.state_dict().items()
+          if k != "lm_head.weight"}
+    from safetensors.torch import save_file
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    train_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    assert m.info.family == "gemma4_text" and m.info.num_layers == 12
+    assert m.info.layer_kinds[:6] == ("local, window 1024",) * 5 + ("global",)
+    blocks = m.module.blocks.layers
+    assert blocks[5].attn.head_dim == 16 and blocks[5].attn.num_kv_heads == 1 and not hasattr(blocks[5].attn, "value")
+    assert blocks[0].attn.head_dim == 8 and blocks[0].attn.num_kv_heads == 2
+    hf.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
+    hf.tie_weights()
+    hf.float()
+    ids = _ids()
+    with torch.no_grad():
+        ref = hf.model.language_model(input_ids=ids, output_attentions=True)
+    with torch.inference_mode():
+        ours = m.module(input_ids=ids, output_attentions=True)
+    assert (ours.hidden - ref.last_hidden_state).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 8}, "enable_moe_block"),
+    ({"use_bidirectional_attention": "all"}, "use_bidirectional_attention"),
+    ({"rope_theta": 10000.0}, "rope_theta"),  # the legacy form: transformers' Gemma 4 does not read it
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, "rope_parameters"),  # flat: not per type
+    ({"rope_parameters": {**ROPE, "full_attention": {"rope_type": "yarn", "factor": 2.0}}}, "yarn"),
+    ({"num_kv_shared_layers": 12}, "num_kv_shared_layers"),
+    ({"sliding_window": None}, "sliding_window"),
+])
+def test_unsupported_fields_are_refused_in_one_line(tmp_path, changes, field):
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text(json.dumps(_real_31b_shape(**changes)))
+    save_file({"model.language_model.norm.weight": torch.ones(32)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(UserError) as e:
+        ax.load_model(str(tmp_path), device="cpu")
+    assert "\n" not in str(e.value) and "gemma4" in str(e.value) and field in str(e.value), str(e.value)
+
+
+# ---- part C: hooks, lazy attention, prefix reuse, interventions, the analyses -------------------------------
+
+TEXT = "the cat sat on the mat and the dog ran to the park"
+
+
+def test_hooks_exist_and_a_shared_layer_sees_the_keys_it_reads(built):
+    _, folder = built("k_eq_v-shared-ple")
+    m = ax.load_model(str(folder), device="cpu")
+    names = m.hook_names()
+    assert "blocks.5.attn.hook_k" in names and "blocks.5.attn.hook_pattern" in names
+    r, cache = m.run_with_cache(TEXT)
+    assert torch.equal(cache["blocks.5.attn.hook_k"], cache["blocks.2.attn.hook_k"])  # layer 5 reads layer 2's keys
+    assert cache["blocks.2.attn.hook_q"].shape[-1] == 16 and cache["blocks.0.attn.hook_q"].shape[-1] == 8
+    np.testing.assert_allclose(cache["blocks.3.attn.hook_pattern"][0].numpy(), r.attentions[3], atol=1e-6)
+
+    def zero_layer2_values(v, name):
+        return torch.zeros_like(v)
+
+    r2 = m.run_with_hooks(TEXT, {"blocks.2.attn.hook_v": zero_layer2_values})
+    assert np.abs(r2.attentions[5] - r.attentions[5]).max() > 0  # layer 5 sees what layer 2 made
+
+
+def test_lazy_attention_equals_the_dense_maps(built):
+    _, folder = built("k_eq_v-shared-ple")
+    m = ax.load_model(str(folder), device="cpu")
+    dense = m.run(TEXT)
+    lazy = m.run(TEXT, lazy=True)
+    for layer in range(dense.attentions.shape[0]):
+        for head in range(dense.attentions.shape[1]):
+            np.testing.assert_allclose(lazy.attention(layer, head), dense.attentions[layer, head], atol=1e-5,
+                                       rtol=1e-4)  # unscaled logits: the flash kernel rounds a little apart
+
+
+def test_prefix_reuse_equals_a_fresh_run(built):
+    _, folder = built("k_eq_v-shared-ple")
+    m = ax.load_model(str(folder), device="cpu")
+    m.run(TEXT)
+    edited = TEXT.replace("park", "house")
+    again = m.run(edited)
+    fresh = ax.load_model(str(folder), device="cpu").run(edited)
+    np.testing.assert_allclose(again.attentions, fresh.attentions, atol=1e-6)
+
+
+def test_head_ablation_changes_the_next_token_distribution(built):
+    _, folder = built("k_eq_v-shared-ple")
+    m = ax.load_model(str(folder), device="cpu")
+    c = interventions.compare(m, TEXT, {(2, 1): "zero"})
+    assert c is not None
+
+
+def test_the_logit_lens_refuses_gemma4_in_one_line(built):
+    """Per-layer inputs and layer scalars sit outside the pieces the lens / contributions sum."""
+    _, folder = built("k_eq_v-ple")
+    m = ax.load_model(str(folder), device="cpu")
+    with pytest.raises(UserError) as e:
+        lens.logit_attribution(m, TEXT)
+    assert "\n" not in str(e.value) and "Gemma 4" in str(e.value)
