@@ -186,3 +186,46 @@ def test_no_experts_is_a_dense_qwen3(tmp_path):
     m = ax.load_model(str(tmp_path), device="cpu")
     assert not any(isinstance(b.mlp, MoE) for b in m.module.blocks.layers) and m.run("a b").routing is None
     _check_parity(hf, m, "qwen3_moe-no-experts")
+
+
+# Part D: the config.json Qwen/Qwen3-30B-A3B ships (its keys and value kinds, legacy rope_theta and
+# rope_scaling null, torch_dtype, no quantization_config), shrunk only in its sizes; tensors stored in bfloat16
+# under the hub's per-expert names. Token ids past the tiny vocabulary are shrunk into it (real ones in comments).
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 1,  # real 151643
+    "decoder_sparse_step": 1,
+    "eos_token_id": 2,  # real 151645
+    "head_dim": 16,  # real 128
+    "hidden_act": "silu", "hidden_size": 48,  # real 2048
+    "initializer_range": 0.02, "intermediate_size": 64,  # real 6144
+    "max_position_embeddings": 40960, "max_window_layers": 3,  # real 48
+    "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 16,  # real 768
+    "norm_topk_prob": True, "num_attention_heads": 6,  # real 32
+    "num_experts": 8, "num_experts_per_tok": 2,  # real 128, 8
+    "num_hidden_layers": 3,  # real 48
+    "num_key_value_heads": 2,  # real 4
+    "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": VOCAB,
+}
+
+
+def test_the_hub_config_json_loads_and_matches_transformers(tmp_path):
+    cfg = QWEN3_30B_A3B
+    assert "quantization_config" not in cfg
+    torch.manual_seed(11)
+    hf = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig.from_dict(dict(cfg))).eval()
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if "norm" in pname else 0.0))
+    hf.to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    rotary.train_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    assert m.info.family == "qwen3_moe" and m.info.moe_layers == (True,) * 3 and m.info.num_experts == 8
+    assert list(m.info.layer_kinds) == [] and {p.dtype for p in m.module.parameters()} == {torch.float32}
+    ref = transformers.Qwen3MoeForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="eager",
+                                                           experts_implementation="eager").eval()
+    _check_parity(ref, m, "qwen3_moe (Qwen/Qwen3-30B-A3B's config.json)")
+    assert m.run("The capital of France").routing.experts[0].shape[1] == 2
