@@ -92,8 +92,23 @@ def config_from_fields(cls: type, stored: Any, where: str) -> Any:
     return check_config(cls(**stored), where)
 
 
+def _kind(arch: Architecture) -> str:
+    """Which group a row is listed under in `supported`: from what its model is, not where its row lives."""
+    if arch.modality != "text" or getattr(arch.build, "text_encoder", False):  # CLIP's text tower with CLIP
+        return "vision and image-text"
+    if getattr(arch.build, "encoder_decoder", False):
+        return "encoder-decoders"
+    return "text decoders" if getattr(arch.build, "causal", False) else "text encoders"
+
+
 def supported() -> str:
-    return ", ".join(sorted(ARCHITECTURES))
+    """Every model_type we read, one line: sorted within its group ("text decoders: gemma2, llama, ...;
+    text encoders: ...; encoder-decoders: ...; vision and image-text: ...")."""
+    groups: dict[str, list[str]] = {k: [] for k in ("text decoders", "text encoders", "encoder-decoders",
+                                                    "vision and image-text")}
+    for mt, arch in ARCHITECTURES.items():
+        groups.setdefault(_kind(arch), []).append(mt)
+    return "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in groups.items() if v)
 
 
 def architecture_for(cfg: dict, where: str) -> Architecture:
@@ -101,9 +116,10 @@ def architecture_for(cfg: dict, where: str) -> Architecture:
         raise UserError(f"{where}: config.json must be a JSON object {{\"model_type\": ...}}, not {json_kind(cfg)}")
     mt = cfg.get("model_type")
     if mt is None:
-        raise UserError(f"{where}: config.json has no model_type; supported architectures: {supported()}")
+        raise UserError(f"{where}: config.json has no model_type; supported model types: {supported()}")
     if mt not in ARCHITECTURES:
-        raise UserError(f"{where}: unsupported architecture {mt!r}; supported architectures: {supported()}")
+        raise UserError(f"{where}: unsupported architecture {mt!r} (config.json's model_type); supported model "
+                        f"types: {supported()}")
     return ARCHITECTURES[mt]
 
 

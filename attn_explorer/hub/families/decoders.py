@@ -1,7 +1,7 @@
 """Decoders: GPT-2 and OPT (learned positions, LayerNorm), and the rotary decoders on our one Llama-style
 model: Llama (SmolLM2), Qwen2/2.5, Qwen3, Mistral, Phi-3, GPT-NeoX (Pythia), SmolLM3 (NoPE layers),
-Granite (multipliers). The rotary ones share one reader (`_rotary_decoder`); each row sets only its
-switches (OLMo 2 / 3 reuse it from families/olmo.py)."""
+Granite (multipliers). The rotary ones share one reader (`rotary_decoder`); each row sets only its
+switches. Other family modules (OLMo, ...) build on the public `rotary_decoder` and `ROPE_BUFFERS`."""
 from __future__ import annotations
 
 import math
@@ -97,7 +97,7 @@ def _every_layer_window(cfg: dict, family: str) -> list | None:
     return None if w is None else [w] * cfg["num_hidden_layers"]
 
 
-def _rotary_decoder(cfg: dict, family: str, **fields) -> LlamaConfig:
+def rotary_decoder(cfg: dict, family: str, **fields) -> LlamaConfig:
     """What every rotary decoder shares with Llama (RMSNorm, SwiGLU, GQA, untied by default); fields
     override the defaults read here."""
     activation = act(cfg, "hidden_act")
@@ -119,32 +119,38 @@ def _rotary_decoder(cfg: dict, family: str, **fields) -> LlamaConfig:
         head_size=head_dim if head_dim * heads != cfg["hidden_size"] else None,
     )
     base.update(fields)
+    # A window no shorter than the positions the model may run never cuts a key (Phi-3.5-mini and
+    # Phi-4-mini ship sliding_window 262144 beside 131072 positions): those layers are global, and say so.
+    windows = base.get("sliding_windows")
+    if windows:
+        windows = [w if w is not None and w < base["max_positions"] else None for w in windows]
+        base["sliding_windows"] = windows if any(windows) else None
     return LlamaConfig(**base)
 
 
 def _llama_config(cfg: dict) -> LlamaConfig:
-    return _rotary_decoder(cfg, "llama", attention_bias=bool(cfg.get("attention_bias", False)),
+    return rotary_decoder(cfg, "llama", attention_bias=bool(cfg.get("attention_bias", False)),
                            mlp_bias=bool(cfg.get("mlp_bias", False)))
 
 
 def _qwen2_config(cfg: dict) -> LlamaConfig:
-    return _rotary_decoder(cfg, "qwen2", qkv_bias=True, sliding_windows=_qwen_windows(cfg, "qwen2"))
+    return rotary_decoder(cfg, "qwen2", qkv_bias=True, sliding_windows=_qwen_windows(cfg, "qwen2"))
 
 
 def _qwen3_config(cfg: dict) -> LlamaConfig:
-    return _rotary_decoder(cfg, "qwen3", qk_norm=True, attention_bias=bool(cfg.get("attention_bias", False)),
+    return rotary_decoder(cfg, "qwen3", qk_norm=True, attention_bias=bool(cfg.get("attention_bias", False)),
                            sliding_windows=_qwen_windows(cfg, "qwen3"))
 
 
 def _mistral_config(cfg: dict) -> LlamaConfig:
-    return _rotary_decoder(cfg, "mistral", sliding_windows=_every_layer_window(cfg, "mistral"))
+    return rotary_decoder(cfg, "mistral", sliding_windows=_every_layer_window(cfg, "mistral"))
 
 
 def _phi3_config(cfg: dict) -> LlamaConfig:
     # transformers' Phi3Config: the old "su" and "yarn" are LongRoPE, and its top-level
     # original_max_position_embeddings (4096 when config.json has none) outranks the rope entry's
     cfg = {"original_max_position_embeddings": 4096, **cfg}
-    return _rotary_decoder(cfg, "phi3", rope_defaults=dict(aliases={"su": "longrope", "yarn": "longrope"}),
+    return rotary_decoder(cfg, "phi3", rope_defaults=dict(aliases={"su": "longrope", "yarn": "longrope"}),
                            sliding_windows=_every_layer_window(cfg, "phi3"), qkv_layout="stacked",
                            fused_gate_up=True)
 
@@ -152,7 +158,7 @@ def _phi3_config(cfg: dict) -> LlamaConfig:
 def _gpt_neox_config(cfg: dict) -> LlamaConfig:
     if cfg.get("hidden_size", 0) % max(1, cfg.get("num_attention_heads", 1)):
         raise UserError("gpt_neox: hidden_size must be a multiple of num_attention_heads")
-    return _rotary_decoder(
+    return rotary_decoder(
         cfg, "gpt_neox", rope_defaults=dict(fraction=0.25), norm="layer", mlp="mlp", mlp_bias=True,
         eps=norm_eps(cfg, "layer_norm_eps", 1e-5), attention_bias=bool(cfg.get("attention_bias", True)),
         parallel_residual=bool(cfg.get("use_parallel_residual", True)), num_kv_heads=cfg["num_attention_heads"],
@@ -182,7 +188,7 @@ def _smollm3_config(cfg: dict) -> LlamaConfig:
     types = layer_types(cfg, "smollm3", lambda n: ["sliding_attention" if w is not None and nope[i]
                                                    else "full_attention" for i in range(n)])
     windows = layer_windows(types, w)
-    return _rotary_decoder(cfg, "smollm3", rope_defaults=dict(theta=2_000_000.0),
+    return rotary_decoder(cfg, "smollm3", rope_defaults=dict(theta=2_000_000.0),
                            attention_bias=bool(cfg.get("attention_bias", False)),
                            mlp_bias=bool(cfg.get("mlp_bias", False)),
                            tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
@@ -198,7 +204,7 @@ def _multiplier(cfg: dict, name: str) -> float:
 
 
 def _granite_config(cfg: dict) -> LlamaConfig:
-    return _rotary_decoder(cfg, "granite", attention_bias=bool(cfg.get("attention_bias", False)),
+    return rotary_decoder(cfg, "granite", attention_bias=bool(cfg.get("attention_bias", False)),
                            mlp_bias=bool(cfg.get("mlp_bias", False)),
                            embed_multiplier=_multiplier(cfg, "embedding_multiplier"),
                            attn_scale=_multiplier(cfg, "attention_multiplier"),
@@ -220,7 +226,7 @@ LLAMA_RULES = [
     (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
 
-_ROPE_BUFFERS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq")
+ROPE_BUFFERS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq")
 _NX = r"layers\.(\d+)\."
 GPT_NEOX_RULES = [
     (r"embed_in\.weight", "embed_tokens.weight"),
@@ -233,6 +239,8 @@ GPT_NEOX_RULES = [
     (r"final_layer_norm\.(weight|bias)", r"norm.\1"),
     (r"(?:embed_out|lm_head)\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
+# The old private names, kept until every family module imports the public ones
+_rotary_decoder, _ROPE_BUFFERS = rotary_decoder, ROPE_BUFFERS
 QWEN3_RULES = LLAMA_RULES + [(_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight")]
 PHI3_RULES = [  # fused: qkv_proj holds every q row, then k's, then v's; gate_up_proj the gate's rows, then up's
     (_LL + r"self_attn\.qkv_proj\.weight", _B + r"attn.qkv.weight"),
@@ -249,14 +257,14 @@ ARCHITECTURES.update({
         "opt", "text", GPT2, _opt_config, OPT_RULES, ("model.decoder.", "decoder."),
         ignore=(r"score\..*", r"qa_outputs\..*"), names=OPT_NAMES,
     ),
-    "llama": Architecture("llama", "text", Llama, _llama_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
-    "qwen2": Architecture("qwen2", "text", Llama, _qwen2_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
-    "qwen3": Architecture("qwen3", "text", Llama, _qwen3_config, QWEN3_RULES, ("model.",), ignore=_ROPE_BUFFERS),
-    "mistral": Architecture("mistral", "text", Llama, _mistral_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
+    "llama": Architecture("llama", "text", Llama, _llama_config, LLAMA_RULES, ("model.",), ignore=ROPE_BUFFERS),
+    "qwen2": Architecture("qwen2", "text", Llama, _qwen2_config, LLAMA_RULES, ("model.",), ignore=ROPE_BUFFERS),
+    "qwen3": Architecture("qwen3", "text", Llama, _qwen3_config, QWEN3_RULES, ("model.",), ignore=ROPE_BUFFERS),
+    "mistral": Architecture("mistral", "text", Llama, _mistral_config, LLAMA_RULES, ("model.",), ignore=ROPE_BUFFERS),
     "smollm3": Architecture("smollm3", "text", Llama, _smollm3_config, LLAMA_RULES, ("model.",),
-                            ignore=_ROPE_BUFFERS),
-    "granite": Architecture("granite", "text", Llama, _granite_config, LLAMA_RULES, ("model.",), ignore=_ROPE_BUFFERS),
-    "phi3": Architecture("phi3", "text", Llama, _phi3_config, PHI3_RULES, ("model.",), ignore=_ROPE_BUFFERS),
+                            ignore=ROPE_BUFFERS),
+    "granite": Architecture("granite", "text", Llama, _granite_config, LLAMA_RULES, ("model.",), ignore=ROPE_BUFFERS),
+    "phi3": Architecture("phi3", "text", Llama, _phi3_config, PHI3_RULES, ("model.",), ignore=ROPE_BUFFERS),
     "gpt_neox": Architecture(
         "gpt_neox", "text", Llama, _gpt_neox_config, GPT_NEOX_RULES, ("gpt_neox.",),
         ignore=(r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)", r"rotary_emb\.inv_freq"),
