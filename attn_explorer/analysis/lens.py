@@ -183,7 +183,7 @@ def attribution_of(run: ResidualRun, position: int, target_id: int):
 
     parts = run.parts
     frozen = FrozenNorm(parts.final_norm, run.final[position])
-    u = parts.unembed[target_id].float()  # (D_embed,)
+    u = parts.unembed[target_id].float() * parts.logit_scale  # (D_embed,); Cohere's logit_scale (else 1)
     if parts.project_out is not None:
         u = parts.project_out.weight.float().t() @ u  # back through OPT's projection
     read = lambda c: frozen.lin(c) @ u  # noqa: E731 - one line: a piece's direct logit
