@@ -150,6 +150,8 @@ def result_arrays(r, view: dict | None = None, image: bool = True) -> dict[str, 
     }
     if getattr(r, "routing", None) is not None:  # MoE: routing_experts / routing_weights (L, N, k), routing_num_experts
         d.update(r.routing.arrays())
+    if getattr(r, "sinks", None) is not None:  # gpt-oss: (L, H, N) each row's share given to its head's sink
+        d["sinks"] = np.ascontiguousarray(r.sinks, dtype=np.float32)
     if r.grid is not None:
         d["grid"] = np.asarray(r.grid, dtype=np.int64)
         if image and r.image is not None:

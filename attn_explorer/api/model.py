@@ -12,7 +12,7 @@ import torch
 from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
-from attn_explorer.api import prefix, routing
+from attn_explorer.api import prefix, routing, sinks
 from attn_explorer.api.hooks import (ActivationCache, Trace, ablation_hooks, caching_hook, check_names, merge,
                                      model_hook_names, select_names)
 from attn_explorer.api.lazy import LazyAttention, kept_bytes
@@ -366,7 +366,8 @@ class Model:
         return RunResult(
             attentions=att, tokens=tokens,
             special=np.asarray(special, dtype=bool), model=self.info.name, dk_scale=dk_scale, forward_ms=ms,
-            warm_up=self._first_pass, hidden=out.hidden[0].float().cpu().numpy() if hidden else None, **kw,
+            warm_up=self._first_pass, hidden=out.hidden[0].float().cpu().numpy() if hidden else None,
+            sinks=sinks.shares(self.module, att, store), **kw,
         )
 
     def _prepare_text(self, text, max_tokens) -> Prepared:

@@ -258,6 +258,8 @@ def chosen_arrays(r, chosen: dict | None) -> dict[str, np.ndarray]:
          "model": np.asarray(str(r.model), dtype=np.str_), "dk_scale": np.asarray(float(r.dk_scale))}
     if r.grid is not None:
         d["grid"] = np.asarray(r.grid, dtype=np.int64)
+    if getattr(r, "sinks", None) is not None:  # gpt-oss: the chosen heads' sink share of every row (unpooled)
+        d["sinks"] = np.ascontiguousarray(r.sinks[np.ix_(layers, heads)], dtype=np.float32)
     if getattr(r, "routing", None) is not None:  # MoE: the chosen layers' routing (len(layers), N, k)
         d.update({k: v[layers] if v.ndim == 3 else v for k, v in r.routing.arrays().items()})
     return d

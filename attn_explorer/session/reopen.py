@@ -126,9 +126,17 @@ def _from_arrays(d: dict[str, np.ndarray], name: str, path: str = "") -> SavedRu
     if "decoder_attentions" in d or "cross_attentions" in d:
         dec = _decoder(d, name, H, N)
     view = _view(d, name)
+    sinks = _sinks(d["sinks"], name, (L, H, N)) if "sinks" in d else None
     r = RunResult(attentions=att, tokens=tokens, special=special, model=model, dk_scale=float(dk), forward_ms=0.0,
-                  grid=grid, image=image, total_tokens=N, patch_offset=offset, **dec)
+                  grid=grid, image=image, total_tokens=N, patch_offset=offset, sinks=sinks, **dec)
     return SavedRun(result=r, info=info_for_result(r, Path(path).name if path else ""), view=view, path=path)
+
+
+def _sinks(a: np.ndarray, name: str, shape: tuple[int, int, int]) -> np.ndarray:
+    """gpt-oss's sink shares (L, H, N), each in [0, 1]."""
+    if a.dtype.kind != "f" or a.shape != shape or not np.isfinite(a).all() or (a < 0).any() or (a > 1).any():
+        raise _damaged(name, f"sinks should be {shape} shares between 0 and 1, not {a.dtype} {a.shape}")
+    return np.ascontiguousarray(a, dtype=np.float32)
 
 
 def _decoder(d: dict[str, np.ndarray], name: str, H: int, S: int) -> dict:

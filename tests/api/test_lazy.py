@@ -80,6 +80,10 @@ def _text_families():
             vocab_size=99, hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
             global_attn_every_n_layers=3, local_attention=4, max_position_embeddings=64, pad_token_id=0,
             attn_implementation="eager"))),
+        # gpt-oss: learned sinks (the kept lse includes them), windows, q/k/v/o biases, the MoE MLP
+        "gpt_oss (sinks, windows)": lambda: _spread(transformers.GptOssForCausalLM(transformers.GptOssConfig(
+            **{**COMMON, "num_hidden_layers": 2, "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 5,
+               "intermediate_size": 32, "num_local_experts": 4, "num_experts_per_tok": 2}))),
         "clip_text": lambda: transformers.CLIPTextModel(transformers.CLIPTextConfig(
             vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
             max_position_embeddings=64, attn_implementation="eager", bos_token_id=0, eos_token_id=2, pad_token_id=1)),
