@@ -93,6 +93,12 @@ class LlamaConfig:
     # Cohere / Cohere 2 (norm "layer_nobias"; GLM-4 needs no field of its own: sandwich norms, pairs RoPE):
     parallel_one_norm: bool = False  # with parallel_residual: both branches read one input norm (no norm2)
     logit_scale: float = 1.0  # next-token logits times this (Cohere's logit_scale)
+    # Llama 4 (NoPE layers: nope_layers; rope_layout "pairs"; MoE: moe, moe_layers):
+    attention_chunk: int | None = None  # attention_chunk_size: a chunked layer's query sees only its own chunk
+    chunked_layers: list | None = None  # per layer, True: chunked (Llama 4's RoPE layers)
+    qk_rms_after_rope: bool = False  # use_qk_norm: q, k over their RMS (no weight) after RoPE, RoPE layers only
+    temperature_tuning: tuple | None = None  # (floor_scale, attn_scale): the NoPE layers' queries times
+    #                                          log(floor((position + 1) / floor_scale) + 1) · attn_scale + 1
 
     # DeepSeek-V3:
     mla: MLAConfig | None = None  # multi-head latent attention on every layer (core.mla); RoPE turns its
@@ -140,6 +146,7 @@ class LlamaConfig:
             qk_norm_full=self.qk_norm_full, residual_scale=self.residual_multiplier,
             mla=self.mla, rope_layout=self.rope_layout, sinks=self.attn_sinks, moe=self.moe if self.is_moe(layer) else None,
             one_norm=self.parallel_one_norm,
+            qk_rms_after_rope=self.qk_rms_after_rope and not (self.nope_layers or [False] * (layer + 1))[layer],
         )
 
     def is_moe(self, layer: int) -> bool:
@@ -151,8 +158,9 @@ class LlamaConfig:
         on a layer without RoPE (SmolLM3's NoPE layers)."""
         windows = self.sliding_windows or [None] * self.num_layers
         nope = self.nope_layers or [False] * self.num_layers
-        return [(f"local, window {w}" if w else "global") + (", no positions" if n else "")
-                for w, n in zip(windows, nope)]
+        chunks = [self.attention_chunk if c else None for c in self.chunked_layers or [False] * self.num_layers]
+        return [(f"local, window {w}" if w else f"local, chunk {c}" if c else "global") + (", no positions" if n else "")
+                for w, n, c in zip(windows, nope, chunks)]
 
 
 class Llama(nn.Module):
@@ -229,6 +237,8 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         if cfg.nope_layers and any(cfg.nope_layers):  # SmolLM3: these layers see no positions
             layer_opts = layer_opts or [{} for _ in range(cfg.num_layers)]
             layer_opts = [dict(o, rope=None) if n else o for o, n in zip(layer_opts, cfg.nope_layers)]
+        if cfg.chunked_layers or cfg.temperature_tuning:
+            layer_opts = llama4_options(cfg, layer_opts, past, N, x.device, attention_mask)
         x, attn = self.blocks(x, opts, dk_layers=dk_layers, output_attentions=output_attentions,
                               hooks=hooks, cache=cache, layer_opts=layer_opts)
         return ModelOutput(hidden=self.norm(x), attentions=attn)
@@ -252,3 +262,41 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
             logits = logits * self.cfg.logit_scale
         c = self.cfg.final_softcap
         return logits if c is None else torch.tanh(logits / c) * c  # Gemma's final_logit_softcapping
+
+
+def llama4_options(cfg: LlamaConfig, layer_opts: list[dict] | None, past: int, n: int, device,
+                   attention_mask: torch.Tensor | None = None) -> list[dict]:
+    """Llama 4's per-layer additions: the chunk on its chunked layers, and on its NoPE layers each new query's
+    temperature, log1p(floor((p + 1) / floor_scale)) · attn_scale + 1 at position p, in float32 as transformers.
+    A row with left padding counts its chunks from its first real token, as transformers does: its chunked
+    layers then take one (B, 1, n, M) mask of their own."""
+    layer_opts = layer_opts or [{} for _ in range(cfg.num_layers)]
+    chunked = cfg.chunked_layers or [False] * cfg.num_layers
+    nope = cfg.nope_layers or [False] * cfg.num_layers
+    scale = None
+    if cfg.temperature_tuning:
+        floor_scale, attn_scale = cfg.temperature_tuning
+        positions = torch.arange(past, past + n, device=device).float()
+        scale = torch.log1p(torch.floor((positions + 1.0) / floor_scale)) * attn_scale + 1.0
+    shifted = None if attention_mask is None else _left_padded_chunks(attention_mask, cfg.attention_chunk, past, n)
+    out = []
+    for o, c, p in zip(layer_opts, chunked, nope):
+        if c and cfg.attention_chunk:
+            o = dict(o, chunk=cfg.attention_chunk) if shifted is None else dict(o, mask=shifted)
+        out.append(dict(o, query_scale=scale) if p and scale is not None else o)
+    return out
+
+
+def _left_padded_chunks(attention_mask: torch.Tensor, chunk: int | None, past: int, n: int) -> torch.Tensor | None:
+    """bool (B, 1, n, M): causal, the same chunk counted from each row's first real token, real keys only;
+    None where no row is left-padded (then AttentionOptions.chunk says it all)."""
+    if not chunk:
+        return None
+    real = attention_mask.bool()
+    lead = (real.long().cumsum(-1) == 0).sum(-1)  # each row's left padding
+    if not bool(lead.any()):
+        return None
+    q = torch.arange(past, past + n, device=real.device)[None, :, None] - lead[:, None, None]
+    k = torch.arange(real.shape[-1], device=real.device)[None, None, :] - lead[:, None, None]
+    return ((k <= q) & (torch.div(k, chunk, rounding_mode="floor") == torch.div(q, chunk, rounding_mode="floor"))
+            & real[:, None, :])[:, None]

@@ -191,24 +191,28 @@ def test_hooks_exist_and_cache_what_the_run_used(built):
     torch.testing.assert_close(t.out.attentions[0, 1, 0, -1], torch.full((n,), 1.0 / n))
 
 
-@pytest.mark.parametrize("name", ["dense", "moe"])
-def test_lazy_equals_dense_with_padding_and_the_dk_slider(built, name):
+@pytest.mark.parametrize("name,side", [("dense", "right"), ("moe", "right"), ("dense", "left")])
+def test_lazy_equals_dense_with_padding_and_the_dk_slider(built, name, side):
     _, _, m = built(name)
     ids = torch.randint(3, 99, (2, 29), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
-    mask[1, 21:] = 0  # right padding
+    real = slice(0, 21) if side == "right" else slice(8, 29)
+    mask[1] = 0
+    mask[1, real] = 1
     inputs = {"input_ids": ids, "attention_mask": mask}
     dense = m.trace(inputs, dk_scale=0.7, dk_layers=[1], attentions=True).out
     t = m.trace(inputs, dk_scale=0.7, dk_layers=[1], lazy=True)
     assert t.out.attentions is None
     for layer in range(4):
         c = t.lazy.layers[layer]
-        assert c.options.chunk == (m.module.cfg.attention_chunk if m.module.cfg.chunked_layers[layer] else None)
-        for b, rows in ((0, 29), (1, 21)):
+        chunked = m.module.cfg.chunked_layers[layer] and side == "right"  # left padding: a mask of its own
+        assert c.options.chunk == (m.module.cfg.attention_chunk if chunked else None)
+        for b, rows in ((0, slice(0, 29)), (1, real)):
             for h in range(m.info.num_heads):
                 got = core_lazy.head_probs(c.q, c.k, c.lse, c.options, h, batch=b)
-                torch.testing.assert_close(got[:rows], dense.attentions[b, layer, h][:rows], atol=TOL, rtol=1e-5)
+                torch.testing.assert_close(got[rows], dense.attentions[b, layer, h][rows], atol=TOL, rtol=1e-5)
     torch.testing.assert_close(t.out.hidden[0], dense.hidden[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(t.out.hidden[1, real], dense.hidden[1, real], atol=1e-5, rtol=1e-5)
 
 
 def test_prefix_reuse_equals_a_full_recompute(built):
@@ -314,3 +318,18 @@ def _saved_keys(folder) -> list[str]:
 
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         return list(f.keys())
+
+
+def test_left_padding_starts_the_chunks_at_the_first_real_token(built):
+    """transformers counts a row's chunks from its first real token (left padding shifts them): so do we."""
+    hf, _, m = built("dense")
+    ids = _ids()
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        ref = hf.model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    with torch.inference_mode():
+        ours = m.module(input_ids=ids, attention_mask=mask, output_attentions=True)
+    for layer, a in enumerate(ref.attentions):
+        torch.testing.assert_close(ours.attentions[:, layer, :, 3:], a[:, :, 3:], atol=TOL, rtol=0)
+    torch.testing.assert_close(ours.hidden[:, 3:], ref.last_hidden_state[:, 3:], atol=TOL, rtol=0)
