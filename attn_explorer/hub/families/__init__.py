@@ -14,6 +14,7 @@ from attn_explorer.hub.families import glm_cohere  # noqa: F401 - rows (GLM-4, C
 from attn_explorer.hub.families import gemma4  # noqa: F401 - rows (Gemma 4: gemma4_text, gemma4)
 from attn_explorer.hub.families import deepseek  # noqa: F401 - rows (DeepSeek-V3)
 from attn_explorer.hub.families import moe  # noqa: F401 - rows (Qwen3-MoE)
+from attn_explorer.hub.families import llama4  # noqa: F401 - rows (Llama 4)
 from attn_explorer.hub.families.common import ACTS, ARCHITECTURES, Architecture
 
 __all__ = ["ACTS", "ARCHITECTURES", "Architecture"]
