@@ -19,7 +19,7 @@ from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, layer_types, layer_windows,
                                                norm_eps, rope_entry, window)
-from attn_explorer.hub.families.decoders import _ROPE_BUFFERS, _rotary_decoder
+from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
 # ---- GLM-4 --------------------------------------------------------------------------------------------------
 
@@ -30,7 +30,7 @@ def _glm4_config(cfg: dict) -> LlamaConfig:
     d = cfg["head_dim"]
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         raise UserError(f"glm4: head_dim must be a whole number >= 1, got {d!r}")
-    return _rotary_decoder(cfg, "glm4", rope_defaults=dict(fraction=0.5), rope_layout="pairs",
+    return rotary_decoder(cfg, "glm4", rope_defaults=dict(fraction=0.5), rope_layout="pairs",
                            eps=norm_eps(cfg, "rms_norm_eps", 1.5625e-07),
                            qkv_bias=bool(cfg.get("attention_bias", True)),  # none on o_proj
                            sandwich_norms=True, fused_gate_up=True)
@@ -98,7 +98,7 @@ def _cohere_config(cfg: dict) -> LlamaConfig:
                       nope_layers=[w is None for w in windows])  # RoPE only where there is a window
         if not any(fields["nope_layers"]):
             fields["nope_layers"] = None
-    return _rotary_decoder(
+    return rotary_decoder(
         {"max_position_embeddings": 8192, **cfg}, family,
         rope_defaults=dict(theta=10000.0 if family == "cohere2" else 500000.0), rope_layout="pairs",
         norm="layer_nobias", eps=norm_eps(cfg, "layer_norm_eps", 1e-5), parallel_residual=True,
@@ -123,7 +123,7 @@ _COHERE_NAMES = {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_h
                  "max_positions": "max_position_embeddings", "eps": "layer_norm_eps"}
 
 ARCHITECTURES["glm4"] = Architecture("glm4", "text", Llama, _glm4_config, GLM4_RULES, ("model.",),
-                                     ignore=_ROPE_BUFFERS)
+                                     ignore=ROPE_BUFFERS)
 for _mt in ("cohere", "cohere2"):
     ARCHITECTURES[_mt] = Architecture(_mt, "text", Llama, _cohere_config, COHERE_RULES, ("model.",),
-                                      ignore=_ROPE_BUFFERS, names=_COHERE_NAMES)
+                                      ignore=ROPE_BUFFERS, names=_COHERE_NAMES)
