@@ -162,6 +162,9 @@ def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, quer
     if getattr(cfg, "qk_rms_after_rope", False) or getattr(cfg, "temperature_tuning", None):
         raise UserError(f"why this head looks there is not supported yet for {model.info.family}: it normalises q and "
                         "k after RoPE and tunes its NoPE layers' queries by position, which the split does not follow")
+    if getattr(cfg, "mla", None) is not None:  # DeepSeek-V3
+        raise UserError(f"why this head looks there is not supported yet for {model.info.family}: its q and k are "
+                        "rebuilt from normalised latents (multi-head latent attention), which the split does not follow")
     with torch.inference_mode():
         run = residual_run(model, x, run_kw, layers=range(layer + 1), full={layer})
         if progress is not None:

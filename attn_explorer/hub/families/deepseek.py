@@ -132,5 +132,10 @@ DEEPSEEK_RULES = [
     (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
 
+# ModelInfo.note: what lazy runs of a long input keep (core.mla.LatentKeys), with DeepSeek-V3's own sizes
+NOTE = ("multi-head latent attention: a lazy run keeps, per token and layer, the key latent and the shared "
+        "rotated key (kv_lora_rank + qk_rope_head_dim numbers: 576 in DeepSeek-V3) instead of every head's key "
+        "(heads × (qk_nope_head_dim + qk_rope_head_dim): 24,576, 42.7x more) and rebuilds the keys a tile needs")
+
 ARCHITECTURES[FAMILY] = Architecture(FAMILY, "text", Llama, _deepseek_config, DEEPSEEK_RULES, ("model.",),
-                                     ignore=(r"rotary_emb\.inv_freq", r"layers\.61\..*"))
+                                     ignore=(r"rotary_emb\.inv_freq", r"layers\.61\..*"), note=NOTE)

@@ -1,0 +1,146 @@
+"""Every view and tool on DeepSeek-V3 (issue 23 part C) and a config.json shaped like deepseek-ai/DeepSeek-V3's
+(part D): the hooks (d_v ≠ d_qk), lazy attention keeping the latent instead of every head's k, prefix reuse,
+ablation equal to transformers with W_O's input zeroed, patching, the relevance methods and the lens run;
+why-this-head refuses in one line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import attn_explorer as ax  # noqa: E402
+from attn_explorer.analysis import interventions, lens, relevance, why  # noqa: E402
+from attn_explorer.core.mla import LatentKeys  # noqa: E402
+from attn_explorer.errors import UserError  # noqa: E402
+from tests.hub.test_parity_deepseek import make_folder  # noqa: E402
+from tests.hub.test_parity_rotary_families import TOL, max_differences  # noqa: E402
+from tests.tiny_llama import train_tokenizer  # noqa: E402
+
+TEXT = "the cat sat on the mat and the dog ran"
+OTHER = "the dog sat on the mat and the cat ran"
+H, D_QK, D_V = 6, 12, 10  # test_parity_deepseek's COMMON: 6 heads, d_qk = 8 + 4, d_v = 10
+
+
+@pytest.fixture(scope="module")
+def load(tmp_path_factory):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            folder = tmp_path_factory.mktemp("deepseek-tools")
+            hf = make_folder(folder, name)
+            cache[name] = (hf, ax.load_model(str(folder), device="cpu"))
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name", ["q-latent, interleaved", "moe"])
+def test_the_hooks_exist_with_their_widths(load, name):
+    _, m = load(name)
+    names = m.hook_names()
+    assert all(f"blocks.{i}.attn.hook_{p}" in names for i in range(3) for p in ("q", "k", "v", "pattern", "z"))
+    r, cache = m.run_with_cache(TEXT)
+    n = len(r.tokens)
+    assert tuple(cache["blocks.1.attn.hook_q"].shape) == tuple(cache["blocks.1.attn.hook_k"].shape) == (1, n, H, D_QK)
+    assert tuple(cache["blocks.1.attn.hook_v"].shape) == tuple(cache["blocks.1.attn.hook_z"].shape) == (1, n, H, D_V)
+    np.testing.assert_array_equal(cache["blocks.2.attn.hook_pattern"][0].float().numpy(), r.attentions[2])
+    inputs = {"input_ids": torch.tensor([m.prepare(TEXT).inputs["input_ids"][0].tolist()])}
+    t = m.trace(inputs, attentions=True)
+    off = m.trace(inputs, {"blocks.2.attn.hook_z": lambda z, n: torch.zeros_like(z)}, attentions=True)
+    torch.testing.assert_close(off.out.attentions, t.out.attentions, atol=0, rtol=0)
+    assert (off.out.hidden - t.out.hidden).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("name", ["q-latent, interleaved", "plain q, half rope", "moe"])
+def test_lazy_keeps_the_latent_and_every_map_is_the_dense_one(load, name):
+    _, m = load(name)
+    ids = torch.randint(3, 300, (2, 29), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 21:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    dense = m.trace(inputs, dk_scale=0.7, dk_layers=[1], attentions=True).out
+    t = m.trace(inputs, dk_scale=0.7, dk_layers=[1], lazy=True)
+    from attn_explorer.core import lazy as core_lazy
+
+    for layer, kept in enumerate(t.lazy.layers):
+        assert isinstance(kept.k, LatentKeys)
+        assert kept.k.numel() == 2 * 29 * (16 + 4)  # the latent (kv_lora_rank 16) and the shared k_rope (4)
+        for b, rows in ((0, 29), (1, 21)):
+            for h in range(H):
+                got = core_lazy.head_probs(kept.q, kept.k, kept.lse, kept.options, h, batch=b)
+                torch.testing.assert_close(got[:rows], dense.attentions[b, layer, h, :rows], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(t.out.hidden[0], dense.hidden[0], atol=1e-5, rtol=1e-5)
+    # per token and layer: 20 numbers kept instead of every head's key (6 × 12): 80 bytes instead of 288 (3.6x)
+    cfg = m.module.cfg.mla
+    assert (cfg.latent_bytes(4), cfg.per_head_key_bytes(H, 4)) == (80, 288)
+    r, d = m.run(TEXT, lazy=True), m.run(TEXT)
+    np.testing.assert_allclose(r.attention(2, 3), d.attentions[2, 3], atol=1e-6, rtol=1e-5)
+    assert "latent" in m.info.note
+
+
+def test_a_hook_that_replaces_k_makes_lazy_keep_every_heads_k(load):
+    _, m = load("q-latent, interleaved")
+    inputs = {"input_ids": torch.tensor([m.prepare(TEXT).inputs["input_ids"][0].tolist()])}
+    hooks = {"blocks.1.attn.hook_k": lambda k, n: k * 1.5}
+    dense = m.trace(inputs, hooks, attentions=True).out
+    t = m.trace(inputs, hooks, lazy=True)
+    assert isinstance(t.lazy.layers[0].k, LatentKeys) and isinstance(t.lazy.layers[1].k, torch.Tensor)
+    np.testing.assert_allclose(t.lazy.attention(1, 2), dense.attentions[0, 1, 2].numpy(), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_prefix_reuse_gives_the_fresh_run(load, lazy):
+    _, m = load("moe")
+    m.run(TEXT, reuse_prefix=True, lazy=lazy)
+    again = m.run(TEXT + " home", reuse_prefix=True, lazy=lazy)
+    fresh = m.run(TEXT + " home")
+    for layer in range(3):
+        for h in range(H):
+            np.testing.assert_allclose(again.attention(layer, h), fresh.attentions[layer, h], atol=1e-6, rtol=1e-5)
+
+
+def test_ablation_equals_transformers_with_w_os_input_zeroed(load):
+    hf, m = load("moe")
+    prep = m.prepare(TEXT)
+    ids = torch.tensor([prep.inputs["input_ids"][0].tolist()])
+
+    def zero_head_2(module, args):
+        x = args[0].clone()
+        x[..., 2 * D_V:3 * D_V] = 0
+        return (x,)
+
+    handle = hf.model.layers[1].self_attn.o_proj.register_forward_pre_hook(zero_head_2)
+    try:
+        with torch.no_grad():
+            ref = hf.model(input_ids=ids, output_attentions=True)
+    finally:
+        handle.remove()
+    r = m.run(TEXT, ablate={(1, 2): "zero"}, hidden=True)
+    assert np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max() <= TOL
+    assert np.abs(r.attentions[2] - ref.attentions[2][0].numpy()).max() <= TOL
+
+
+def test_patching_relevance_and_the_lens_run(load):
+    _, m = load("moe")
+    scan = interventions.patching_scan(m, TEXT, OTHER)
+    assert scan.values.shape == (3, H) and np.isfinite(scan.values).all()
+    p = interventions.patch(m, TEXT, OTHER, heads=[(1, 2)])
+    assert np.isfinite([p.clean, p.corrupt, p.patched]).all()
+    n = len(m.prepare(TEXT).tokens)
+    for method in ("gradient_rollout", "attnlrp", "rollout", "attention"):
+        rel = relevance.explain(m, TEXT, method=method)
+        assert rel.scores.shape == (n,) and np.isfinite(rel.scores).all(), method
+    a = lens.logit_attribution(m, TEXT)
+    assert a.total == pytest.approx(a.logit, abs=1e-3 * max(1.0, abs(a.logit)))
+    assert len(lens.logit_lens(m, TEXT).tokens) == n
+
+
+def test_why_this_head_refuses_in_one_line(load):
+    _, m = load("q-latent, interleaved")
+    with pytest.raises(UserError, match="deepseek_v3") as e:
+        why.why_matrix(m, TEXT, None, 1, 0, 6, 2)
+    assert "\n" not in str(e.value) and "latent" in str(e.value)
