@@ -16,23 +16,26 @@ these differences, each a field of Gemma4Config or a part below:
   with its stream and adds it back through its own projection and norm, a third branch after the MLP;
 - a learned scalar per layer (layer_scalar) multiplies the block's output;
 - no attention soft-cap; the final soft-cap as Gemma 2's.
-MoE blocks (enable_moe_block) are not built here: the loader refuses them.
+- MoE (enable_moe_block, 26B-A4B): beside the dense MLP, every layer routes each token to k experts
+  (Gemma4MoE); the two branches, each normalised, are summed before the post-MLP norm.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, LayerKV, MultiHeadAttention, decoder_start, \
     key_padding_mask
 from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock, _no_hook
-from attn_explorer.core.explain import norm_scale
+from attn_explorer.core.explain import act_rule, half_grad, norm_scale
 from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.layers import RMSNorm, activation
 from attn_explorer.core.linear import Linear, PackedLinears
 from attn_explorer.core.llama import Llama, LlamaConfig
+from attn_explorer.core.moe import MoE, MoEConfig
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import apply_rope, rope_tables
 
@@ -69,6 +72,7 @@ class Gemma4Config(LlamaConfig):
         local = self.is_local(layer)
         wide = 2 if self.wide_mlp and self.shared(layer) else 1
         return replace(super().block(layer), head_dim=self.layer_head_dim(layer), mlp_hidden=self.mlp_hidden * wide,
+                       moe=None,  # the dense MLP stays; Gemma4Block adds the experts beside it (cfg.moe)
                        num_kv_heads=self.num_kv_heads if local else (self.global_kv_heads or self.num_kv_heads))
 
     def layer_kinds(self) -> list[str]:
@@ -95,6 +99,51 @@ class UnitRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = x.float()
         return (y * norm_scale(torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps))).to(x.dtype)
+
+
+class Gemma4Router(nn.Module):
+    """x (T, D) -> (indices (T, k), weights (T, k)): a softmax over the experts of proj(rms(x) · scale / sqrt(D)),
+    its top k renormalised, each times its expert's per_expert_scale."""
+
+    def __init__(self, dim: int, cfg: MoEConfig, eps: float):
+        super().__init__()
+        self.cfg, self.norm = cfg, UnitRMSNorm(eps)
+        self.proj = Linear(dim, cfg.num_experts, bias=False)
+        self.scale = nn.Parameter(torch.ones(dim))
+        self.per_expert_scale = nn.Parameter(torch.ones(cfg.num_experts))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = torch.softmax(self.proj(self.norm(x) * self.scale * x.shape[-1] ** -0.5), dim=-1, dtype=torch.float32)
+        weights, indices = probs.topk(self.cfg.top_k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        return indices, (weights * self.per_expert_scale[indices]).to(x.dtype)
+
+
+class Gemma4Experts(nn.Module):
+    """Every expert's gate/up (E, 2I, D) and down (E, D, I) in the checkpoint's (out, in) layout."""
+
+    def __init__(self, dim: int, cfg: MoEConfig):
+        super().__init__()
+        self.gate_up = nn.Parameter(torch.zeros(cfg.num_experts, 2 * cfg.hidden, dim))
+        self.down = nn.Parameter(torch.zeros(cfg.num_experts, dim, cfg.hidden))
+
+
+class Gemma4MoE(MoE):
+    """core.moe.MoE's routing, hooks (mlp.hook_expert_indices / _weights) and weighted sum, with Gemma 4's
+    router (on the stream as it is) and experts (on the stream after their own norm, norm_in; GeGLU with the
+    model's activation). The block normalises the sum (norm_out) and adds it to the dense MLP's."""
+
+    def __init__(self, dim: int, cfg: MoEConfig, eps: float, act: str):
+        nn.Module.__init__(self)
+        self.cfg, self.shared = cfg, None
+        self.router = Gemma4Router(dim, cfg, eps)
+        self.experts = Gemma4Experts(dim, cfg)
+        self.norm_in, self.norm_out = RMSNorm(dim, eps=eps), RMSNorm(dim, eps=eps)  # pre/post_feedforward_layernorm_2
+        self.act = activation(act)
+
+    def expert(self, e: int, h: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(self.norm_in(h), self.experts.gate_up[e]).chunk(2, dim=-1)  # norm_in: per token
+        return F.linear(half_grad(act_rule(self.act, gate)) * half_grad(up), self.experts.down[e])
 
 
 class Gemma4Attention(MultiHeadAttention):
@@ -162,6 +211,11 @@ class Gemma4Block(TransformerBlock):
         else:
             self.per_layer_gate = self.per_layer_proj = self.per_layer_norm = None
         self.register_buffer("layer_scalar", torch.ones(1))
+        if cfg.moe is not None:  # post_feedforward_layernorm_1: the dense MLP's own norm before the sum
+            self.moe = Gemma4MoE(cfg.dim, cfg.moe, cfg.eps, cfg.act)
+            self.post_dense_norm = RMSNorm(cfg.dim, eps=cfg.eps)
+        else:
+            self.moe = None
 
     def forward(self, x: torch.Tensor, opts: AttentionOptions | None = None):
         lh = opts.hooks if opts is not None else None
@@ -169,7 +223,10 @@ class Gemma4Block(TransformerBlock):
         x = hook("hook_resid_pre", x)
         a, probs = self.attn(self.norm1(x), opts)
         x = x + hook("hook_attn_out", self.post_attn_norm(a))
-        x = x + hook("hook_mlp_out", self.post_mlp_norm(self.mlp(self.norm2(x))))
+        h = self.mlp(self.norm2(x))
+        if self.moe is not None:  # the experts beside the dense MLP, routed on x itself
+            h = self.post_dense_norm(h) + self.moe.norm_out(self.moe(x, lh))
+        x = x + hook("hook_mlp_out", self.post_mlp_norm(h))
         if self.per_layer_gate is not None:
             g = self.act(self.per_layer_gate(x)) * opts.layer_input
             x = x + self.per_layer_norm(self.per_layer_proj(g))

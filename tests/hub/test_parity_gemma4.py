@@ -47,6 +47,11 @@ CASES = {
                        hidden_size_per_layer_input=6, final_logit_softcapping=5.0,
                        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
                        rope_parameters=ROPE),
+    # 26B-A4B's kind: every layer routes each token to 2 of 4 experts beside its dense MLP (enable_moe_block)
+    "moe": dict(num_hidden_layers=4, num_key_value_heads=2, num_global_key_value_heads=1, attention_k_eq_v=True,
+                hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                moe_intermediate_size=12, final_logit_softcapping=30.0, rope_parameters=ROPE,
+                layer_types=["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]),
 }
 # The oneDNN fast path (prepacked products, core.linear) rounds its sums in another order than F.linear: through
 # these odd widths (37, 6) and the per-layer inputs the last hidden state drifts up to 1.5e-5 from transformers'
@@ -57,6 +62,7 @@ KINDS = {
                           "local, window 5, keys and values of layer 3", "global, keys and values of layer 2"],
     "dense": ["local, window 5"] * 5 + ["global", "global"],  # the last layer is always global
     "k_eq_v-ple": ["local, window 5", "global"] * 2,
+    "moe": ["local, window 5"] * 3 + ["global"],
 }
 
 
@@ -65,7 +71,7 @@ def make_folder(folder, name: str):
     hf = transformers.Gemma4ForCausalLM(transformers.Gemma4TextConfig(**{**COMMON, **CASES[name]})).eval()
     with torch.no_grad():
         for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
+            p.add_(torch.randn_like(p) * (0.1 if p.dim() < 3 else 0.3))  # the experts start at 0.02
         for n, b in hf.named_buffers():
             if n.endswith("layer_scalar"):
                 b.mul_(0.5 + torch.rand(1))
@@ -224,7 +230,7 @@ def test_a_hub_shaped_config_loads_with_a_tiny_state_dict(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("changes, field", [
-    ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 8}, "enable_moe_block"),
+    ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": None}, "top_k_experts"),
     ({"use_bidirectional_attention": "all"}, "use_bidirectional_attention"),
     ({"rope_theta": 10000.0}, "rope_theta"),  # the legacy form: transformers' Gemma 4 does not read it
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, "rope_parameters"),  # flat: not per type
@@ -299,3 +305,26 @@ def test_the_logit_lens_refuses_gemma4_in_one_line(built):
     with pytest.raises(UserError) as e:
         lens.logit_attribution(m, TEXT)
     assert "\n" not in str(e.value) and "Gemma 4" in str(e.value)
+
+
+def test_moe_routing_is_transformers_and_reaches_the_run(built):
+    """The MoE layers' chosen experts and weights (RunResult.routing, the routing hooks) are those transformers'
+    router picks; lazy runs record the same routing."""
+    hf, folder = built("moe")
+    m = ax.load_model(str(folder), device="cpu")
+    assert m.info.moe_layers == (True,) * 4 and m.info.num_experts == 4 and m.info.experts_per_token == 2
+    ids = m.prepare(TEXT).inputs["input_ids"]
+    seen = {}
+    handles = [layer.router.register_forward_hook(lambda mod, a, out, i=i: seen.__setitem__(i, out))
+               for i, layer in enumerate(hf.model.layers)]
+    with torch.no_grad():
+        hf.model(input_ids=ids)
+    for h in handles:
+        h.remove()
+    r = m.run(TEXT)
+    for i in range(4):
+        _, weights, index = seen[i]
+        np.testing.assert_array_equal(r.routing.experts[i], index.numpy())
+        np.testing.assert_allclose(r.routing.weights[i], weights.float().numpy(), atol=1e-6)
+    lazy = m.run(TEXT, lazy=True)
+    np.testing.assert_array_equal(lazy.routing.experts[2], r.routing.experts[2])

@@ -4,6 +4,7 @@ leaves a field out). The vision and audio towers of a gemma4 checkpoint are not 
 from __future__ import annotations
 
 from attn_explorer.core.gemma4 import Gemma4, Gemma4Config
+from attn_explorer.core.moe import MoEConfig
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, act, json_kind, layer_types,
                                                norm_eps, rope, rope_fields, rope_kind, window)
@@ -99,13 +100,28 @@ def _kv_sources(types: list[str], shared: int) -> list | None:
     return [None if i < first else last[t] for i, t in enumerate(types)]
 
 
+def _moe(cfg: dict) -> MoEConfig | None:
+    """enable_moe_block (26B-A4B): num_experts experts of moe_intermediate_size, top_k_experts per token."""
+    if not cfg.get("enable_moe_block"):
+        return None
+    hidden = cfg.get("moe_intermediate_size") or cfg.get("expert_intermediate_size")
+    fields = {"num_experts": cfg.get("num_experts"), "top_k_experts": cfg.get("top_k_experts"),
+              "moe_intermediate_size": hidden}
+    for key, v in fields.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UserError(f"{F} with enable_moe_block needs {key} (a whole number >= 1), got {v!r}")
+    if fields["top_k_experts"] > fields["num_experts"]:
+        raise UserError(f"{F}: top_k_experts {fields['top_k_experts']} > num_experts {fields['num_experts']}")
+    # the experts' activation is the model's (hidden_activation): Gemma4MoE.expert, not MoEConfig.act
+    return MoEConfig(num_experts=fields["num_experts"], top_k=fields["top_k_experts"], hidden=hidden,
+                     scoring="softmax", norm_topk=True)
+
+
 def _gemma4_config(cfg: dict) -> Gemma4Config:
     multimodal = cfg.get("model_type") == "gemma4"
     top = cfg
     if multimodal:  # the multimodal config: its language model is text_config
         cfg = dict(cfg.get("text_config") or {})
-    if cfg.get("enable_moe_block"):
-        raise UserError(f"{F} with enable_moe_block (Gemma 4's MoE, e.g. 26B-A4B) is not supported yet")
     if cfg.get("use_bidirectional_attention") not in (None, "vision"):  # "vision": only image tokens see ahead
         raise UserError(f"{F} with use_bidirectional_attention {cfg['use_bidirectional_attention']!r} is not supported")
     heads = cfg["num_attention_heads"]
@@ -139,6 +155,7 @@ def _gemma4_config(cfg: dict) -> Gemma4Config:
         global_kv_heads=global_kv, k_eq_v=bool(cfg.get("attention_k_eq_v", False)),
         kv_source=_kv_sources(types, _whole(cfg, "num_kv_shared_layers", 0, low=0)),
         wide_mlp=bool(cfg.get("use_double_wide_mlp", False)), per_layer_dim=ple, per_layer_vocab=ple_vocab,
+        moe=_moe(cfg),
     )
 
 
@@ -162,6 +179,13 @@ GEMMA4_RULES = [
     (_LL + r"per_layer_projection\.weight", _B + r"per_layer_proj.weight"),
     (_LL + r"post_per_layer_input_norm\.weight", _B + r"per_layer_norm.weight"),
     (_LL + r"layer_scalar", _B + r"layer_scalar"),
+    # MoE (enable_moe_block): the router, the experts, and their norms beside the dense MLP's
+    (_LL + r"router\.(proj\.weight|scale|per_expert_scale)", _B + r"moe.router.\2"),
+    (_LL + r"experts\.gate_up_proj", _B + r"moe.experts.gate_up"),
+    (_LL + r"experts\.down_proj", _B + r"moe.experts.down"),
+    (_LL + r"pre_feedforward_layernorm_2\.weight", _B + r"moe.norm_in.weight"),
+    (_LL + r"post_feedforward_layernorm_2\.weight", _B + r"moe.norm_out.weight"),
+    (_LL + r"post_feedforward_layernorm_1\.weight", _B + r"post_dense_norm.weight"),
     (r"norm\.weight", "norm.weight"),
     (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
