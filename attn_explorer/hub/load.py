@@ -115,6 +115,8 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     if hasattr(cfg, "mask_token"):
         cfg.mask_token = any(k.endswith("embeddings.mask_token") for k in hf_sd)
     hf_sd = decoder_head(cfg, hf_sd)
+    if arch.drop is not None:  # tensors the row leaves out for this config (DeepSeek-V3's MTP layers)
+        hf_sd = {k: v for k, v in hf_sd.items() if not arch.drop(cfg, k)}
     with on_meta():  # thread-local: no init runs here, none is patched for other threads
         module = arch.build(cfg)
     ours = module.state_dict()

@@ -144,3 +144,74 @@ def test_why_this_head_refuses_in_one_line(load):
     with pytest.raises(UserError, match="deepseek_v3") as e:
         why.why_matrix(m, TEXT, None, 1, 0, 6, 2)
     assert "\n" not in str(e.value) and "latent" in str(e.value)
+
+
+# ---- part D: a folder as deepseek-ai/DeepSeek-V3 ships it (its config.json's keys, shrunk; bf16 shards) --------
+
+REAL = {  # deepseek-ai/DeepSeek-V3's config.json, its widths and counts shrunk, without quantization_config
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                 "AutoModel": "modeling_deepseek.DeepseekV3Model",
+                 "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+    "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 1,
+    "hidden_act": "silu", "hidden_size": 48, "initializer_range": 0.02, "intermediate_size": 64, "kv_lora_rank": 16,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 24, "moe_layer_freq": 1,
+    "n_group": 4, "n_routed_experts": 8, "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 6,
+    "num_experts_per_tok": 3, "num_hidden_layers": 3, "num_key_value_heads": 6, "num_nextn_predict_layers": 1,
+    "pretraining_tp": 1, "q_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True,
+    "tie_word_embeddings": False, "topk_group": 2, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+    "transformers_version": "4.46.3", "use_cache": True, "v_head_dim": 10, "vocab_size": 300,
+}
+
+
+def _hub_folder(folder):
+    """REAL's config.json and two bf16 safetensors shards with an index, the second holding the multi-token-
+    prediction layer (layer 3 = num_hidden_layers, as DeepSeek-V3's is 61) that the model itself does not use."""
+    from safetensors.torch import save_file
+
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
+            "first_k_dense_replace", "num_attention_heads", "num_key_value_heads", "kv_lora_rank", "q_lora_rank",
+            "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "n_group", "topk_group",
+            "num_experts_per_tok", "n_shared_experts", "routed_scaling_factor", "rms_norm_eps")
+    torch.manual_seed(5)
+    hf = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**{k: REAL[k] for k in keys}))
+    sd = {}
+    for k, v in hf.state_dict().items():  # the experts one Linear each, as the hub's checkpoints (and save_pretrained)
+        v = (v + torch.randn_like(v) * 0.1).to(torch.bfloat16)
+        if k.endswith("experts.gate_up_proj"):
+            for e, w in enumerate(v):
+                sd[k.replace("gate_up_proj", f"{e}.gate_proj.weight")] = w[:24].contiguous()
+                sd[k.replace("gate_up_proj", f"{e}.up_proj.weight")] = w[24:].contiguous()
+        elif k.endswith("experts.down_proj"):
+            sd.update({k.replace("down_proj", f"{e}.down_proj.weight"): w.contiguous() for e, w in enumerate(v)})
+        else:
+            sd[k] = v.contiguous()
+    mtp = {k.replace("layers.2.", "layers.3."): v.clone() for k, v in sd.items() if k.startswith("model.layers.2.")}
+    mtp.update({f"model.layers.3.{n}": torch.ones(48, dtype=torch.bfloat16) for n in ("enorm.weight", "hnorm.weight")})
+    mtp["model.layers.3.eh_proj.weight"] = torch.zeros(48, 96, dtype=torch.bfloat16)
+    mtp["model.layers.3.shared_head.head.weight"] = torch.zeros(300, 48, dtype=torch.bfloat16)
+    names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    save_file(sd, str(folder / names[0]), metadata={"format": "pt"})
+    save_file(mtp, str(folder / names[1]), metadata={"format": "pt"})
+    index = {"metadata": {"total_size": 0}, "weight_map": {**{k: names[0] for k in sd}, **{k: names[1] for k in mtp}}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / "config.json").write_text(json.dumps(REAL))
+    train_tokenizer().save(str(folder / "tokenizer.json"))
+
+
+def test_a_folder_shaped_like_deepseek_v3s_loads_and_equals_transformers(tmp_path):
+    _hub_folder(tmp_path)
+    m = ax.load_model(str(tmp_path), device="cpu")
+    cfg = m.module.cfg
+    assert m.info.family == "deepseek_v3" and m.info.num_layers == 3 and m.info.can_generate
+    assert cfg.rope_scaling.kind == "yarn" and cfg.rope_scaling.factor == 40 and cfg.rope_layout == "pairs_in"
+    assert cfg.moe_layers == [False, True, True] and cfg.mla.q_lora_rank == 12
+    hf = transformers.DeepseekV3ForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32,
+                                                            attn_implementation="eager").eval()
+    ids = torch.randint(3, 300, (2, 23), generator=torch.Generator().manual_seed(7))
+    att, hidden, _ = max_differences(hf, m, ids)
+    print(f"deepseek_v3 hub-shaped folder: maps {att:.2e} hidden {hidden:.2e}")
+    assert att <= TOL and hidden <= TOL

@@ -30,6 +30,9 @@ class Architecture:
     transposed: tuple[str, ...] = ()  # regexes of HF keys stored (in, out): GPT-2's Conv1D
     names: dict[str, str] | None = None  # our config field -> config.json's name, for messages (default: HF_NAMES)
     note: str = ""  # one line ModelInfo.note carries for every model of this row (Llama 4: no vision tower)
+    # drop(our config, checkpoint key) -> True: a tensor left out given the config (DeepSeek-V3's multi-token-
+    # prediction layers, numbered past num_hidden_layers)
+    drop: Callable[[Any, str], bool] | None = None
 
 
 # model_type -> its row; each module of hub/families appends its own (see families/__init__.py)

@@ -5,6 +5,7 @@ group-limited top-k, routed_scaling_factor, shared experts). The multi-token-pre
 checkpoint may carry past num_hidden_layers (num_nextn_predict_layers) are left out, as transformers does."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from attn_explorer.core.llama import Llama, LlamaConfig
@@ -107,9 +108,7 @@ def _deepseek_config(cfg: dict) -> LlamaConfig:
     )
 
 
-# every layer but 61: DeepSeek-V3's multi-token-prediction layer (num_nextn_predict_layers) past its 61, which
-# transformers skips too (_keys_to_ignore_on_load_unexpected); a model of more than 61 layers is refused (missing)
-_LL = r"layers\.(?!61\.)(\d+)\."
+_LL = r"layers\.(\d+)\."
 _AT = _LL + r"self_attn\."
 DEEPSEEK_RULES = [
     (r"embed_tokens\.weight", "embed_tokens.weight"),
@@ -132,10 +131,20 @@ DEEPSEEK_RULES = [
     (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
 
+_LAYER = re.compile(r"(?:model\.)?layers\.(\d+)\.")
+
+
+def _mtp_layer(cfg: LlamaConfig, key: str) -> bool:
+    """A tensor of a multi-token-prediction layer (num_nextn_predict_layers), numbered past num_hidden_layers
+    (DeepSeek-V3's layer 61): left out, as transformers leaves it out."""
+    m = _LAYER.match(key)
+    return m is not None and int(m.group(1)) >= cfg.num_layers
+
+
 # ModelInfo.note: what lazy runs of a long input keep (core.mla.LatentKeys), with DeepSeek-V3's own sizes
 NOTE = ("multi-head latent attention: a lazy run keeps, per token and layer, the key latent and the shared "
         "rotated key (kv_lora_rank + qk_rope_head_dim numbers: 576 in DeepSeek-V3) instead of every head's key "
         "(heads × (qk_nope_head_dim + qk_rope_head_dim): 24,576, 42.7x more) and rebuilds the keys a tile needs")
 
 ARCHITECTURES[FAMILY] = Architecture(FAMILY, "text", Llama, _deepseek_config, DEEPSEEK_RULES, ("model.",),
-                                     ignore=(r"rotary_emb\.inv_freq", r"layers\.61\..*"), note=NOTE)
+                                     ignore=(r"rotary_emb\.inv_freq",), note=NOTE, drop=_mtp_layer)
