@@ -27,6 +27,12 @@ def _norms(state):
     return NormsPage(state)
 
 
+def _routing(state):
+    from attn_explorer.gui.analysis.routing import RoutingPage
+
+    return RoutingPage(state)
+
+
 def _search(state):
     from attn_explorer.gui.analysis.search import HeadSearchPage
 
@@ -62,6 +68,7 @@ ANALYSIS_PAGES: list[Page] = [
     Page("rollout", "Rollout", _rollout, GROUP),
     Page("norms", "Value norms", _norms, GROUP),
     Page("search", "Head search", _search, GROUP),
+    Page("routing", "Routing", _routing, GROUP),  # MoE models: each token's experts, layer by layer
     Page("compare", "Compare", _compare, GROUP),
     Page("lines", "Lines", _lines, GROUP),
     Page("corpus", "Corpus", _corpus, GROUP),
