@@ -21,6 +21,7 @@ these differences, each a field of Gemma4Config or a part below:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import torch
@@ -38,6 +39,9 @@ from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.moe import MoE, MoEConfig
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import apply_rope, rope_tables
+
+
+_SHARED_KV = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.(?:k_proj|v_proj|k_norm|v_norm)\.")
 
 
 @dataclass
@@ -67,6 +71,12 @@ class Gemma4Config(LlamaConfig):
 
     def shared(self, layer: int) -> bool:
         return bool(self.kv_source) and self.kv_source[layer] is not None
+
+    def unread(self, key: str) -> bool:
+        """Whether a checkpoint tensor is one transformers never reads: a KV-sharing layer's own k_proj, v_proj,
+        k_norm or v_norm (google/gemma-4-E2B still stores them)."""
+        m = _SHARED_KV.search(key)
+        return m is not None and self.shared(int(m.group(1)))
 
     def block(self, layer: int) -> BlockConfig:
         local = self.is_local(layer)

@@ -127,7 +127,11 @@ def decoder_head(cfg: Any, hf: dict) -> dict:
     """A decoder's LM head, from its config and the tensors: tied (the embedding is the head; a stored
     copy, as some checkpoints carry, is dropped, as transformers ties it anyway), its own lm_head.weight,
     or none at all: a bare base model (LlamaModel, GPT2Model) saved untied has no head to read, and
-    `cfg.head` becomes False (attention and hidden states, no generation). Returns the tensors to map."""
+    `cfg.head` becomes False (attention and hidden states, no generation). Returns the tensors to map.
+    A config with `unread(key)` (Gemma 4) drops the tensors transformers leaves unread too."""
+    unread = getattr(cfg, "unread", None)
+    if unread is not None:  # Gemma 4: its KV-sharing layers' own k/v projections, stored but never used
+        hf = {k: v for k, v in hf.items() if not unread(k)}
     if not hasattr(cfg, "head"):
         return hf
     key = next((k for k in hf if k in ("lm_head.weight", "embed_out.weight") or k.endswith(".lm_head.weight")), None)

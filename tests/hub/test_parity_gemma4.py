@@ -328,3 +328,27 @@ def test_moe_routing_is_transformers_and_reaches_the_run(built):
         np.testing.assert_allclose(r.routing.weights[i], weights.float().numpy(), atol=1e-6)
     lazy = m.run(TEXT, lazy=True)
     np.testing.assert_array_equal(lazy.routing.experts[2], r.routing.experts[2])
+
+
+def test_kv_sharing_layers_own_k_v_tensors_in_the_checkpoint_are_left_unread(tmp_path, built, monkeypatch):
+    """google/gemma-4-E2B's checkpoint still holds k_proj / v_proj / k_norm of its KV-sharing layers, which
+    transformers never builds nor reads: they load here too, unread (they were refused as having no place)."""
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.setattr(linear, "fast_path_enabled", False)
+    hf, folder = built("k_eq_v-shared-ple")
+    sd = load_file(str(folder / "model.safetensors"))
+    for i, width in ((4, 16), (5, 16)):
+        sd[f"model.layers.{i}.self_attn.k_proj.weight"] = torch.ones(width, 32)
+        sd[f"model.layers.{i}.self_attn.v_proj.weight"] = torch.ones(width, 32)
+        sd[f"model.layers.{i}.self_attn.k_norm.weight"] = torch.ones(8)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    for f in ("config.json", "tokenizer.json"):
+        (tmp_path / f).write_text((folder / f).read_text())
+    m = ax.load_model(str(tmp_path), device="cpu")
+    att, hidden, _ = max_differences(hf, m, _ids())
+    assert att <= TOL and hidden <= TOL
+    sd["model.layers.2.self_attn.v_proj.weight"] = torch.ones(16, 32)  # a k = v layer has none: still refused
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    with pytest.raises(UserError):
+        ax.load_model(str(tmp_path), device="cpu")
