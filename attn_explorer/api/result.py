@@ -89,6 +89,14 @@ class Routing:
         return {"routing_experts": ex, "routing_weights": w,
                 "routing_num_experts": np.asarray(self.num_experts, dtype=np.int64)}
 
+    @classmethod
+    def from_arrays(cls, experts: np.ndarray, weights: np.ndarray, num_experts: int) -> "Routing":
+        """`arrays()` read back: layers whose experts are all -1 are dense (None)."""
+        dense = [bool((e == -1).all()) for e in experts]
+        return cls(int(num_experts),
+                   tuple(None if d else np.ascontiguousarray(e, dtype=np.int64) for e, d in zip(experts, dense)),
+                   tuple(None if d else np.ascontiguousarray(w, dtype=np.float32) for w, d in zip(weights, dense)))
+
 
 @dataclass
 class RunResult:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attn_explorer.api.result import ModelInfo, RunResult
+from attn_explorer.api.result import ModelInfo, Routing, RunResult
 from attn_explorer.errors import UserError
 
 REQUIRED = ("attentions", "tokens", "special", "model", "dk_scale")
@@ -127,8 +127,9 @@ def _from_arrays(d: dict[str, np.ndarray], name: str, path: str = "") -> SavedRu
         dec = _decoder(d, name, H, N)
     view = _view(d, name)
     sinks = _sinks(d["sinks"], name, (L, H, N)) if "sinks" in d else None
+    routing = _routing(d, name, L, N) if "routing_experts" in d else None
     r = RunResult(attentions=att, tokens=tokens, special=special, model=model, dk_scale=float(dk), forward_ms=0.0,
-                  grid=grid, image=image, total_tokens=N, patch_offset=offset, sinks=sinks, **dec)
+                  grid=grid, image=image, total_tokens=N, patch_offset=offset, sinks=sinks, routing=routing, **dec)
     return SavedRun(result=r, info=info_for_result(r, Path(path).name if path else ""), view=view, path=path)
 
 
@@ -137,6 +138,24 @@ def _sinks(a: np.ndarray, name: str, shape: tuple[int, int, int]) -> np.ndarray:
     if a.dtype.kind != "f" or a.shape != shape or not np.isfinite(a).all() or (a < 0).any() or (a > 1).any():
         raise _damaged(name, f"sinks should be {shape} shares between 0 and 1, not {a.dtype} {a.shape}")
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _routing(d: dict[str, np.ndarray], name: str, L: int, N: int) -> Routing:
+    """An MoE run's routing (export's routing_experts, routing_weights, routing_num_experts): each layer's
+    experts all -1 (a dense layer) or all in 0..E-1, the weights finite."""
+    if "routing_weights" not in d or "routing_num_experts" not in d:
+        raise _damaged(name, "it has routing_experts but no routing_weights or routing_num_experts")
+    ex, w, E = d["routing_experts"], d["routing_weights"], d["routing_num_experts"]
+    if E.ndim != 0 or E.dtype.kind not in "iu" or int(E) < 1:
+        raise _damaged(name, "routing_num_experts should be one whole number >= 1")
+    if (ex.dtype.kind not in "iu" or ex.ndim != 3 or ex.shape[:2] != (L, N) or w.shape != ex.shape
+            or w.dtype.kind != "f" or not np.isfinite(w).all()):
+        raise _damaged(name, f"routing_experts and routing_weights should be ({L}, {N}, k) whole numbers and "
+                             f"finite weights, not {ex.dtype} {ex.shape} and {w.dtype} {w.shape}")
+    for layer in ex:
+        if not ((layer == -1).all() or ((layer >= 0) & (layer < int(E))).all()):
+            raise _damaged(name, f"routing_experts should be -1 (a dense layer) or experts 0..{int(E) - 1}")
+    return Routing.from_arrays(ex, w, int(E))
 
 
 def _decoder(d: dict[str, np.ndarray], name: str, H: int, S: int) -> dict:

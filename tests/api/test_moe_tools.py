@@ -129,3 +129,20 @@ def test_export_cli(m, tmp_path):
     folder = m.source["src"]
     assert main(["export", "--model", folder, "--text", TEXT, "--out", str(tmp_path / "c.npz")]) == 0
     assert np.load(tmp_path / "c.npz")["routing_experts"].shape[0] == 3
+
+
+def test_a_saved_run_reopens_with_its_routing(m, tmp_path):
+    from attn_explorer.files import save_npz
+    from attn_explorer.session.reopen import read_run
+    r = m.run(TEXT)
+    path = save_npz(r, tmp_path / "r.npz")
+    back = read_run(str(path)).result.routing
+    _same_routing(r.routing, back, atol=0)
+    assert back.experts[1] is None  # the dense layer stays dense
+    arrays = dict(np.load(path))
+    arrays["routing_experts"] = arrays["routing_experts"].copy()
+    arrays["routing_experts"][0, 0, 0] = 6  # no such expert
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(UserError, match="routing_experts") as e:
+        read_run(str(tmp_path / "bad.npz"))
+    assert "\n" not in str(e.value)

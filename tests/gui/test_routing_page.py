@@ -83,3 +83,15 @@ def test_a_dense_model_gets_one_line(make_window, qtbot):
                     and "dense" in page.stack.placeholder.text(), timeout=30000)
     assert page.shown is None and "no routing to show" in page.stack.placeholder.text()
     assert "\n" not in page.stack.placeholder.text()
+
+
+def test_a_reopened_run_shows_its_routing(make_window, qtbot, moe_folder, tmp_path):
+    import attn_explorer as ax
+    from attn_explorer.files import save_npz
+    r = ax.load_model(moe_folder, device="cpu").run(TEXT)
+    path = save_npz(r, tmp_path / "moe.npz")
+    w = make_window(model="textbook", text="the cat sat", view="routing")
+    page = w.pages["routing"]
+    assert w.open_saved_run(str(path))
+    qtbot.waitUntil(lambda: page.shown is not None and page.shown[1] == list(r.tokens), timeout=30000)
+    assert np.array_equal(page.shown[2], r.routing.top()[0])

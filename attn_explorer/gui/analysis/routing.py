@@ -40,6 +40,9 @@ def routing_image(top: np.ndarray) -> np.ndarray:
 
 
 def dense_line(info) -> str:
+    if info is not None and info.family == "saved run":
+        return (f"This saved run of {info.name} holds no routing: a dense model, or a file saved before runs kept "
+                "their mixture-of-experts routing.")
     name = info.name if info is not None else "This model"
     return (f"{name} is dense: every token goes through the same MLP, so there is no routing to show. This page "
             "shows mixture-of-experts models (Qwen3-MoE, gpt-oss, Llama 4, DeepSeek-V3).")
