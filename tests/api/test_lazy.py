@@ -84,6 +84,12 @@ def _text_families():
         "gpt_oss (sinks, windows)": lambda: _spread(transformers.GptOssForCausalLM(transformers.GptOssConfig(
             **{**COMMON, "num_hidden_layers": 2, "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 5,
                "intermediate_size": 32, "num_local_experts": 4, "num_experts_per_tok": 2}))),
+        # DeepSeek-V3: multi-head latent attention (lazy keeps the latent, not every head's k) and MoE layers
+        "deepseek_v3 (latent attention, MoE)": lambda: _spread(transformers.DeepseekV3ForCausalLM(
+            transformers.DeepseekV3Config(**{**COMMON, "num_key_value_heads": 6, "kv_lora_rank": 16, "q_lora_rank": 12,
+                                             "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 10,
+                                             "first_k_dense_replace": 1, "n_routed_experts": 8, "n_group": 2,
+                                             "topk_group": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 24}))),
         "clip_text": lambda: transformers.CLIPTextModel(transformers.CLIPTextConfig(
             vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
             max_position_embeddings=64, attn_implementation="eager", bos_token_id=0, eos_token_id=2, pad_token_id=1)),
