@@ -3,7 +3,8 @@ engine that replaces heads' outputs (ablation and patching: `head_hook`).
 
 The names and shapes are core.hooks's (after TransformerLens): `hook_embed`, `blocks.{i}.hook_resid_pre`,
 `blocks.{i}.attn.hook_q|k|v|pattern|z`, `blocks.{i}.hook_attn_out`, `blocks.{i}.hook_mlp_out`,
-`blocks.{i}.hook_resid_post`, `hook_final`, and `hook_logits` for decoders with an LM head.
+`blocks.{i}.hook_resid_post`, `hook_final`, and `hook_logits` for decoders with an LM head; on an MoE model's
+MoE layers also `blocks.{i}.mlp.hook_expert_indices` and `.hook_expert_weights` (its routing: api.routing).
 """
 from __future__ import annotations
 

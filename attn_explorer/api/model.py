@@ -105,8 +105,9 @@ class Model:
         """Every named activation of this model, in the order a forward pass reaches it: hook_embed;
         per block blocks.{i}.hook_resid_pre, .attn.hook_q, .attn.hook_k, .attn.hook_v (after QK-norm and RoPE,
         before grouped-query repetition; (B, N, heads, d_head)), .attn.hook_pattern (B, H, N, M), .attn.hook_z
-        (heads' outputs before W_O, (B, N, H, d_head)), .hook_attn_out, .hook_mlp_out, .hook_resid_post;
-        hook_final (after the final norm); hook_logits for decoders with an LM head."""
+        (heads' outputs before W_O, (B, N, H, d_head)), .hook_attn_out, (MoE layers: .mlp.hook_expert_indices and
+        .mlp.hook_expert_weights, (B, N, k)), .hook_mlp_out, .hook_resid_post; hook_final (after the final norm);
+        hook_logits for decoders with an LM head."""
         return model_hook_names(self.info)
 
     def run_with_hooks(self, x, hooks: Mapping[str, Callable], **run_kw) -> RunResult:
