@@ -41,7 +41,7 @@ CASES = {
                           logit_scale=0.7, layer_types=[_FULL, _SLIDING, _FULL, _SLIDING])),
     "cohere": ("CohereConfig", "CohereForCausalLM", dict(num_key_value_heads=3, logit_scale=0.5, rope_theta=800.0)),
     "cohere-bias": ("CohereConfig", "CohereForCausalLM",
-                    dict(num_key_value_heads=2, attention_bias=True, tie_word_embeddings=False)),
+                    dict(num_key_value_heads=2, attention_bias=True, tie_word_embeddings=False, head_dim=16)),
 }
 KINDS = {  # ModelInfo.layer_kinds (empty when every layer is plain global)
     "cohere2": ["local, window 5"] * 3 + ["global, no positions"],
@@ -137,6 +137,44 @@ def test_each_special_part_is_seen(built, change, far):
             block.one_norm, block.norm2 = False, torch.nn.LayerNorm(48, bias=False)
     att, hidden, _ = max_differences(hf, m, ids)
     assert max(att, hidden) > 1e-3, (change, att, hidden)
+
+
+DROPPED = {  # keys whose transformers default is what the case has: a config.json without them is the same model
+    "glm4": ("hidden_act", "num_key_value_heads", "rms_norm_eps", "attention_bias", "tie_word_embeddings",
+             "max_position_embeddings"),
+    "cohere-bias": ("hidden_act", "layer_norm_eps", "logit_scale", "max_position_embeddings", "use_qk_norm"),
+    "cohere2": ("hidden_act", "layer_types", "tie_word_embeddings", "attention_bias", "layer_norm_eps"),
+}
+
+
+@pytest.mark.parametrize("name", list(DROPPED))
+def test_missing_keys_take_transformers_defaults(built, tmp_path, name):
+    """GLM-4's default is 2 key/value heads (not one per head), every family's hidden_act silu."""
+    hf, folder = built(name)
+    for f in folder.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    path = tmp_path / "config.json"
+    cfg = json.loads(path.read_text())
+    path.write_text(json.dumps({k: v for k, v in cfg.items() if k not in DROPPED[name]}))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
+    assert ref.config.num_key_value_heads == hf.config.num_key_value_heads  # the case was written with the default
+    m = ax.load_model(str(tmp_path), device="cpu")
+    ids = torch.randint(3, VOCAB, (1, N), generator=torch.Generator().manual_seed(4))
+    att, hidden, _ = max_differences(ref, m, ids)
+    assert att <= TOL and hidden <= TOL, (name, att, hidden)
+
+
+def test_cohere2_ignores_a_head_dim_as_transformers_does(built, tmp_path):
+    """Cohere2Config sets head_dim = hidden_size / heads whatever config.json says (Cohere reads it)."""
+    hf, folder = built("cohere2")
+    for f in folder.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "head_dim": 16}))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    assert m.module.cfg.head_dim == 8
+    att, hidden, _ = max_differences(hf, m, torch.randint(3, VOCAB, (1, N), generator=torch.Generator().manual_seed(4)))
+    assert att <= TOL and hidden <= TOL
 
 
 # ---- RoPE in both forms of config.json -------------------------------------------------------------------------

@@ -25,8 +25,9 @@ from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
 
 def _glm4_config(cfg: dict) -> LlamaConfig:
-    # transformers' Glm4Config defaults: head_dim 128 (not hidden_size / heads), 131072 positions, RoPE on half
-    cfg = {"head_dim": 128, "max_position_embeddings": 131072, **cfg}
+    # transformers' Glm4Config defaults: head_dim 128 (not hidden_size / heads), 2 key/value heads (not one per
+    # query head), 131072 positions, silu; RoPE on half of each head (rope_defaults)
+    cfg = {"head_dim": 128, "num_key_value_heads": 2, "max_position_embeddings": 131072, "hidden_act": "silu", **cfg}
     d = cfg["head_dim"]
     if isinstance(d, bool) or not isinstance(d, int) or d < 1:
         raise UserError(f"glm4: head_dim must be a whole number >= 1, got {d!r}")
@@ -89,7 +90,8 @@ def _cohere_config(cfg: dict) -> LlamaConfig:
                             "head's dimensions)")
     if rope_entry(cfg, family)[1]:
         raise UserError(f"{family}: rope_parameters per layer type is not supported (transformers reads one entry)")
-    cfg = {k: v for k, v in cfg.items() if k != "rotary_pct"}
+    cfg = {"hidden_act": "silu", "max_position_embeddings": 8192,  # CohereConfig's and Cohere2Config's defaults
+           **{k: v for k, v in cfg.items() if k != "rotary_pct"}}
     fields = {}
     if family == "cohere2":
         cfg.pop("head_dim", None)  # Cohere2Config sets head_dim = hidden_size / heads, whatever config.json says
@@ -99,7 +101,7 @@ def _cohere_config(cfg: dict) -> LlamaConfig:
         if not any(fields["nope_layers"]):
             fields["nope_layers"] = None
     return rotary_decoder(
-        {"max_position_embeddings": 8192, **cfg}, family,
+        cfg, family,
         rope_defaults=dict(theta=10000.0 if family == "cohere2" else 500000.0), rope_layout="pairs",
         norm="layer_nobias", eps=norm_eps(cfg, "layer_norm_eps", 1e-5), parallel_residual=True,
         parallel_one_norm=True, attention_bias=bool(cfg.get("attention_bias", False)),
