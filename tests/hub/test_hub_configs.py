@@ -38,6 +38,8 @@ class Row:
     config: dict
     kinds: list = field(default_factory=list)  # ModelInfo.layer_kinds expected ([] when every layer is plain global)
     weights: str = "bfloat16"  # the dtype the real checkpoint's tensors are stored in
+    family: str = ""  # ModelInfo.family where it is not the model_type (Gemma 3's multimodal checkpoints)
+    rename: tuple = ()  # (prefix transformers 5 saves, the prefix the real checkpoint's tensors carry)
 
 
 LLAMA31 = dict(  # meta-llama/Llama-3.1-8B-Instruct
@@ -195,6 +197,21 @@ GEMMA3_1B = dict(  # google/gemma-3-1b-it: 5 local layers (window 512, shrunk to
     sliding_window_pattern=6, torch_dtype="bfloat16", transformers_version="4.50.0.dev0", use_cache=True,
     vocab_size=VOCAB)
 
+GEMMA3_4B = dict(  # google/gemma-3-4b-it: an image-text checkpoint whose text_config lists only what differs from
+    # Gemma3TextConfig's defaults (heads 8, kv heads 4, head_dim 256, vocabulary 262208 are left out, as in the real
+    # file), with linear RoPE scaling 8 on the global layers; sizes shrunk are the ones it writes
+    architectures=["Gemma3ForConditionalGeneration"], boi_token_index=255999, eoi_token_index=256000,
+    eos_token_id=[1, 106], image_token_index=262144, initializer_range=0.02,
+    mm_tokens_per_image=4,  # real 256 (16 x 16 pooled from 64 x 64 patches; here 2 x 2 from 4 x 4)
+    model_type="gemma3",
+    text_config={"hidden_size": 48, "intermediate_size": 64, "model_type": "gemma3_text", "num_hidden_layers": 7,
+                 "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                 "sliding_window": 5},  # real 2560, 10240, 34 layers, window 1024
+    torch_dtype="bfloat16", transformers_version="4.50.0.dev0",
+    vision_config={"hidden_size": 32, "image_size": 56, "intermediate_size": 48, "model_type": "siglip_vision_model",
+                   "num_attention_heads": 2, "num_hidden_layers": 1, "patch_size": 14,
+                   "vision_use_head": False})  # real 1152, 896, 4304, 16 heads, 27 layers
+
 ROWS = {
     "llama-3.1": Row("meta-llama/Llama-3.1-8B-Instruct", LLAMA31),
     "llama-3.2": Row("meta-llama/Llama-3.2-1B", LLAMA32),
@@ -212,6 +229,12 @@ ROWS = {
                                                                   "global"], weights="float32"),
     "gemma-2": Row("google/gemma-2-2b", GEMMA2, ["local, window 5", "global"] * 2, weights="float32"),
     "gemma-3-1b": Row("google/gemma-3-1b-it", GEMMA3_1B, _n(["local, window 5"] * 5 + ["global"], 7)),
+    "gemma-3-4b": Row("google/gemma-3-4b-it", GEMMA3_4B, _n(["local, window 5"] * 5 + ["global"], 7),
+                      family="gemma3_text",  # its language model; the SigLIP tower is left out
+                      rename=(("model.language_model.", "language_model.model."),
+                              ("model.vision_tower.", "vision_tower."),
+                              ("model.multi_modal_projector.", "multi_modal_projector."),
+                              ("lm_head.", "language_model.lm_head."))),
 }
 
 
@@ -238,6 +261,14 @@ def make_hub_folder(folder, name: str):
             else:
                 p.copy_(torch.randn_like(p) * 0.15)
     hf.to(getattr(torch, row.weights)).save_pretrained(folder, safe_serialization=True)
+    if row.rename:  # the tensor names of the (older) real checkpoint, which transformers 5 reads too
+        from safetensors.torch import load_file, save_file
+
+        path = folder / "model.safetensors"
+        tensors = load_file(str(path))
+        for new, old in row.rename:
+            tensors = {old + k[len(new):] if k.startswith(new) else k: t for k, t in tensors.items()}
+        save_file(tensors, str(path), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     _tokenizer(row).save(str(folder / "tokenizer.json"))
     return folder
@@ -266,7 +297,7 @@ def test_the_rows_look_like_hub_files():
         cfg = row.config
         assert "quantization_config" not in cfg, name
         assert isinstance(cfg["architectures"], list), name
-        assert cfg["architectures"][0].endswith(("ForCausalLM", "ForMaskedLM")), name
+        assert cfg["architectures"][0].endswith(("ForCausalLM", "ForMaskedLM", "ForConditionalGeneration")), name
         assert cfg["torch_dtype"] in ("bfloat16", "float32") and cfg["transformers_version"].startswith("4."), name
 
 
@@ -275,13 +306,13 @@ def test_a_real_config_json_loads_and_matches_transformers(hub_folder, name):
     row = ROWS[name]
     folder = hub_folder(name)
     m = ax.load_model(str(folder), device="cpu")
-    family = row.config["model_type"]
+    family = row.family or row.config["model_type"]
     assert m.info.family == family, f"{name}: family {m.info.family!r}"
     assert list(m.info.layer_kinds) == row.kinds, f"{name}: layer_kinds {list(m.info.layer_kinds)}"
-    assert m.info.num_layers == row.config["num_hidden_layers"], name
+    assert m.info.num_layers == row.config.get("text_config", row.config)["num_hidden_layers"], name
     assert {p.dtype for p in m.module.parameters()} == {torch.float32}, name  # torch_dtype does not pick ours
     hf = reference(folder, row.config)
-    vocab = min(row.config["vocab_size"], _tokenizer(row).get_vocab_size())
+    vocab = min(row.config.get("vocab_size", VOCAB), _tokenizer(row).get_vocab_size())
     ids = torch.randint(5, vocab, (2, N), generator=torch.Generator().manual_seed(7))
     maps, hidden = max_differences(hf, m, ids)[:2]
     print(f"{name} ({row.real}): maps {maps:.2g} hidden {hidden:.2g}")

@@ -17,6 +17,12 @@ _GEMMA_DEFAULTS = {  # transformers' config defaults, where config.json may leav
                         final_logit_softcapping=None, rope_theta=1_000_000.0, rope_local_base_freq=10000.0),
 }
 
+# transformers' defaults of the sizes, which Gemma 3's image-text checkpoints (gemma-3-4b/12b/27b) leave out of
+# text_config where they equal them: heads, key-value heads and the vocabulary are not written there
+_GEMMA_SIZES = dict(hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+                    num_key_value_heads=4)
+_GEMMA_VOCAB = {"gemma2": 256000, "gemma3_text": 262208}
+
 
 def _gemma_layer_types(cfg: dict, family: str) -> list[str]:
     """config.json's layer_types, or transformers' default pattern: Gemma 2 alternates local and global
@@ -52,6 +58,7 @@ def _gemma_config(cfg: dict) -> LlamaConfig:
     if family not in _GEMMA_DEFAULTS:
         raise UserError(f"Gemma model_type {family!r} is not supported (gemma2, gemma3_text, gemma3)")
     d = _GEMMA_DEFAULTS[family]
+    cfg = {**_GEMMA_SIZES, "vocab_size": _GEMMA_VOCAB[family], **cfg}
     if cfg.get("use_bidirectional_attention"):
         raise UserError("Gemma with use_bidirectional_attention (an encoder such as EmbeddingGemma) is not supported")
     activation = act({"hidden_act": cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"})
