@@ -215,3 +215,29 @@ def test_a_folder_shaped_like_deepseek_v3s_loads_and_equals_transformers(tmp_pat
     att, hidden, _ = max_differences(hf, m, ids)
     print(f"deepseek_v3 hub-shaped folder: maps {att:.2e} hidden {hidden:.2e}")
     assert att <= TOL and hidden <= TOL
+
+
+def test_routing_is_transformers_choice(load):
+    """RunResult.routing on the MoE layers: each token's experts and weights as DeepseekV3TopkRouter chose them
+    (group-limited, the correction bias choosing only, renormalised and scaled); None on the dense layer 0."""
+    hf, m = load("moe")
+    r = m.run(TEXT)
+    ids = torch.tensor([m.prepare(TEXT).inputs["input_ids"][0].tolist()])
+    seen = {}
+    handles = [hf.model.layers[i].mlp.gate.register_forward_hook(lambda mod, a, out, i=i: seen.__setitem__(i, out))
+               for i in (1, 2)]
+    try:
+        with torch.no_grad():
+            hf.model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+    assert r.routing.experts[0] is None
+    for i in (1, 2):
+        _, weights, experts = seen[i]
+        order = experts.argsort(dim=-1)
+        ours_order = np.argsort(r.routing.experts[i], axis=-1)
+        np.testing.assert_array_equal(np.take_along_axis(r.routing.experts[i], ours_order, -1),
+                                      experts.gather(-1, order).numpy())
+        np.testing.assert_allclose(np.take_along_axis(r.routing.weights[i], ours_order, -1),
+                                   weights.gather(-1, order).numpy(), atol=1e-6, rtol=1e-5)
