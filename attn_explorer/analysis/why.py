@@ -15,6 +15,7 @@ N's bias (LayerNorm) and b_Q / b_K.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -124,8 +125,10 @@ def _writers(run, layer: int, positions: tuple[int, int]):
     return names, heads, torch.stack(pieces), biases
 
 
-def _side(norm, qk_norm, w, b, pieces, bias, x_real, rope, scale_side: float = 1.0, layout: str = "half"):
-    """One side (query or key) at one position: each writer's part of q (or k), (K + 1, d), biases last."""
+def _side(norm, qk_norm, w, b, pieces, bias, x_real, rope, scale_side: float = 1.0, layout: str = "half",
+          rms_after_rope: float | None = None):
+    """One side (query or key) at one position: each writer's part of q (or k), (K + 1, d), biases last.
+    rms_after_rope (Llama 4's use_qk_norm, its eps): the rotated parts over the RMS of their sum, frozen."""
     import torch
 
     from attn_explorer.core.positional import apply_rope
@@ -138,6 +141,8 @@ def _side(norm, qk_norm, w, b, pieces, bias, x_real, rope, scale_side: float = 1
         parts = FrozenNorm(qk_norm, parts.sum(0)).lin(parts)
     if rope is not None:
         parts = apply_rope(parts, rope, layout)
+    if rms_after_rope is not None:
+        parts = parts * torch.rsqrt(parts.sum(0).pow(2).mean() + rms_after_rope)
     return parts * scale_side
 
 
@@ -159,9 +164,6 @@ def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, quer
     if getattr(cfg, "qk_norm_full", False) or not getattr(cfg, "pre_norms", True):
         raise UserError(f"why this head looks there is not supported yet for {model.info.family}: it normalises q and k "
                         "over all heads at once, after no norm before attention, and the split is per head")
-    if getattr(cfg, "qk_rms_after_rope", False) or getattr(cfg, "temperature_tuning", None):
-        raise UserError(f"why this head looks there is not supported yet for {model.info.family}: it normalises q and "
-                        "k after RoPE and tunes its NoPE layers' queries by position, which the split does not follow")
     if getattr(cfg, "mla", None) is not None:  # DeepSeek-V3
         raise UserError(f"why this head looks there is not supported yet for {model.info.family}: its q and k are "
                         "rebuilt from normalised latents (multi-head latent attention), which the split does not follow")
@@ -190,14 +192,23 @@ def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, quer
             rope = {p: (cos[p:p + 1], sin[p:p + 1]) for p in (query, key)}
         if window and query - key >= window:
             notes.append(f"key {key} lies outside this local layer's {window}-token window: the head never uses it")
+        chunk = getattr(cfg, "attention_chunk", None) if (getattr(cfg, "chunked_layers", None) or [0] * L)[layer] else None
+        if chunk and key // chunk != query // chunk:  # Llama 4's chunked layers
+            notes.append(f"key {key} lies outside query {query}'s {chunk}-token chunk on this layer: the head never "
+                         "uses it")
+        tuning = getattr(cfg, "temperature_tuning", None)
+        tuned = 1.0  # Llama 4: its NoPE layers' queries times their position's temperature (hook_q holds it)
+        if nope and tuning:
+            tuned = math.log1p(math.floor((query + 1) / tuning[0])) * tuning[1] + 1
         if getattr(cfg, "attn_softcap", None):
             notes.append("this model soft-caps the logits: the split is of the logit before the cap")
         dk_on = run.dk_layers is None or layer in set(run.dk_layers)
         scale = attention_scale(attn.head_dim, run.dk_scale if dk_on else 1.0, getattr(cfg, "attn_scale", None))
+        post = getattr(attn, "qk_rms_after_rope", None)
         qs = _side(block.norm1, attn.q_norm, wq, bq, pieces[:, 0], biases[0], x_real[0],
-                   None if rope is None else rope[query], scale, attn.rope_layout)
+                   None if rope is None else rope[query], scale * tuned, attn.rope_layout, post)
         ks = _side(block.norm1, attn.k_norm, wk, bk, pieces[:, 1], biases[1], x_real[1],
-                   None if rope is None else rope[key], layout=attn.rope_layout)
+                   None if rope is None else rope[key], layout=attn.rope_layout, rms_after_rope=post)
         matrix = (qs.double() @ ks.double().t()).cpu().numpy()  # (K + 1, K + 1)
         c = run.caps[layer]
         real = float((c["q"][0, head, query].double() @ c["k"][0, head, key].double()) * scale)

@@ -248,11 +248,17 @@ def test_interventions_relevance_and_lens_run(built):
     assert len(lens.logit_lens(m, PROMPT).tokens) == len(m.prepare(PROMPT).tokens)
 
 
-def test_the_why_matrix_refuses_in_one_line(built):
-    _, _, m = built("dense")
-    with pytest.raises(UserError, match="llama4") as e:
-        why.why_matrix(m, PROMPT, None, 1, 0, 3, 1)
-    assert "\n" not in str(e.value)
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_the_why_matrix_adds_up_on_every_layer(built, name):
+    """q and k normalised after RoPE (dense) and the NoPE layers' tuned queries (past floor_scale): the writers'
+    pieces add up to the logit; a key outside the query's chunk is said to be unseen."""
+    _, _, m = built(name)
+    chunk = m.module.cfg.attention_chunk
+    for layer in range(4):
+        w = why.why_matrix(m, PROMPT, None, layer, 1, 14, 11)
+        assert abs(w.total - w.logit) < 1e-4 * max(1.0, abs(w.logit)), (layer, w.total, w.logit)
+        outside = m.module.cfg.chunked_layers[layer] and 14 // chunk != 11 // chunk
+        assert any("chunk" in note for note in w.notes) == outside
 
 
 # ---- part D: a hub folder as a user has it --------------------------------------------------------------
