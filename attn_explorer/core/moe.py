@@ -80,6 +80,7 @@ class MoEConfig:
     expert_bias: bool = False  # the experts' projections have biases (gpt-oss)
     stacked: bool = False  # experts as 3-D tensors in x @ W layout (gpt-oss, Llama 4); else per-expert Linears
     interleaved: bool = False  # stacked gate_up's columns alternate gate, up (gpt-oss); else gate half, up half
+    router_fp32: bool = False  # logits from float32 inputs and weights, weights kept float32 (DeepSeek-V3's router)
 
     def __post_init__(self):
         if self.scoring not in SCORINGS:
@@ -113,7 +114,10 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         c = self.cfg
-        logits = F.linear(x, self.weight, self.bias)  # (T, E)
+        if c.router_fp32:  # DeepSeek-V3: the whole router in float32, whatever the model's dtype
+            logits = F.linear(x.float(), self.weight.float(), None if self.bias is None else self.bias.float())
+        else:
+            logits = F.linear(x, self.weight, self.bias)  # (T, E)
         if c.scoring == "topk_softmax":  # gpt-oss: the best k logits, then a softmax over them alone
             top, indices = logits.topk(c.top_k, dim=-1)
             return indices, torch.softmax(top, dim=-1)
@@ -133,7 +137,7 @@ class Router(nn.Module):
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         if c.scaling != 1.0:
             weights = weights * c.scaling
-        return indices, weights.to(x.dtype)
+        return indices, weights if c.router_fp32 else weights.to(x.dtype)
 
 
 class Expert(nn.Module):

@@ -278,3 +278,21 @@ def test_routing_reaches_the_stack_hooks():
         m(torch.randint(0, 32, (1, 5)), hooks=Hooks(fns))
     assert set(seen) == {"blocks.1.mlp.hook_expert_indices", "blocks.1.mlp.hook_expert_weights"}
     assert seen["blocks.1.mlp.hook_expert_indices"].shape == (1, 5, 2)
+
+
+def test_deepseek_router_in_float32_in_a_bfloat16_model():
+    """DeepSeek-V3 routes in float32 whatever the model's dtype (router_fp32): in bfloat16 the choice and the
+    output follow transformers' (its gate casts to float32), where routing in bfloat16 would round the scores."""
+    torch.manual_seed(0)
+    hf, ref, run_hf = _deepseek()
+    ours = MoE(D, MoEConfig(**{**ref.cfg.__dict__, "router_fp32": True}))
+    ours.load_state_dict(ref.state_dict())
+    hf, ours = hf.to(torch.bfloat16), ours.to(torch.bfloat16)
+    x = torch.randn(2, T, D).to(torch.bfloat16)
+    with torch.no_grad():
+        want, got = run_hf(x), ours(x)
+        idx_hf = hf.gate(x.view(-1, D))[2].sort(-1).values
+        idx_ours = ours.router(x.view(-1, D))[0].sort(-1).values
+    assert torch.equal(idx_hf, idx_ours)
+    assert (want.float() - got.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    assert ours.router(x.view(-1, D))[1].dtype == torch.float32
