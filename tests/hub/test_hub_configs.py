@@ -348,3 +348,25 @@ def test_an_unknown_model_type_names_every_row_in_one_readable_line(tmp_path):
         ax.load_model(str(tmp_path), device="cpu")
     assert "\n" not in str(e.value) and sorted(mt for v in _listed(str(e.value)).values() for mt in v) == sorted(
         ARCHITECTURES)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1", "olmo-3"])
+def test_the_same_checkpoint_rewritten_by_transformers_5_reads_the_same(hub_folder, tmp_path, name):
+    """config.json as transformers 5 writes it (`dtype` for `torch_dtype`, rope_parameters holding rope_theta,
+    per layer type for OLMo 3) next to the same tensors: our maps are the legacy file's, and transformers'."""
+    import shutil
+
+    folder = hub_folder(name)
+    row = ROWS[name]
+    hf_cfg = transformers.CONFIG_MAPPING[row.config["model_type"]].from_dict(dict(row.config))
+    new = {k: v for k, v in row.config.items() if k not in ("torch_dtype", "rope_scaling", "rope_theta")}
+    new.update(dtype=row.config["torch_dtype"], rope_parameters=hf_cfg.rope_parameters, transformers_version="5.0.0")
+    shutil.copytree(folder, tmp_path / "v5")
+    (tmp_path / "v5" / "config.json").write_text(json.dumps(new, indent=2))
+    ids = torch.randint(5, VOCAB, (1, N), generator=torch.Generator().manual_seed(5))
+    legacy, v5 = (ax.load_model(str(f), device="cpu") for f in (folder, tmp_path / "v5"))
+    with torch.inference_mode():
+        a, b = legacy.module(input_ids=ids, output_attentions=True), v5.module(input_ids=ids, output_attentions=True)
+    assert torch.equal(a.attentions, b.attentions) and torch.equal(a.hidden, b.hidden), name
+    maps, hidden = max_differences(reference(tmp_path / "v5", new), v5, ids)[:2]
+    assert maps <= TOL and hidden <= TOL, (name, maps, hidden)
