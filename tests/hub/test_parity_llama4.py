@@ -246,6 +246,9 @@ def test_interventions_relevance_and_lens_run(built):
     a = lens.logit_attribution(m, PROMPT)
     assert a.total == pytest.approx(a.logit, abs=1e-3 * max(1.0, abs(a.logit)))
     assert len(lens.logit_lens(m, PROMPT).tokens) == len(m.prepare(PROMPT).tokens)
+    from attn_explorer.analysis.flow import contribution_graph
+
+    assert contribution_graph(m, PROMPT) is not None
 
 
 @pytest.mark.parametrize("name", ["dense", "moe"])
