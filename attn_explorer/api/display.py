@@ -76,14 +76,19 @@ def mosaic(cells: torch.Tensor) -> torch.Tensor:
     return cells.permute(0, 2, 1, 3).reshape(L * r, H * c)
 
 
-def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX, drop=None, drop_cols=None) -> GridImage:
+def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX, drop=None, drop_cols=None,
+               sinks: np.ndarray | None = None) -> GridImage:
     """Pool and tile every head of (L, H, N, N) attention, in the calling (worker) thread.
 
     `drop` (bool (N,), e.g. RunResult.special) removes those tokens' rows and columns first and
     renormalises each row over the remaining keys: the GUI's "hide special tokens", by the one rule every
     view uses (`maths.without_specials`, which leaves the maps as they are when none or all are special).
     Pooling and tiling are torch's; the log scale is `maths.log_weights` on the small mosaic.
-    A map that is not square (L, H, R, C) takes `drop` for its rows and `drop_cols` for its columns."""
+    A map that is not square (L, H, R, C) takes `drop` for its rows and `drop_cols` for its columns.
+    sinks (gpt-oss's learned sinks, RunResult.sinks (L, H, N)): each cell gets the rows' sink share as its own
+    first column, left of the keys (cell_cols = keys + 1), rows renormalised over the sink and the shown keys."""
+    if sinks is not None:
+        return _with_sinks(attentions, sinks, cell_max, drop)
     if drop_cols is not None:
         rows, cols = hidden_tokens(drop), hidden_tokens(drop_cols)
         hide = rows is not None or cols is not None
@@ -104,6 +109,29 @@ def grid_image(attentions: np.ndarray | torch.Tensor, cell_max: int = CELL_MAX, 
         weights = mosaic(cells).contiguous().numpy()
         return GridImage(weights=weights, log_weights=log_weights(weights), layers=L, heads=H,
                          cell=int(cells.shape[-2]), hidden_specials=hide, cell_cols=int(cells.shape[-1]))
+
+
+def _with_sinks(attentions, sinks: np.ndarray, cell_max: int, drop) -> GridImage:
+    """grid_image of square maps with the sink's share as each cell's first column (pooled over rows only)."""
+    a = np.asarray(attentions, dtype=np.float32)
+    s = np.asarray(sinks, dtype=np.float32)
+    rows = hidden_tokens(drop)
+    if rows is not None:  # hidden: rows renormalised over the sink and the kept keys, as the head page does
+        keep = np.flatnonzero(~rows)
+        a, s = a[..., keep[:, None], keep], s[..., keep]
+        total = a.sum(-1) + s
+        a, s = np.divide(a, total[..., None], where=total[..., None] > 0), np.divide(s, total, where=total > 0)
+    with torch.inference_mode():
+        t = torch.as_tensor(np.ascontiguousarray(a)).float()
+        L, H, N = int(t.shape[0]), int(t.shape[1]), int(t.shape[-1])
+        k = max(1, math.ceil(N / cell_max))
+        cells = pooled_heads(t, cell_max)
+        lead = torch.as_tensor(np.ascontiguousarray(s)).float()
+        lead = max_pool_last(lead, k, dim=-1) if k > 1 else lead  # (L, H, c)
+        cells = torch.cat([lead[..., None], cells], dim=-1)  # (L, H, c, c + 1)
+        weights = mosaic(cells).contiguous().numpy()
+        return GridImage(weights=weights, log_weights=log_weights(weights), layers=L, heads=H,
+                         cell=int(cells.shape[-2]), hidden_specials=rows is not None, cell_cols=int(cells.shape[-1]))
 
 
 # ---- long inputs: the mosaic of a lazy run, head by head through its store ---------------------------

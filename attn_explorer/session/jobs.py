@@ -132,7 +132,10 @@ def pool_job(r: RunResult, hide_special: bool = False, stack: str = "encoder") -
         # head with progress (session.long_view.overview_job), so the run itself is not held up by L·H pools
         return dataclasses.replace(r, display=None)
     m = stack_maps(r, stack)
-    if not hide_special:
+    sinks = getattr(r, "sinks", None) if m.stack == "encoder" else None
+    if sinks is not None:  # gpt-oss: each cell's first column is the rows' share given to the learned sink
+        grid = grid_image(m.attentions, drop=m.row_special if hide_special else None, sinks=sinks)
+    elif not hide_special:
         grid = grid_image(m.attentions)
     elif m.square:
         grid = grid_image(m.attentions, drop=m.row_special)

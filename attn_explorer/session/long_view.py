@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from attn_explorer.maths import LOG_FLOOR, log_weights
+from attn_explorer.maths import LOG_FLOOR, log_weights, pool2d
 
 # a dense result longer than this is drawn windowed too (a lazy one always is): beyond it the full n×n image
 # costs more to upload and hover than the window a screen can show
@@ -160,16 +160,22 @@ def overview_job(r: Any, cell_max: int = 128, stack: str = "encoder") -> Iterato
     L, H = r.attentions.shape[:2]
     n = r.num_tokens
     c = overview_cell(n, cell_max)
-    mosaic = np.full((L * c, H * c), np.nan, np.float32)
+    sinks = getattr(r, "sinks", None) if stack == "encoder" else None  # gpt-oss: a sink column left of each cell
+    lead = 0 if sinks is None else 1
+    mosaic = np.full((L * c, H * (c + lead)), np.nan, np.float32)
     total, done, shown = L * H, 0, time.perf_counter()
 
     def image() -> GridImage:
         w = mosaic.copy()
-        return GridImage(weights=w, log_weights=log_weights(w), layers=L, heads=H, cell=c, stack=stack)
+        return GridImage(weights=w, log_weights=log_weights(w), layers=L, heads=H, cell=c, stack=stack,
+                         cell_cols=c + lead if lead else 0)
 
+    w = c + lead
     for layer in range(L):
         for head in range(H):
-            mosaic[layer * c:(layer + 1) * c, head * c:(head + 1) * c] = r.attention(layer, head, pool=c)
+            if lead:
+                mosaic[layer * c:(layer + 1) * c, head * w] = pool2d(sinks[layer, head][:, None], c, 1, "max")[:, 0]
+            mosaic[layer * c:(layer + 1) * c, head * w + lead:(head + 1) * w] = r.attention(layer, head, pool=c)
             done += 1
             now = time.perf_counter()
             if done == total or now - shown > 0.25:  # a few frames a second: copying the mosaic is not free
@@ -247,6 +253,36 @@ def colour_scale(values: np.ndarray, mode: str, log: bool) -> Scaled:
             return Scaled(np.log10(np.maximum(out, np.float32(10.0 ** lo))), (lo, hi),
                           f"log₁₀ weight (top: {CLIP_PCT:g}th pct{apart})", sinks, share)
     return Scaled(out, (0.0, top), f"weight (0 to {CLIP_PCT:g}th pct{apart})", sinks, share)
+
+
+def sink_colours(sink: np.ndarray, matrix: np.ndarray | None, mode: str, log: bool) -> tuple[Scaled | None, np.ndarray]:
+    """gpt-oss's sink column beside a map, coloured like it: (the map's Scaled, or None without a map; the
+    sink's values (R,) on the same levels). "weight": both as they are; "row": each row (its keys and its sink
+    together) over its own max; "clip": the map's own clip (colour_scale), the sink drawn at most at its top
+    (a sink above the clip is as bright as the scale goes). Without a map (a long input's pooled view) the
+    sink alone is coloured as weights, or within the map's clip."""
+    s = np.asarray(sink, dtype=np.float32)
+    if matrix is not None and mode in ("weight", "row"):
+        both = colour_scale(np.concatenate([s[:, None], np.asarray(matrix, dtype=np.float32)], axis=1), mode, log)
+        return Scaled(both.values[:, 1:], both.levels, both.label), both.values[:, 0]
+    if matrix is not None:
+        top = colour_scale(matrix, mode, log)
+        hi = top.levels[1]
+        with np.errstate(divide="ignore"):
+            v = np.log10(np.maximum(np.minimum(s, 10.0 ** hi), 10.0 ** top.levels[0])) if log else np.minimum(s, hi)
+        return top, v.astype(np.float32)
+    return None, colour_scale(s[:, None], "weight", log).values[:, 0]
+
+
+def sink_text(sink: np.ndarray | None, query: int | None = None, token: str = "") -> str:
+    """What a head gives its learned sink (gpt-oss), in words: its rows' mean share, and the query's own."""
+    if sink is None or not len(sink):
+        return ""
+    s = np.asarray(sink, dtype=np.float64)
+    out = f"this head gives its learned sink {s.mean():.0%} of each row's weight on average (max {s.max():.0%})"
+    if query is not None and 0 <= query < len(s):
+        out += f"; query {query} {token!r}: {s[query]:.0%}"
+    return out
 
 
 # ------------------------------------------------------------------------------------------ go to token

@@ -20,6 +20,7 @@ GRIDS = ("entropy", "sink", "distance", "prev", "next")
 TITLES = {"entropy": "entropy (bits)", "sink": "on special/first", "distance": "distance",
           "prev": "previous token", "next": "next token"}  # the rows whose top key is that token
 HINT = "Hover a cell for its value; click it to open that head."
+LEARNED = "learned sink"  # gpt-oss: the sixth grid, each head's mean share given to its learned sink
 
 
 class HeadOverviewPage(AnalysisPage):
@@ -47,6 +48,17 @@ class HeadOverviewPage(AnalysisPage):
             bar.axis.enableAutoSIPrefix(False)
             set_bar_label(bar, "")  # the plot's title names the unit
             self.plots[name], self.images[name], self.bars[name] = p, img, bar
+        p = cell_plot(self.canvas, 1, 2)  # shown only for a model with learned sinks (gpt-oss)
+        p.setLabel("bottom", "head")
+        img = pg.ImageItem(axisOrder="row-major")
+        p.addItem(img)
+        bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap("viridis"), interactive=False, width=10)
+        bar.setImageItem(img, insert_in=p)
+        bar.axis.enableAutoSIPrefix(False)
+        set_bar_label(bar, "")
+        self.learned_plot, self.learned_image, self.learned_bar = p, img, bar
+        self.learned: np.ndarray | None = None  # (L, H) each head's mean sink share, or None
+        p.hide()
         self.sel_box = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
         self._measuring = None  # the long result being measured now, or the one whose measuring was stopped
         self.readout.setText(HINT)
@@ -132,15 +144,36 @@ class HeadOverviewPage(AnalysisPage):
             p.setTitle(TITLES[name] + (f" ({s.distance_unit})" if name == "distance" else ""), size="9pt")
             p.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
             label_cells(p, L, H)
+        self._draw_learned(L, H, cmap)
         self._mark()
         lines = [f"<a href='{f.layer},{f.head}'>{f.text}</a>" if f.layer >= 0 else f.text
                  for f in findings(s)]
+        if self.learned is not None:
+            l, h = np.unravel_index(int(np.argmax(self.learned)), self.learned.shape)
+            lines.append(f"the learned sinks take {float(self.learned.mean()):.0%} of the weight on average, most in "
+                         f"<a href='{l},{h}'>L{l} H{h} ({float(self.learned[l, h]):.0%})</a>")
         info = self.state.info
         tag = "" if info is None or info.trained else "<br><b>Untrained model (random weights): patterns mean nothing.</b>"
         r = self._for
         how = (f" Measured exactly in tiles from each layer's q and k ({r.num_tokens:,} tokens: no maps kept)."
                if r is not None and r.is_lazy else "")
         self.caption.setText("<b>Head overview</b> — " + "; ".join(lines) + "." + how + tag)
+
+    def _draw_learned(self, L: int, H: int, cmap) -> None:
+        """gpt-oss: each head's mean share of a row given to its learned sink (RunResult.sinks), else hidden."""
+        sinks = getattr(self._for, "sinks", None)
+        self.learned = None if sinks is None else np.asarray(sinks, dtype=np.float32).mean(axis=-1)
+        p = self.learned_plot
+        if self.learned is None:
+            p.hide()
+            return
+        p.show()
+        self.learned_image.setImage(self.learned, levels=(0.0, 1.0), autoLevels=False)
+        self.learned_image.setRect(QRectF(0, 0, H, L))
+        self.learned_bar.setColorMap(cmap)
+        p.setTitle(LEARNED + " (share)", size="9pt")
+        p.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
+        label_cells(p, L, H)
 
     def _mark(self) -> None:
         if self.stats is None:
@@ -156,20 +189,23 @@ class HeadOverviewPage(AnalysisPage):
         if self.stats is None:
             return None
         L, H = self.stats.entropy.shape
-        for name, p in self.plots.items():
+        plots = dict(self.plots, **({LEARNED: self.learned_plot} if self.learned is not None else {}))
+        for name, p in plots.items():
             hit = cell_under(p, scene_pos, (L, H))
             if hit is not None:
                 return name, *hit
         return None
 
     def cell_center(self, name: str, layer: int, head: int):
-        return cell_centre(self.plots[name], layer, head)
+        return cell_centre(self.learned_plot if name == LEARNED else self.plots[name], layer, head)
 
     def describe(self, name: str, l: int, h: int) -> str:
         s = self.stats
         parts = [f"entropy {s.entropy[l, h]:.2f} bits", f"sink {s.sink[l, h]:.0%}",
                  f"distance {s.distance[l, h]:.1f} {s.distance_unit}", f"previous {s.prev[l, h]:.0%}",
                  f"next {s.next[l, h]:.0%}"]
+        if self.learned is not None:
+            parts.append(f"learned sink {float(self.learned[l, h]):.0%} of each row on average")
         return f"L{l} H{h}: " + ", ".join(parts)
 
     def _hovered(self, pos) -> None:

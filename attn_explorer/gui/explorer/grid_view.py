@@ -354,6 +354,10 @@ class HeadGridView(LazyPage, QWidget):
             how = "Row t of each map = where target token t looks (only at itself and earlier ones)."
         else:
             how = "Row i of each map = where token i looks."
+        if m.stack == "encoder" and getattr(r, "sinks", None) is not None:  # gpt-oss's learned sinks
+            mean = float(np.mean(r.sinks))
+            how += (f" Each map's first column is the <b>sink</b>: the share of each row its head's learned sink "
+                    f"takes (the keys get the rest; {mean:.0%} on average).")
         long = ""
         if getattr(r, "is_lazy", False):
             filled = self.overview_state()

@@ -46,6 +46,23 @@ def stack_matrix(m: StackMaps, layer: int, head: int, hide_special: bool
     return a, [m.rows[i] for i in keep_r], [m.cols[j] for j in keep_c], keep_r
 
 
+def with_sink(m: StackMaps, sinks: np.ndarray | None, layer: int, head: int, hide_special: bool,
+              matrix: np.ndarray, shown_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the map to draw, its rows' sink share or None): gpt-oss's learned sinks (RunResult.sinks) of the encoder
+    stack. With the specials hidden, each row is renormalised over its kept keys AND its sink (so the sink keeps
+    its share of what is shown), not over the keys alone."""
+    if sinks is None or m.stack != "encoder":
+        return matrix, None
+    s = np.asarray(sinks[layer, head], dtype=np.float32)[shown_rows]
+    if not hide_special or len(shown_rows) == len(m.rows):
+        return matrix, s
+    sub = np.asarray(m.attentions[layer, head], dtype=np.float32)[np.ix_(shown_rows, shown_rows)]
+    total = sub.sum(-1) + s
+    ok = total > 0
+    return (np.divide(sub, total[:, None], out=np.zeros_like(sub), where=ok[:, None]),
+            np.divide(s, total, out=np.zeros_like(s), where=ok))
+
+
 AXIS_TITLES = {"encoder": ("query (row)", "key (column)"),
                "decoder": ("target token (query, row)", "target token (key, column)"),
                "cross": ("target token (query, row)", "source token (key, column)")}

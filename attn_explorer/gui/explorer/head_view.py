@@ -28,14 +28,15 @@ from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGra
 from attn_explorer.gui.explorer.colour_key import ColourScaleBox, scale_text
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.gui.explorer.goto_box import GoToBox, view_around
-from attn_explorer.gui.explorer.head_maps import AXIS_TITLES, common_prefix, shown_count, stack_matrix
+from attn_explorer.gui.explorer.head_maps import AXIS_TITLES, common_prefix, shown_count, stack_matrix, with_sink
 from attn_explorer.gui.explorer.head_maps import head_matrix  # noqa: F401 - tests/gui/test_readable.py imports it here
 from attn_explorer.gui.explorer.hover import HOVER_HINT, HoverLine, cell_text, window_cell_text
 from attn_explorer.gui.explorer.long_map import LongMap
 from attn_explorer.gui.explorer.query_strip import QueryStrip
+from attn_explorer.gui.explorer.sink_column import SinkColumn
 from attn_explorer.errors import UserError
 from attn_explorer.session.long_view import (STRIP_LANE, Scaled, Window, colour_scale, find_token, result_tag,
-                                             strip_job, strip_of_row, windowed)
+                                             sink_text, strip_job, strip_of_row, windowed)
 from attn_explorer.session.stacks import STACK_NAMES, StackMaps
 from attn_explorer.session.state import SessionState
 
@@ -75,6 +76,7 @@ class HeadView(LazyPage, QWidget):
         self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
         self.colorbar.axis.enableAutoSIPrefix(False)  # a clipped scale reads 0.02, not "20 (x0.001)"
         self.colorbar.axis.setWidth(None)  # wide enough for "0.005" and the title beside it
+        self.sink = SinkColumn(self.plot, self.bottom_axis)  # gpt-oss: the learned sink's share, left of key 0
         self.query_mark = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=1))
         self.plot.addItem(self.query_mark)
         self.long_map = LongMap(state, self.plot, self.base_image, self.image, self)
@@ -160,8 +162,10 @@ class HeadView(LazyPage, QWidget):
         """Label the axes with these tokens; False when they were already these. A zoomed view of an edited
         input (the tokens before the window unchanged) keeps its window, clamped to the new length, and the
         "Go to" line while its token is unchanged; any other new input is shown whole."""
-        if rows == self.tokens and cols == self.col_tokens:
+        lead = self.sink.width  # gpt-oss's sink column takes x in [-1, 0)
+        if rows == self.tokens and cols == self.col_tokens and lead == getattr(self, "_lead", 0):
             return False
+        self._lead = lead
         (x0, x1), (y0, y1) = self.plot.vb.viewRange()
         old_r, old_c = len(self.tokens), len(self.col_tokens)
         zoomed = old_r > 0 and (y1 - y0 < old_r - 0.5 or x1 - x0 < old_c - 0.5)
@@ -174,13 +178,13 @@ class HeadView(LazyPage, QWidget):
         self.bottom_axis.set_labels(cols)
         R, C = len(rows), len(cols)
         vb = self.plot.getViewBox()
-        vb.setLimits(xMin=0, xMax=C, yMin=0, yMax=R, minXRange=min(C, 4), minYRange=min(R, 4))
+        vb.setLimits(xMin=-lead, xMax=C, yMin=0, yMax=R, minXRange=min(C, 4), minYRange=min(R, 4))
         if keep:
             h, w = min(y1 - y0, R), min(x1 - x0, C)
             y0, x0 = max(0.0, min(y0, R - h)), max(0.0, min(x0, C - w))
             self.plot.setRange(xRange=(x0, x0 + w), yRange=(y0, y0 + h), padding=0)
         else:
-            self.plot.setRange(xRange=(0, C), yRange=(0, R), padding=0)
+            self.plot.setRange(xRange=(-lead, C), yRange=(0, R), padding=0)
         return True
 
     def _draw_dense(self, m: StackMaps, l: int, h: int) -> None:
@@ -189,6 +193,9 @@ class HeadView(LazyPage, QWidget):
         self.long_map.forget()
         self.base_image.clear()
         self.matrix, rows, cols, self.shown_rows = stack_matrix(m, l, h, st.hide_special)
+        self.matrix, sink = with_sink(m, getattr(st.result, "sinks", None), l, h, st.hide_special, self.matrix,
+                                      self.shown_rows)
+        self.sink.set(sink)
         self._head = (result_tag(st.result), l, h)
         self._set_axes(rows, cols)
         self._paint()
@@ -197,6 +204,8 @@ class HeadView(LazyPage, QWidget):
         """A long input: ask for the whole map pooled to the screen and for the visible window."""
         self.matrix = None
         self.shown_rows = np.arange(len(m.rows))
+        sinks = getattr(r, "sinks", None)
+        self.sink.set(sinks[l, h] if sinks is not None and m.stack == "encoder" else None)
         new_tokens = self._set_axes(list(m.rows), list(m.cols))
         self.long_map.show(r, l, h, new_tokens)
         self._head = self.long_map.head
@@ -216,7 +225,7 @@ class HeadView(LazyPage, QWidget):
         st = self.state
         mode, log = st.colour_scale, st.log_scale
         if self.matrix is not None:
-            top = colour_scale(self.matrix, mode, log)
+            top = self.sink.paint(self.matrix, mode, log, st.colormap) or colour_scale(self.matrix, mode, log)
             self.image.setImage(top.values, levels=top.levels, autoLevels=False)
             R, C = self.matrix.shape
             self.image.setRect(QRectF(0, 0, C, R))
@@ -224,6 +233,7 @@ class HeadView(LazyPage, QWidget):
             return
         painted = self.long_map.paint(mode, log, st.colormap)
         if painted is not None:
+            self.sink.paint(None, mode, log, st.colormap, levels=painted[0].levels)
             self._scale_shown(*painted)
         else:
             self.scale_label.setText("Computing the map from q and k…")
@@ -248,7 +258,8 @@ class HeadView(LazyPage, QWidget):
             self.query_mark.setData([], [])
             return
         i = float(at[0])
-        self.query_mark.setData(np.array([0, C, C, 0, 0], float), np.array([i, i, i + 1, i + 1, i], float))
+        x0 = -self.sink.width
+        self.query_mark.setData(np.array([x0, C, C, x0, x0], float), np.array([i, i, i + 1, i + 1, i], float))
 
     def _query_moved(self) -> None:
         self._mark_query()
@@ -339,8 +350,11 @@ class HeadView(LazyPage, QWidget):
             count = (f"{R} target × {C} source tokens"
                      + (" (special hidden, rows renormalised)" if (R, C) != (len(m.rows), len(m.cols)) else ""))
         what = f"{STACK_NAMES[m.stack]}: " if r.decoder_attentions is not None else ""
+        q = int(np.flatnonzero(self.shown_rows == st.query)[0]) if (self.shown_rows == st.query).any() else None
+        sink = sink_text(self.sink.values, q, self.tokens[q] if q is not None and q < len(self.tokens) else "")
+        sink = f"<br>Sink (left column): {html.escape(sink)}." if sink else ""
         self.title.setText(f"{html.escape(what)}<b>Layer {l}{kind}, head {h}</b> — {count}, "
-                           f"dk scale {r.dk_scale:.2f}×{causal}{tag}")
+                           f"dk scale {r.dk_scale:.2f}×{causal}{tag}{sink}")
 
     def _options(self):
         style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)
@@ -379,6 +393,10 @@ class HeadView(LazyPage, QWidget):
 
     def _hovered(self, scene_pos):
         if not self.tokens:
+            return
+        over_sink = self.sink.hovered(scene_pos, self.tokens)
+        if over_sink is not None:
+            self.readout.setText(over_sink)
             return
         if self.matrix is not None:
             hit = cell_under(self.plot, scene_pos, self.matrix.shape)

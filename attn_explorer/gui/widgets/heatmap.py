@@ -133,6 +133,8 @@ class TokenAxis(pg.AxisItem):
         self.numbers_when_crowded = False
         # a few labels that must all be read (the bars of a chart): a smaller font rather than every k-th label
         self.fit_every_label = False
+        # a column left of token 0 with a label of its own (gpt-oss's "sink", drawn at -1..0)
+        self.lead_label: str | None = None
         self._tick_space = 20
         self.setTicks([[], []])
 
@@ -224,6 +226,10 @@ class TokenAxis(pg.AxisItem):
             px = self._to_px(i + 0.5, length)
             if -1 <= px <= length + 1:
                 out.append((px, str(i) if numbers else self._labels[i]))
+        if self.lead_label and lo < 0:
+            px = self._to_px(-0.5, length)
+            if -1 <= px <= length + 1:
+                out.insert(0, (px, self.lead_label))
         return out
 
     def tick_text_extent(self) -> float:
