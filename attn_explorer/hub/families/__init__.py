@@ -12,9 +12,10 @@ from attn_explorer.hub.families import (clip, decoders, encoders, gemma, modernb
                                       vision)
 from attn_explorer.hub.families import glm_cohere  # noqa: F401 - rows (GLM-4, Cohere, Cohere 2)
 from attn_explorer.hub.families import gemma4  # noqa: F401 - rows (Gemma 4: gemma4_text, gemma4)
-from attn_explorer.hub.families import deepseek  # noqa: F401 - rows (DeepSeek-V3)
-from attn_explorer.hub.families import moe  # noqa: F401 - rows (Qwen3-MoE)
+from attn_explorer.hub.families import gpt_oss  # noqa: F401 - rows (gpt-oss)
 from attn_explorer.hub.families import llama4  # noqa: F401 - rows (Llama 4)
+from attn_explorer.hub.families import moe  # noqa: F401 - rows (Qwen3-MoE)
+from attn_explorer.hub.families import deepseek  # noqa: F401 - rows (DeepSeek-V3)
 from attn_explorer.hub.families.common import ACTS, ARCHITECTURES, Architecture
 
 __all__ = ["ACTS", "ARCHITECTURES", "Architecture"]
