@@ -215,8 +215,10 @@ class MultiHeadAttention(nn.Module):
         rope_layout: str = "half",
         qk_rms_after_rope: float | None = None,
         sinks: bool = False,
+        rope_float32: bool = False,
     ):
         super().__init__()
+        self.rope_float32 = rope_float32  # Cohere: q and k turned in float32 (cos, sin as given), then cast back
         self.rope_layout = rope_layout  # which dimensions RoPE pairs (positional.apply_rope)
         self.qk_rms_after_rope = qk_rms_after_rope  # Llama 4: q and k over their RMS, no weight, after RoPE (eps)
         self.num_heads = num_heads
@@ -288,7 +290,9 @@ class MultiHeadAttention(nn.Module):
         v = self._split(v, self.num_kv_heads)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if o.rope is not None:
+        if o.rope is not None and self.rope_float32 and q.dtype != torch.float32:  # as transformers' Cohere
+            q, k = (apply_rope(t.float(), o.rope, self.rope_layout).to(t.dtype) for t in (q, k))
+        elif o.rope is not None:
             q, k = apply_rope(q, o.rope, self.rope_layout), apply_rope(k, o.rope, self.rope_layout)
         if self.qk_rms_after_rope is not None:  # Llama 4's use_qk_norm (an L2Norm in transformers, an RMS in fact)
             q, k = unit_rms(q, self.qk_rms_after_rope), unit_rms(k, self.qk_rms_after_rope)

@@ -56,6 +56,7 @@ class BlockConfig:
     qk_rms_after_rope: bool = False  # q and k divided by their RMS (eps, no weight) after RoPE (use_qk_norm)
     # Cohere / Cohere 2:
     one_norm: bool = False  # with parallel: both branches read norm1's output; there is no norm2
+    rope_float32: bool = False  # q and k turned in float32 whatever the model's dtype (MultiHeadAttention)
 
 
 class TransformerBlock(nn.Module):
@@ -98,6 +99,7 @@ class TransformerBlock(nn.Module):
             num_kv_heads=c.num_kv_heads, qkv_layout=c.qkv_layout, head_dim=c.head_dim,
             qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm and not c.qk_norm_full else None,
             rope_layout=c.rope_layout, sinks=c.sinks, qk_rms_after_rope=c.eps if c.qk_rms_after_rope else None,
+            rope_float32=c.rope_float32,
         )
         if c.qk_norm_full:
             if c.norm != "rms":

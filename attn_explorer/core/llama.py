@@ -93,6 +93,7 @@ class LlamaConfig:
     # Cohere / Cohere 2 (norm "layer_nobias"; GLM-4 needs no field of its own: sandwich norms, pairs RoPE):
     parallel_one_norm: bool = False  # with parallel_residual: both branches read one input norm (no norm2)
     logit_scale: float = 1.0  # next-token logits times this (Cohere's logit_scale)
+    rope_float32: bool = False  # q and k turned in float32 in a bfloat16 / float16 model (Cohere), then cast back
     # Llama 4 (NoPE layers: nope_layers; rope_layout "pairs"; MoE: moe, moe_layers):
     attention_chunk: int | None = None  # attention_chunk_size: a chunked layer's query sees only its own chunk
     chunked_layers: list | None = None  # per layer, True: chunked (Llama 4's RoPE layers)
@@ -145,7 +146,7 @@ class LlamaConfig:
             fused_gate_up=self.fused_gate_up, sandwich=self.sandwich_norms, pre_norms=self.pre_norms,
             qk_norm_full=self.qk_norm_full, residual_scale=self.residual_multiplier,
             mla=self.mla, rope_layout=self.rope_layout, sinks=self.attn_sinks, moe=self.moe if self.is_moe(layer) else None,
-            one_norm=self.parallel_one_norm,
+            one_norm=self.parallel_one_norm, rope_float32=self.rope_float32,
             qk_rms_after_rope=self.qk_rms_after_rope and not (self.nope_layers or [False] * (layer + 1))[layer],
         )
 

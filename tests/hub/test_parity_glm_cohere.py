@@ -177,6 +177,19 @@ def test_cohere2_ignores_a_head_dim_as_transformers_does(built, tmp_path):
     assert att <= TOL and hidden <= TOL
 
 
+@pytest.mark.parametrize("name", ["glm4", "cohere2", "cohere"])
+def test_bfloat16_equals_transformers_bfloat16(built, name):
+    """In bfloat16 too: Cohere turns q and k in float32 (its cos and sin in bfloat16) and casts back, as
+    transformers' Cohere does; GLM-4 turns them in the model's dtype."""
+    _, folder = built(name)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16,
+                                                           attn_implementation="eager").eval()
+    m = ax.load_model(str(folder), device="cpu", dtype="bfloat16")
+    att, hidden, _ = max_differences(hf, m, torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(1)))
+    print(f"{name} bfloat16: maps {att:.2e} hidden {hidden:.2e}")
+    assert att == 0 and hidden == 0, (att, hidden)
+
+
 # ---- RoPE in both forms of config.json -------------------------------------------------------------------------
 
 ROPES = {  # name -> (case, rope_parameters besides rope_theta)

@@ -104,7 +104,7 @@ def _cohere_config(cfg: dict) -> LlamaConfig:
         cfg, family,
         rope_defaults=dict(theta=10000.0 if family == "cohere2" else 500000.0), rope_layout="pairs",
         norm="layer_nobias", eps=norm_eps(cfg, "layer_norm_eps", 1e-5), parallel_residual=True,
-        parallel_one_norm=True, attention_bias=bool(cfg.get("attention_bias", False)),
+        parallel_one_norm=True, rope_float32=True, attention_bias=bool(cfg.get("attention_bias", False)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
         logit_scale=_number(cfg, family, "logit_scale", 0.0625), **fields)
 
