@@ -99,16 +99,29 @@ class Gemma4Options(AttentionOptions):
     layer_input: torch.Tensor | None = None
 
 
+def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) in float32, the root as transformers' Gemma 4 takes it (pow(-0.5))."""
+    y = x.float()
+    return y * norm_scale(torch.pow(y.pow(2).mean(-1, keepdim=True) + eps, -0.5))
+
+
+class Gemma4RMSNorm(RMSNorm):
+    """RMSNorm as Gemma 4 computes it: the weight applied in float32, then the cast back (Llama's RMSNorm
+    casts first; the same in float32, not in bfloat16)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (_rms(x, self.eps) * self.weight.float()).to(x.dtype)
+
+
 class UnitRMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) in float32, with no weight (Gemma 4's v_norm and the router's norm)."""
+    """The same with no weight (Gemma 4's v_norm and the router's norm)."""
 
     def __init__(self, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x.float()
-        return (y * norm_scale(torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps))).to(x.dtype)
+        return _rms(x, self.eps).to(x.dtype)
 
 
 class Gemma4Router(nn.Module):
@@ -148,7 +161,7 @@ class Gemma4MoE(MoE):
         self.cfg, self.shared = cfg, None
         self.router = Gemma4Router(dim, cfg, eps)
         self.experts = Gemma4Experts(dim, cfg)
-        self.norm_in, self.norm_out = RMSNorm(dim, eps=eps), RMSNorm(dim, eps=eps)  # pre/post_feedforward_layernorm_2
+        self.norm_in, self.norm_out = Gemma4RMSNorm(dim, eps=eps), Gemma4RMSNorm(dim, eps=eps)  # pre/post_feedforward_layernorm_2
         self.act = activation(act)
 
     def expert(self, e: int, h: torch.Tensor) -> torch.Tensor:
@@ -163,7 +176,7 @@ class Gemma4Attention(MultiHeadAttention):
 
     def __init__(self, c: BlockConfig, k_eq_v: bool = False, shared: bool = False):
         super().__init__(c.dim, c.num_heads, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias, head_dim=c.head_dim,
-                         num_kv_heads=c.num_kv_heads, qk_norm=lambda d: RMSNorm(d, eps=c.eps))
+                         num_kv_heads=c.num_kv_heads, qk_norm=lambda d: Gemma4RMSNorm(d, eps=c.eps))
         self.k_eq_v, self.shared = k_eq_v and not shared, shared
         self.v_norm = UnitRMSNorm(c.eps)
         if shared:
@@ -211,19 +224,21 @@ class Gemma4Block(TransformerBlock):
     def __init__(self, cfg: Gemma4Config, layer: int):
         c = cfg.block(layer)
         super().__init__(c, layer)
+        self.norm1, self.norm2 = Gemma4RMSNorm(c.dim, eps=c.eps), Gemma4RMSNorm(c.dim, eps=c.eps)
+        self.post_attn_norm, self.post_mlp_norm = Gemma4RMSNorm(c.dim, eps=c.eps), Gemma4RMSNorm(c.dim, eps=c.eps)
         self.attn = Gemma4Attention(c, k_eq_v=cfg.k_eq_v and not cfg.is_local(layer), shared=cfg.shared(layer))
         self.act = activation(cfg.act)
         P = cfg.per_layer_dim
         if P:
             self.per_layer_gate = Linear(cfg.dim, P, bias=False)
             self.per_layer_proj = Linear(P, cfg.dim, bias=False)
-            self.per_layer_norm = RMSNorm(cfg.dim, eps=cfg.eps)
+            self.per_layer_norm = Gemma4RMSNorm(cfg.dim, eps=cfg.eps)
         else:
             self.per_layer_gate = self.per_layer_proj = self.per_layer_norm = None
         self.register_buffer("layer_scalar", torch.ones(1))
         if cfg.moe is not None:  # post_feedforward_layernorm_1: the dense MLP's own norm before the sum
             self.moe = Gemma4MoE(cfg.dim, cfg.moe, cfg.eps, cfg.act)
-            self.post_dense_norm = RMSNorm(cfg.dim, eps=cfg.eps)
+            self.post_dense_norm = Gemma4RMSNorm(cfg.dim, eps=cfg.eps)
         else:
             self.moe = None
 
@@ -238,7 +253,7 @@ class Gemma4Block(TransformerBlock):
             h = self.post_dense_norm(h) + self.moe.norm_out(self.moe(x, lh))
         x = x + hook("hook_mlp_out", self.post_mlp_norm(h))
         if self.per_layer_gate is not None:
-            g = self.act(self.per_layer_gate(x)) * opts.layer_input
+            g = half_grad(act_rule(self.act, self.per_layer_gate(x))) * half_grad(opts.layer_input)
             x = x + self.per_layer_norm(self.per_layer_proj(g))
         return hook("hook_resid_post", x * self.layer_scalar), probs
 
@@ -256,11 +271,12 @@ class Gemma4(Llama):
     def __init__(self, cfg: Gemma4Config):
         super().__init__(cfg)
         self.blocks = BlockStack([Gemma4Block(cfg, i) for i in range(cfg.num_layers)])
+        self.norm = Gemma4RMSNorm(cfg.dim, eps=cfg.eps)
         L, P = cfg.num_layers, cfg.per_layer_dim
         if P:
             self.embed_per_layer = nn.Embedding(cfg.per_layer_vocab, L * P)  # embed_tokens_per_layer
             self.per_layer_projection = Linear(cfg.dim, L * P, bias=False)  # per_layer_model_projection
-            self.per_layer_norm = RMSNorm(P, eps=cfg.eps)  # per_layer_projection_norm
+            self.per_layer_norm = Gemma4RMSNorm(P, eps=cfg.eps)  # per_layer_projection_norm
 
     def rope(self, start: int, n: int, device, dtype, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Llama.rope's tables, as wide as the local or the global layers' d_k."""

@@ -352,3 +352,30 @@ def test_kv_sharing_layers_own_k_v_tensors_in_the_checkpoint_are_left_unread(tmp
     save_file(sd, str(tmp_path / "model.safetensors"))
     with pytest.raises(UserError):
         ax.load_model(str(tmp_path), device="cpu")
+
+
+@pytest.mark.parametrize("name", ["k_eq_v-shared-ple", "moe"])
+def test_relevance_methods_and_patching_run(built, name):
+    """Every relevance method gives one finite score per token; the patching scan fills its L x H grid, and
+    patching a run with itself changes nothing."""
+    from attn_explorer.analysis.relevance import METHODS, explain
+
+    _, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    n = len(m.prepare(TEXT).tokens)
+    for method in METHODS:
+        r = explain(m, TEXT, method=method)
+        assert r.scores.shape == (n,) and np.isfinite(r.scores).all(), method
+    scan = interventions.patching_scan(m, TEXT, TEXT)
+    assert scan.values.shape == (m.info.num_layers, m.info.num_heads)
+    np.testing.assert_allclose(scan.values, scan.values[0, 0], atol=1e-5)
+
+
+def test_why_this_head_refuses_gemma4_in_one_line(built):
+    from attn_explorer.analysis import why
+
+    _, folder = built("dense")
+    m = ax.load_model(str(folder), device="cpu")
+    with pytest.raises(UserError) as e:
+        why.why_matrix(m, TEXT, None, 0, 0, 3, 1)
+    assert "\n" not in str(e.value) and "Gemma 4" in str(e.value)
