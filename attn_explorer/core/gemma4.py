@@ -161,7 +161,8 @@ class Gemma4MoE(MoE):
         self.cfg, self.shared = cfg, None
         self.router = Gemma4Router(dim, cfg, eps)
         self.experts = Gemma4Experts(dim, cfg)
-        self.norm_in, self.norm_out = Gemma4RMSNorm(dim, eps=eps), Gemma4RMSNorm(dim, eps=eps)  # pre/post_feedforward_layernorm_2
+        # pre_feedforward_layernorm_2 and post_feedforward_layernorm_2
+        self.norm_in, self.norm_out = Gemma4RMSNorm(dim, eps=eps), Gemma4RMSNorm(dim, eps=eps)
         self.act = activation(act)
 
     def expert(self, e: int, h: torch.Tensor) -> torch.Tensor:
