@@ -177,6 +177,22 @@ def test_broken_fields_are_one_line(tmp_path):
 
 # ---- part C: every view and tool -------------------------------------------------------------------------
 
+def test_routing_is_transformers_router_choice(built):
+    """RunResult.routing on the MoE layers: each token's top-2 experts and their sigmoid weights, as
+    transformers' router picks them (its router_logits)."""
+    hf, _, m = built("moe")
+    r = m.run(PROMPT)
+    assert r.routing.moe_layers == [1, 3] and r.routing.num_experts == 4
+    ids = m.prepare(PROMPT).inputs["input_ids"]
+    with torch.no_grad():
+        logits = hf(input_ids=ids, output_router_logits=True).router_logits  # one (N, E) per MoE layer
+    for layer, lg in zip([1, 3], logits):
+        top = lg.float().topk(2, dim=-1)
+        np.testing.assert_array_equal(np.sort(r.routing.experts[layer], -1), np.sort(top.indices.numpy(), -1))
+        np.testing.assert_allclose(np.sort(r.routing.weights[layer], -1), np.sort(torch.sigmoid(top.values).numpy(), -1),
+                                   atol=1e-5)
+
+
 def test_hooks_exist_and_cache_what_the_run_used(built):
     _, _, m = built("moe")
     names = m.hook_names()
