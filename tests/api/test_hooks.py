@@ -257,7 +257,8 @@ def test_generation_runs_the_hooks_of_an_open_block(llama):
                                     "qwen3", "mistral", "phi3", "gpt_neox", "gemma2 (soft-capping, windows)",
                                     "gemma3 (qk-norm, windows)", "clip_text", "smollm3 (NoPE layers)",
                                     "granite (multipliers)", "olmo3 (post-norms, windows)",
-                                    "modernbert (two-sided windows)", "gpt_oss (sinks, windows)",
+                                    "modernbert (two-sided windows)", "llama4 (chunks, NoPE, MoE)",
+                                    "gpt_oss (sinks, windows)",
                                     "deepseek_v3 (latent attention, MoE)"])
 def test_every_text_family_names_its_pattern_and_output(tmp_path, family):
     """For every family: hook_pattern is the map the forward returned, and zeroing every head of hook_z in the

@@ -90,6 +90,12 @@ def _text_families():
                                              "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 10,
                                              "first_k_dense_replace": 1, "n_routed_experts": 8, "n_group": 2,
                                              "topk_group": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 24}))),
+        # Llama 4: chunked attention (chunks of 5) on its RoPE layers, a NoPE layer with tuned queries, q/k norm
+        # after RoPE, MoE on alternate layers
+        "llama4 (chunks, NoPE, MoE)": lambda: _spread(transformers.Llama4ForCausalLM(transformers.Llama4TextConfig(
+            **{**COMMON, "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size_mlp": 40,
+               "attention_chunk_size": 5, "interleave_moe_layer_step": 2, "num_local_experts": 4, "floor_scale": 4,
+               "attn_scale": 0.5}))),
         "clip_text": lambda: transformers.CLIPTextModel(transformers.CLIPTextConfig(
             vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
             max_position_embeddings=64, attn_implementation="eager", bos_token_id=0, eos_token_id=2, pad_token_id=1)),
