@@ -379,3 +379,64 @@ def test_why_this_head_refuses_gemma4_in_one_line(built):
     with pytest.raises(UserError) as e:
         why.why_matrix(m, TEXT, None, 0, 0, 3, 1)
     assert "\n" not in str(e.value) and "Gemma 4" in str(e.value)
+
+
+def _real_e2b_shape() -> dict:
+    """google/gemma-4-E2B-it's config.json (per-layer inputs, the last layers sharing keys and values, double-wide
+    MLPs there, 4 local : 1 global, an audio tower), shrunk: 10 layers, the last 4 sharing."""
+    types = (["sliding_attention"] * 4 + ["full_attention"]) * 2
+    text = {
+        "attention_bias": False, "attention_dropout": 0.0, "attention_k_eq_v": False, "bos_token_id": 2,
+        "dtype": "bfloat16", "enable_moe_block": False, "eos_token_id": 1, "final_logit_softcapping": 30.0,
+        "global_head_dim": 16, "head_dim": 8, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 32,
+        "hidden_size_per_layer_input": 4, "initializer_range": 0.02, "intermediate_size": 24, "layer_types": types,
+        "max_position_embeddings": 131072, "model_type": "gemma4_text", "num_attention_heads": 4,
+        "num_global_key_value_heads": None, "num_hidden_layers": 10, "num_key_value_heads": 1,
+        "num_kv_shared_layers": 4, "pad_token_id": 0, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                                               "rope_type": "proportional"},
+                            "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}},
+        "sliding_window": 512, "tie_word_embeddings": True, "use_bidirectional_attention": None, "use_cache": True,
+        "use_double_wide_mlp": True, "vocab_size": VOCAB, "vocab_size_per_layer_input": VOCAB}
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "audio_token_id": 258881, "boa_token_id": 256000,
+            "boi_token_id": 255999, "dtype": "bfloat16", "eoa_token_id": 258883, "eoi_token_id": 258882,
+            "eos_token_id": [1, 106], "image_token_id": 258880, "initializer_range": 0.02, "model_type": "gemma4",
+            "text_config": text, "tie_word_embeddings": True, "transformers_version": "5.5.0.dev0",
+            "video_token_id": 258884, "vision_soft_tokens_per_image": 280,
+            "audio_config": {"model_type": "gemma4_audio", "hidden_size": 1024, "num_hidden_layers": 12},
+            "vision_config": {"model_type": "gemma4_vision", "hidden_size": 768, "num_hidden_layers": 16}}
+
+
+def test_an_e2b_shaped_folder_loads_with_its_stored_unread_tensors(tmp_path, monkeypatch):
+    """Part D: E2B's config.json, bfloat16 weights under its names, the towers' tensors and the KV-sharing
+    layers' own (unread) k/v tensors as its checkpoint holds them; matches transformers on the same weights."""
+    from safetensors.torch import save_file
+
+    monkeypatch.setattr(linear, "fast_path_enabled", False)
+    cfg = _real_e2b_shape()
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    text = {**cfg["text_config"], "dtype": "float32"}
+    torch.manual_seed(5)
+    hf = transformers.Gemma4ForCausalLM(transformers.Gemma4TextConfig(**text, attn_implementation="eager")).eval()
+    sd = {"model.language_model." + k[len("model."):]: (v + torch.randn_like(v) * 0.1).to(torch.bfloat16)
+          for k, v in hf.state_dict().items() if k.startswith("model.")}
+    for i in range(6, 10):  # the sharing layers' own projections, stored but never read
+        width = 16 if i == 9 else 8
+        sd[f"model.language_model.layers.{i}.self_attn.k_proj.weight"] = torch.ones(width, 32, dtype=torch.bfloat16)
+        sd[f"model.language_model.layers.{i}.self_attn.v_proj.weight"] = torch.ones(width, 32, dtype=torch.bfloat16)
+    sd["model.audio_tower.layers.0.feed_forward1.ffw_layer_1.linear.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+    sd["model.embed_audio.embedding_projection.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+    sd["model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    train_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    assert m.info.family == "gemma4_text" and m.info.num_layers == 10
+    assert m.info.layer_kinds[6] == "local, window 512, keys and values of layer 5"
+    assert m.info.layer_kinds[9] == "global, keys and values of layer 4"
+    assert m.module.blocks.layers[7].mlp.down.weight.shape == (32, 48)  # double-wide where it shares
+    own = hf.state_dict()  # transformers reads the same weights (not the unread ones, which it has no place for)
+    renamed = {"model." + k[len("model.language_model."):]: v.float() for k, v in sd.items()
+               if k.startswith("model.language_model.")}
+    hf.load_state_dict({k: v for k, v in renamed.items() if k in own}, strict=False)
+    att, hidden, _ = max_differences(hf, m, _ids())
+    assert att <= TOL and hidden <= TOL, (att, hidden)
