@@ -40,8 +40,9 @@ class StackMaps:
 
 
 def short_kind(kind: str) -> str:
-    """A layer kind as a grid row carries it: "local, window 512" -> "local 512", "global" -> "global"."""
-    return kind.replace(", window", "")
+    """A layer kind as a grid row carries it: "local, window 512" -> "local 512", Llama 4's "local, chunk 8192"
+    -> "chunk 8192", "global" -> "global"."""
+    return kind.replace(", window", "").replace("local, chunk", "chunk")
 
 
 def stack_maps(r: RunResult, stack: str = "encoder") -> StackMaps:

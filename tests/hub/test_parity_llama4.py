@@ -114,6 +114,13 @@ def test_parity_with_transformers(built, name):
             assert ours.attentions[:, layer][..., shut & (j <= i)].abs().max() > 0
 
 
+def test_the_grid_rows_say_chunk():
+    from attn_explorer.session.stacks import short_kind
+
+    assert [short_kind(k) for k in KINDS["moe"]] == ["chunk 6", "global, no positions"] * 2
+    assert short_kind("local, window 512") == "local 512"
+
+
 @pytest.mark.parametrize("legacy", [False, True], ids=["rope_parameters", "rope_scaling"])
 def test_both_rope_config_forms(built, legacy):
     hf, folder, m = built("dense", legacy)
