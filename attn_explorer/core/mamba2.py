@@ -1,0 +1,322 @@
+"""The Mamba-2 mixer (state-space duality), as Granite 4 (granitemoehybrid) and Falcon-H1 use it, and its
+implicit attention map.
+
+One layer, x (B, N, D) -> (B, N, D):
+
+    z, xBC, dt = in_proj(x)                      gate (I), conv input (I + 2·G·S), one step size per head (H)
+    xBC = act(causal_conv1d(xBC))                depthwise, kernel K, left-padded (the conv state in generation)
+    x, B, C = split(xBC)                         x: H heads of P = I / H; B, C: G groups of S (head h reads
+                                                 group h // (H / G))
+    dt = softplus(dt + dt_bias), clamped to dt_limit;   a = dt · A_h with A_h = -exp(A_log_h) < 0
+    h_t = exp(a_t) h_{t-1} + dt_t · x_t B_tᵀ     the state (P × S per head); y_t = h_t C_t
+    y_t += D_h · x_t                             the skip term
+    y = norm(y, z)                               the gated RMSNorm (per group of I / G channels):
+                                                 "gate_first" (Granite): rms(y · silu(z)) · w;
+                                                 "norm_first" (Falcon-H1 norm_before_gate): rms(y) · w · silu(z);
+                                                 "gate_only" (Falcon-H1 without mamba_rms_norm): y · silu(z)
+    out = out_proj(y)
+
+The implicit map. Unroll the recurrence from h_0 = 0 (or fold the cached state in as "before the input"):
+
+    h_t = Σ_{s≤t} (Π_{r=s+1..t} exp(a_r)) · dt_s · x_s B_sᵀ = Σ_{s≤t} exp(Σ_{r=s+1..t} a_r) · dt_s · x_s B_sᵀ
+    y_t = h_t C_t = Σ_{s≤t} [ (C_t · B_s) · exp(Σ_{r=s+1..t} a_r) · dt_s ] · x_s
+
+so, per head, y_t (before the D skip, the gate and the norm) = Σ_s A[t, s] x_s with
+
+    A[t, s] = (C_t · B_s) · exp(cum_t - cum_s) · dt_s  for s ≤ t (0 above the diagonal),  cum_t = Σ_{r≤t} a_r,
+
+that is A = L ∘ (C Bᵀ) · diag(dt): L[t, s] = exp(segment sum of a over (s, t]), the cumulative-decay mask, and
+dt_s multiplies the source column (transformers discretises x_s · dt_s, mamba2_chunk_scan). The weights are signed
+(C · B may be negative) and rows need not sum to 1. D·x_t is kept apart (`Mamba2Mixer.skip`), not in A.
+With a cached state h_0 (generation, prefix reuse) y_t also has exp(cum_t) · h_0 C_t, which no key of the new
+tokens carries: the map covers the new tokens' own contributions, and the test checks it from a fresh state.
+
+Three forms of the same sum: `scan_recurrent` (the loop above, for reading), `scan_chunked` (SSD: the map within
+each chunk of Q tokens, the states between chunks; for speed) and `implicit_map` (the n × n matrix);
+`implicit_tile` computes any block of it from the per-token quantities a lazy run keeps (B, C, dt, A).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attn_explorer.core.layers import activation
+from attn_explorer.core.linear import Linear
+
+NORMS = ("gate_first", "norm_first", "gate_only")
+
+
+@dataclass(frozen=True)
+class Mamba2Config:
+    """What one Mamba-2 mixer is built from (transformers' names in the comments)."""
+
+    dim: int  # D (hidden_size)
+    num_heads: int  # H (mamba_n_heads)
+    head_dim: int  # P (mamba_d_head); the inner width I = H · P
+    state_size: int  # S (mamba_d_state)
+    n_groups: int = 1  # G (mamba_n_groups): B and C per group of H / G heads
+    conv_kernel: int = 4  # K (mamba_d_conv)
+    chunk_size: int = 256  # Q (mamba_chunk_size): the chunked scan's chunk
+    conv_bias: bool = True  # mamba_conv_bias
+    proj_bias: bool = False  # in_proj's bias (mamba_proj_bias)
+    out_bias: bool = False  # out_proj's bias (mamba_proj_bias; Falcon-H1: projectors_bias)
+    act: str = "silu"  # the conv's activation (hidden_act)
+    eps: float = 1e-6  # the gated norm's epsilon (rms_norm_eps)
+    norm: str = "gate_first"  # see the module docstring
+    dt_min: float = 0.0  # time_step_limit, applied to a multi-token pass (as transformers' chunk scan; its
+    dt_max: float = float("inf")  # one-token step does not clamp)
+    # Falcon-H1's multipliers: the input times in_scale, in_proj's output times its five parts' factors
+    # (z, x, B, C, dt: ssm_multipliers, the "mup vector"), the output times out_scale (ssm_out_multiplier)
+    in_scale: float = 1.0
+    mup: tuple | None = None
+    out_scale: float = 1.0
+
+    def __post_init__(self):
+        if self.norm not in NORMS:
+            raise ValueError(f"unknown Mamba-2 norm {self.norm!r}: use one of {', '.join(NORMS)}")
+        if self.num_heads % self.n_groups:
+            raise ValueError(f"n_groups ({self.n_groups}) must divide num_heads ({self.num_heads})")
+
+    @property
+    def inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.inner + 2 * self.n_groups * self.state_size
+
+
+class MambaState:
+    """One Mamba-2 layer's recurrent cache: the last K - 1 conv inputs (B, C_conv, K - 1) and the SSM state
+    (B, H, P, S), float32. `length` counts the tokens it has seen (the next token's position)."""
+
+    def __init__(self):
+        self.conv: torch.Tensor | None = None
+        self.ssm: torch.Tensor | None = None
+        self.length = 0
+
+    def truncate(self, n: int) -> None:
+        """A recurrent state cannot forget its last tokens: only n = length (nothing) or n = 0 (all) work."""
+        if n == 0:
+            self.conv, self.ssm, self.length = None, None, 0
+        elif n != self.length:
+            raise ValueError(f"a Mamba-2 state holds all {self.length} tokens folded together; it cannot keep "
+                             f"only the first {n} (run the prefix again)")
+
+
+def segment_sums(a: torch.Tensor) -> torch.Tensor:
+    """a (..., T) -> (..., T, T): [t, s] = Σ_{r=s+1..t} a_r for s ≤ t, -inf above the diagonal; summed per
+    column from the diagonal down (no cum_t - cum_s difference, so a long run loses nothing to cancellation)."""
+    T = a.shape[-1]
+    below = torch.tril(torch.ones(T, T, dtype=torch.bool, device=a.device), diagonal=-1)
+    sums = a[..., :, None].expand(*a.shape, T).masked_fill(~below, 0).cumsum(dim=-2)
+    return sums.masked_fill(~torch.tril(below | torch.eye(T, dtype=torch.bool, device=a.device)), float("-inf"))
+
+
+def _per_head(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, N, G, S) -> (B, N, H, S): group g serves heads g·H/G .. (g+1)·H/G - 1."""
+    return t.repeat_interleave(heads // t.shape[2], dim=2)
+
+
+def scan_recurrent(x, dt, A, B, C, state=None):
+    """The recurrence, one token at a time. x (b, N, H, P), dt (b, N, H), A (H,), B and C (b, N, G, S) ->
+    (y (b, N, H, P) without the D skip, the last state (b, H, P, S)); float32."""
+    b, N, H, P = x.shape
+    B, C = _per_head(B.float(), H), _per_head(C.float(), H)
+    h = x.new_zeros(b, H, P, B.shape[-1], dtype=torch.float32) if state is None else state.float()
+    ys = []
+    for t in range(N):
+        decay = torch.exp(dt[:, t].float() * A)  # (b, H)
+        h = h * decay[..., None, None] + (dt[:, t, :, None].float() * x[:, t].float())[..., None] * B[:, t, :, None, :]
+        ys.append(torch.einsum("bhps,bhs->bhp", h, C[:, t]))
+    return torch.stack(ys, dim=1), h
+
+
+def scan_chunked(x, dt, A, B, C, chunk: int, state=None):
+    """The same sum in chunks of `chunk` tokens (SSD): within a chunk, the implicit map times x; between chunks,
+    the state carried over (decayed to each token, read by C). Same arguments and results as scan_recurrent."""
+    b, N, H, P = x.shape
+    B, C = _per_head(B.float(), H), _per_head(C.float(), H)
+    xdt = x.float() * dt.float()[..., None]  # x_s · dt_s
+    a = dt.float() * A  # (b, N, H)
+    h = x.new_zeros(b, H, P, B.shape[-1], dtype=torch.float32) if state is None else state.float()
+    ys = []
+    for c0 in range(0, N, chunk):
+        sl = slice(c0, min(c0 + chunk, N))
+        ac = a[:, sl].transpose(1, 2)  # (b, H, Q)
+        cum = ac.cumsum(-1)
+        L = torch.exp(segment_sums(ac))  # (b, H, Q, Q)
+        scores = torch.einsum("bthn,bshn->bhts", C[:, sl], B[:, sl]) * L
+        y = torch.einsum("bhts,bshp->bthp", scores, xdt[:, sl])  # this chunk's own tokens
+        y = y + torch.einsum("bthn,bhpn->bthp", C[:, sl], h) * torch.exp(cum).transpose(1, 2)[..., None]  # the past
+        ys.append(y)
+        to_end = torch.exp(cum[..., -1:] - cum)  # (b, H, Q): decay from each token to the chunk's end
+        h = h * torch.exp(cum[..., -1])[..., None, None] + torch.einsum(
+            "bshn,bhs,bshp->bhpn", B[:, sl], to_end, xdt[:, sl])
+    return torch.cat(ys, dim=1), h
+
+
+def implicit_map(dt, A, B, C) -> torch.Tensor:
+    """The implicit attention (b, H, N, N): A[t, s] = (C_t · B_s) · exp(Σ_{r=s+1..t} dt_r A_h) · dt_s, 0 for s > t
+    (see the module docstring). dt (b, N, H), A (H,), B, C (b, N, G, S)."""
+    H = dt.shape[-1]
+    a = (dt.float() * A).transpose(1, 2)  # (b, H, N)
+    scores = torch.einsum("bthn,bshn->bhts", _per_head(C.float(), H), _per_head(B.float(), H))
+    return scores * torch.exp(segment_sums(a)) * dt.float().transpose(1, 2)[:, :, None, :]
+
+
+def implicit_tile(dt, A, B, C, rows: slice, cols: slice) -> torch.Tensor:
+    """Rows × cols of implicit_map from the per-token quantities alone (b, H, len(rows), len(cols)): O(n) kept,
+    O(tile) computed. The decay exp(cum_t - cum_s) is taken from a float64 running sum, so a tile far down a
+    long input is as exact as the dense map's."""
+    N, H = dt.shape[1], dt.shape[-1]
+    r = torch.arange(N, device=dt.device)[rows]
+    c = torch.arange(N, device=dt.device)[cols]
+    cum = (dt.double() * A.double()).cumsum(1).transpose(1, 2)  # (b, H, N)
+    decay = cum[:, :, r, None] - cum[:, :, None, c]
+    causal = c[None, :] <= r[:, None]
+    decay = torch.exp(decay.masked_fill(~causal, float("-inf"))).float()
+    scores = torch.einsum("bthn,bshn->bhts", _per_head(C[:, r].float(), H), _per_head(B[:, c].float(), H))
+    return scores * decay * dt[:, c].float().transpose(1, 2)[:, :, None, :]
+
+
+class GatedRMSNorm(nn.Module):
+    """The mixer's norm over each group of I / G channels, with the gate z (module docstring's three kinds)."""
+
+    def __init__(self, dim: int, groups: int, eps: float, kind: str):
+        super().__init__()
+        self.groups, self.eps, self.kind = groups, eps, kind
+        self.weight = nn.Parameter(torch.ones(dim)) if kind != "gate_only" else None
+
+    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """y, z (B, N, I) -> float32 (B, N, I)."""
+        y, gate = y.float(), F.silu(z.float())
+        if self.kind == "gate_only":
+            return y * gate
+        if self.kind == "gate_first":
+            y = y * gate
+        g = y.view(*y.shape[:-1], self.groups, -1)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = self.weight.float() * g.view(y.shape)
+        return y * gate if self.kind == "norm_first" else y
+
+
+class Mamba2Mixer(nn.Module):
+    """The Mamba-2 mixer in an attention's place: forward(x, opts) -> (out (B, N, D), implicit map (B, H, N, N)
+    or None). State-dict names (transformers' own): in_proj, conv1d.weight (C, 1, K) / .bias, dt_bias (H,),
+    A_log (H,), D (H,), norm.weight (I,), out_proj.
+
+    Hook points (opts.hooks, relative to blocks.{i}.): attn.hook_v, x per head (B, N, H, P) after the conv (what
+    the map weighs); attn.hook_pattern, the implicit map (B, H, N, N) (asking for it computes y = A · x from the
+    map, so a replaced map is what weighs x); attn.hook_z, each head's y + D·x (B, N, H, P) before the gated
+    norm and out_proj: zero a head there to ablate it."""
+
+    def __init__(self, cfg: Mamba2Config):
+        super().__init__()
+        c = self.cfg = cfg
+        self.num_heads, self.head_dim = c.num_heads, c.head_dim
+        self.in_proj = Linear(c.dim, c.inner + c.conv_dim + c.num_heads, bias=c.proj_bias)
+        self.conv1d = nn.Conv1d(c.conv_dim, c.conv_dim, c.conv_kernel, groups=c.conv_dim, bias=c.conv_bias)
+        self.dt_bias = nn.Parameter(torch.ones(c.num_heads))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, c.num_heads + 1, dtype=torch.float32)))
+        self.D = nn.Parameter(torch.ones(c.num_heads))
+        self.norm = GatedRMSNorm(c.inner, c.n_groups, c.eps, c.norm)
+        self.out_proj = Linear(c.inner, c.dim, bias=c.out_bias)
+        self.act = activation(c.act)
+        if c.mup is not None:  # Falcon-H1's per-part factors of in_proj's output (z, x, B, C, dt)
+            GS = c.n_groups * c.state_size
+            sizes = (c.inner, c.inner, GS, GS, c.num_heads)
+            self.register_buffer("mup", torch.cat([torch.full((n,), float(m)) for n, m in zip(sizes, c.mup)]),
+                                 persistent=False)
+        else:
+            self.mup = None
+
+    def project(self, x: torch.Tensor, state: MambaState | None = None, real: torch.Tensor | None = None):
+        """The per-token quantities: (z (B, N, I), x (B, N, H, P), dt (B, N, H) after softplus, B and C
+        (B, N, G, S)); state (generation) supplies and keeps the conv's last K - 1 inputs; real (B, N) zeroes
+        padding tokens' inputs, as transformers does."""
+        c = self.cfg
+        b, N, _ = x.shape
+        if real is not None:
+            x = x * real[..., None].to(x.dtype)
+        if c.in_scale != 1.0:
+            x = x * c.in_scale
+        proj = self.in_proj(x)
+        if self.mup is not None:
+            proj = proj * self.mup.to(proj.dtype)
+        z, xBC, dt = proj.split([c.inner, c.conv_dim, c.num_heads], dim=-1)
+        xBC = xBC.transpose(1, 2)  # (B, C_conv, N)
+        K = c.conv_kernel
+        past = xBC.new_zeros(b, c.conv_dim, K - 1) if state is None or state.conv is None else state.conv
+        full = torch.cat([past, xBC], dim=-1)
+        if state is not None:
+            state.conv = full[..., -(K - 1):] if K > 1 else full[..., :0]
+        xBC = self.act(F.conv1d(full.to(self.conv1d.weight.dtype), self.conv1d.weight, self.conv1d.bias,
+                                groups=c.conv_dim)).to(x.dtype).transpose(1, 2)  # (B, N, C_conv)
+        if real is not None:
+            xBC = xBC * real[..., None].to(xBC.dtype)
+        GS = c.n_groups * c.state_size
+        xs, B, C = xBC.split([c.inner, GS, GS], dim=-1)
+        dt = F.softplus(dt + self.dt_bias.to(dt.dtype))
+        if N > 1 and (c.dt_min > 0.0 or c.dt_max != float("inf")):  # transformers clamps in its chunk scan only
+            dt = dt.clamp(c.dt_min, c.dt_max)
+        shape = (b, N, c.n_groups, c.state_size)
+        return z, xs.reshape(b, N, c.num_heads, c.head_dim), dt, B.reshape(shape), C.reshape(shape)
+
+    @property
+    def A(self) -> torch.Tensor:
+        """Each head's A_h = -exp(A_log_h) (float32): the decay per unit of dt."""
+        return -torch.exp(self.A_log.float())
+
+    def skip(self, xs: torch.Tensor) -> torch.Tensor:
+        """The D skip term D_h · x_t (B, N, H, P), float32: shown apart from the implicit map."""
+        return self.D.float()[:, None] * xs.float()
+
+    def forward(self, x: torch.Tensor, opts=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, N, D). opts (core.attention.AttentionOptions or None): kv, a MambaState (generation);
+        need_weights / probs_out, the implicit map; hooks; mask, bool (B, 1, 1, M) padding (1 = real)."""
+        b, N, _ = x.shape
+        state = getattr(opts, "kv", None)
+        lh = getattr(opts, "hooks", None)
+        mask = getattr(opts, "mask", None)
+        real = mask[:, 0, 0, -N:] if mask is not None and mask.dtype == torch.bool and mask.dim() == 4 else None
+        fresh = state is None or state.ssm is None
+        z, xs, dt, B, C = self.project(x, state, real)
+        if lh is not None:
+            xs = lh("attn.hook_v", xs.transpose(1, 2)).transpose(1, 2)
+        if lh is not None and lh.keep:
+            from attn_explorer.core.hooks import HookError  # noqa: PLC0415 - only a lazy run gets here
+            raise HookError("Mamba-2 layers keep no softmax q, k: their lazy tiles need the recurrent interface")
+        want_map = getattr(opts, "need_weights", False) or (lh is not None and lh.wants("attn.hook_pattern"))
+        if want_map and not fresh:
+            raise ValueError("a Mamba-2 layer's implicit map covers the tokens of one pass from a fresh state; "
+                             "run the whole input again to draw it")
+        amap = None
+        if want_map:
+            amap = implicit_map(dt, self.A, B, C)
+            if lh is not None and lh.wants("attn.hook_pattern"):
+                amap = lh("attn.hook_pattern", amap)
+            y = torch.einsum("bhts,bshp->bthp", amap, xs.float())
+            if state is not None:
+                _, state.ssm = scan_chunked(xs, dt, self.A, B, C, self.cfg.chunk_size)
+        elif N == 1 and not fresh:
+            y, state.ssm = scan_recurrent(xs, dt, self.A, B, C, state.ssm)
+        else:
+            y, last = scan_chunked(xs, dt, self.A, B, C, self.cfg.chunk_size, None if fresh else state.ssm)
+            if state is not None:
+                state.ssm = last
+        if state is not None:
+            state.length += N
+        y = y + self.skip(xs)
+        if lh is not None:
+            y = lh("attn.hook_z", y.transpose(1, 2)).transpose(1, 2)
+        y = self.norm(y.reshape(b, N, -1), z)
+        out = self.out_proj(y.to(x.dtype))
+        if self.cfg.out_scale != 1.0:
+            out = out * self.cfg.out_scale
+        if amap is not None and getattr(opts, "probs_out", None) is not None:
+            amap = opts.probs_out.copy_(amap)
+        return out, amap if getattr(opts, "need_weights", False) else None
