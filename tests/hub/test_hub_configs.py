@@ -314,9 +314,14 @@ def test_a_real_config_json_loads_and_matches_transformers(hub_folder, name):
     hf = reference(folder, row.config)
     vocab = min(row.config.get("vocab_size", VOCAB), _tokenizer(row).get_vocab_size())
     ids = torch.randint(5, vocab, (2, N), generator=torch.Generator().manual_seed(7))
-    maps, hidden = max_differences(hf, m, ids)[:2]
-    print(f"{name} ({row.real}): maps {maps:.2g} hidden {hidden:.2g}")
-    assert maps <= TOL and hidden <= TOL, f"{name} ({row.real}): maps {maps:.3g}, hidden {hidden:.3g} off transformers"
+    maps, hidden, ours = max_differences(hf, m, ids)
+    # the hidden state's bound is 1e-5 of its largest entry where that exceeds 1: Gemma 3 4b's real default widths
+    # (8 heads of 256) give entries near 4, and float32 rounding (oneDNN's and transformers' product orders differ)
+    # grows with them; every other row is 0 / 0 here
+    scale = max(1.0, ours.hidden.abs().max().item())
+    print(f"{name} ({row.real}): maps {maps:.2g} hidden {hidden:.2g} (largest entry {scale:.2g})")
+    assert maps <= TOL and hidden <= TOL * scale, \
+        f"{name} ({row.real}): maps {maps:.3g}, hidden {hidden:.3g} off transformers"
 
 
 def _listed(message: str) -> dict[str, list[str]]:
