@@ -101,3 +101,16 @@ def test_no_sink_column_without_learned_sinks(make_window, qtbot):
     assert w.state.result.sinks is None and hv.sink.values is None and hv.sink.width == 0
     assert hv.plot.vb.viewRange()[0][0] == pytest.approx(0.0)
     assert all(t != "sink" for _, t in hv.bottom_axis.drawn_labels())
+
+
+def test_the_token_page_draws_each_heads_sink_column(make_window, qtbot, gpt_oss_folder):
+    w = make_window(model=gpt_oss_folder, text=TEXT, view="tokens")
+    st = w.state
+    page = w.token_view
+    st.set_query(7)
+    qtbot.waitUntil(lambda: page.sink.values is not None and "token 7" in page.caption.text())
+    r = st.result
+    L, H = r.attentions.shape[:2]
+    np.testing.assert_allclose(page.sink.values, r.sinks[:, :, 7].reshape(L * H), atol=0)
+    np.testing.assert_allclose(page.rows.sum(-1) + page.sink.values, 1.0, atol=1e-5)
+    assert page.bottom_axis.drawn_labels()[0][1] == "sink" and "learned <b>sink</b>" in page.caption.text()

@@ -23,6 +23,7 @@ from superqt.utils import signals_blocked
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        display_values, follow_loading, lut_rgb, style_colorbar)
 from attn_explorer.gui.explorer.controls import StackSwitch
+from attn_explorer.gui.explorer.sink_column import SinkColumn
 from attn_explorer.maths import kept_tokens, rows_without_specials
 from attn_explorer.session.long_view import FOCUS_LANE, query_rows_job, result_tag
 from attn_explorer.session.stacks import STACK_NAMES, short_kind
@@ -110,6 +111,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
         self.separators = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen("w", width=2))
         self.plot.addItem(self.separators)
+        self.sink = SinkColumn(self.plot, self.bottom_axis)  # gpt-oss: each head's sink share of the query's row
         self.marker = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
         self.plot.addItem(self.marker)
         self.rows: np.ndarray | None = None
@@ -163,7 +165,7 @@ class TokenFocusView(LazyPage, QWidget):
             return
         p = self.plot.vb.mapSceneToView(ev.scenePos())
         k = int(np.floor(p.y()))
-        if 0 <= k < self.rows.shape[0] and p.x() >= 0:
+        if 0 <= k < self.rows.shape[0] and p.x() >= -self.sink.width:
             self.state.select(k // self._heads, k % self._heads)
 
     def _options(self) -> None:
@@ -201,7 +203,11 @@ class TokenFocusView(LazyPage, QWidget):
                 rows, keys = rows_without_specials(rows, m.col_special), kept_tokens(m.col_special, N)
         else:
             rows, keys = focus_rows(m.attentions, q, m.col_special, self.state.hide_special)
+        rows, sink = self._with_sink(r, m, q, rows, keys)
         self.rows, self.keys = rows, keys
+        self.sink.set(sink)
+        self.sink.paint(rows, "weight", self.state.log_scale, self.state.colormap)
+        lead = self.sink.width
         values, levels = display_values(rows, self.state.log_scale)
         self.image.setImage(values, levels=levels, autoLevels=False)
         K = len(keys)
@@ -215,20 +221,22 @@ class TokenFocusView(LazyPage, QWidget):
         self._layer_ticks()
         xs, ys = [], []
         for l in range(1, L):
-            xs += [0, K]
+            xs += [-lead, K]
             ys += [l * H, l * H]
         self.separators.setData(np.array(xs, float), np.array(ys, float))
         sel = self.state.layer * H + self.state.head
-        self.marker.setData(np.array([0, K, K, 0, 0], float), np.array([sel, sel, sel + 1, sel + 1, sel], float))
+        self.marker.setData(np.array([-lead, K, K, -lead, -lead], float),
+                            np.array([sel, sel, sel + 1, sel + 1, sel], float))
         # the query's column (or where it would be, if hidden); cross-attention's keys are another text
         at = int(np.searchsorted(keys, q)) if m.square else 0
-        centred = (self._tokens, list(m.cols), q, K)
+        centred = (self._tokens, list(m.cols), q, K, lead)
         if centred != self._centred:  # a new query or input: the window goes to the query
             self._centred = centred
             lo, hi = key_window(K, at)
             vb = self.plot.getViewBox()
-            vb.setLimits(xMin=0, xMax=K, yMin=0, yMax=L * H, maxXRange=max(FOCUS_WINDOW, 1), minXRange=min(K, 4))
-            self.plot.setRange(xRange=(lo, hi), yRange=(0, L * H), padding=0)
+            vb.setLimits(xMin=-lead, xMax=K, yMin=0, yMax=L * H, maxXRange=max(FOCUS_WINDOW, 1) + lead,
+                         minXRange=min(K, 4))
+            self.plot.setRange(xRange=(lo - lead if lo == 0 else lo, hi), yRange=(0, L * H), padding=0)
         what = f"{STACK_NAMES[m.stack]}: " if r.decoder_attentions is not None else ""
         side = "source " if m.stack == "cross" else "target " if m.stack == "decoder" else ""
         who = "target token" if m.stack != "encoder" else "token"
@@ -237,8 +245,32 @@ class TokenFocusView(LazyPage, QWidget):
                              + (f"{K:,} of {N:,} {side}tokens as keys ({N - K} special hidden, rows renormalised)."
                                 if K < N else f"All {N:,} {side}tokens as keys.")
                              + (f" {FOCUS_WINDOW} of {K:,} keys at a time: drag sideways for the rest."
-                                if K > FOCUS_WINDOW else ""))
+                                if K > FOCUS_WINDOW else "")
+                             + (f" The left column is each head's learned <b>sink</b>: the share of the row it takes "
+                                f"(the red box's: {float(sink[sel]):.0%})." if sink is not None else ""))
         self._shade_sentence(m, rows[sel], keys, at)
+
+    def _with_sink(self, r, m, q: int, rows: np.ndarray, keys: np.ndarray):
+        """(rows, each head's sink share of query q's row, or None): gpt-oss's learned sinks (RunResult.sinks).
+        With specials hidden, each row is renormalised over the kept keys and the sink, not the keys alone."""
+        sinks = getattr(r, "sinks", None)
+        if sinks is None or m.stack != "encoder":
+            return rows, None
+        s = np.asarray(sinks[:, :, q], dtype=np.float32).reshape(-1)  # (L·H,)
+        if len(keys) == m.attentions.shape[-1]:
+            return rows, s
+        raw = np.asarray(self._raw_rows(r, m, q), dtype=np.float32)[:, keys]
+        total = raw.sum(-1) + s
+        ok = total > 0
+        return (np.divide(raw, total[:, None], out=np.zeros_like(raw), where=ok[:, None]),
+                np.divide(s, total, out=np.zeros_like(s), where=ok))
+
+    def _raw_rows(self, r, m, q: int) -> np.ndarray:
+        """Query q's rows in every head over every key, before any renormalisation."""
+        if getattr(r, "is_lazy", False):
+            return self._focus.values
+        L, H, _, C = m.attentions.shape
+        return m.attentions[:, :, q, :].reshape(L * H, C)
 
     def _layer_ticks(self, *_) -> None:
         """A label a layer, or every k-th when the layers are thinner than a line (30 layers at 700 px)."""
