@@ -146,3 +146,12 @@ def test_a_saved_run_reopens_with_its_routing(m, tmp_path):
     with pytest.raises(UserError, match="routing_experts") as e:
         read_run(str(tmp_path / "bad.npz"))
     assert "\n" not in str(e.value)
+
+
+def test_why_this_head_adds_up_and_the_contribution_graph_runs(m):
+    from attn_explorer.analysis import why
+    from attn_explorer.analysis.flow import contribution_graph
+    for layer in (0, 2):  # MoE layers (the MLPs do not enter one head's logit)
+        w = why.why_matrix(m, TEXT, None, layer, 1, 6, 2)
+        assert abs(w.total - w.logit) < 1e-4, (layer, w.total, w.logit)
+    assert contribution_graph(m, TEXT) is not None
