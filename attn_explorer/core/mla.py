@@ -213,8 +213,10 @@ class MultiHeadLatentAttention(nn.Module):
         if o.kv is not None:
             k, v = o.kv.extend(k, v)  # (B, H, M, d)
         if lh is not None and lh.keep:
-            ctx, lse = lazy.keep_attention(*_same_width(q, k, v), o, self.qk_head_dim)
             keys = LatentKeys(latent, k_rope, self.key_weights().detach()) if latent_keys else k
+            if latent_keys:  # the keys as the tiles will rebuild them, so each row's lse is theirs to the last bit
+                k = keys.full()
+            ctx, lse = lazy.keep_attention(*_same_width(q, k, v), o, self.qk_head_dim)
             lh.store(q, keys, lse, lazy.LayerOptions.of(o, self.qk_head_dim))
             return self._finish(ctx[..., :self.head_dim], lh, B, N), None
         hook_pattern = lh is not None and lh.wants("attn.hook_pattern")
