@@ -148,3 +148,18 @@ def test_export_writes_the_sinks_and_reopen_reads_them(tiny, tmp_path):
     np.testing.assert_array_equal(read_run(str(path)).result.sinks, r.sinks)
     chosen = chosen_arrays(m.run(TEXT, lazy=True), {"layers": [1, 3], "heads": [0, 4], "pool": 8})
     np.testing.assert_allclose(chosen["sinks"], r.sinks[np.ix_([1, 3], [0, 4])], atol=ATOL, rtol=RTOL)
+
+
+def test_the_routing_is_transformers_router(tiny):
+    """RunResult.routing on gpt-oss: each token's top-k experts of transformers' router logits (highest first) and
+    the softmax over those k logits as their weights."""
+    hf, m = tiny
+    r = m.run(TEXT)
+    ids = torch.tensor([m.tokenizer.encode(TEXT, 10_000).ids])
+    with torch.no_grad():
+        logits = hf(input_ids=ids, output_router_logits=True).router_logits
+    k = m.info.experts_per_token
+    for layer, lg in enumerate(logits):
+        top, idx = lg.float().topk(k, dim=-1)
+        np.testing.assert_array_equal(r.routing.experts[layer], idx.numpy())
+        np.testing.assert_allclose(r.routing.weights[layer], torch.softmax(top, -1).numpy(), atol=1e-5)
