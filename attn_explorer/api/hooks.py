@@ -27,7 +27,13 @@ def model_hook_names(info) -> list[str]:
     """Every hook point of a model described by info (api.result.ModelInfo), in forward order. An
     encoder-decoder's are its encoder's."""
     return hook_names(info.num_layers, logits=bool(info.causal and info.can_generate and not info.encoder_decoder),
-                      moe_layers=info.moe_layers)
+                      moe_layers=info.moe_layers, mixers=getattr(info, "mixers", ()))
+
+
+def heads_of(info, layer: int) -> int:
+    """How many heads layer has (ModelInfo.layer_heads on a hybrid, else num_heads)."""
+    lh = getattr(info, "layer_heads", ())
+    return lh[layer] if lh else info.num_heads
 
 
 def check_names(names: Iterable[str], valid: list[str]) -> None:
@@ -167,9 +173,10 @@ def ablation_hooks(ablate: dict, info) -> dict[str, HookFn]:
             layer, head = (int(v) for v in key)
         except (TypeError, ValueError):
             raise UserError(f"ablate takes {{(layer, head): 'zero' | 'mean'}}, got the key {key!r}") from None
-        existing_head(layer, head, info.num_layers, info.num_heads, info.name)
+        existing_head(layer, head, info.num_layers, heads_of(info, layer), info.name)
         if how not in ABLATIONS:
             raise UserError(f"unknown ablation {how!r} for L{layer} H{head}: use 'zero' or 'mean'")
         per_layer.setdefault(layer, {}).setdefault(how, []).append(head)
-    return {f"blocks.{layer}.attn.hook_z": head_hook([(head_mask(hs, info.num_heads), how) for how, hs in kinds.items()])
+    return {f"blocks.{layer}.attn.hook_z": head_hook([(head_mask(hs, heads_of(info, layer)), how)
+                                                       for how, hs in kinds.items()])
             for layer, kinds in per_layer.items()}

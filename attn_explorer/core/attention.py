@@ -216,8 +216,12 @@ class MultiHeadAttention(nn.Module):
         qk_rms_after_rope: float | None = None,
         sinks: bool = False,
         rope_float32: bool = False,
+        output_gate: bool = False,
     ):
         super().__init__()
+        # Qwen3.5 / Qwen3-Next: q_proj gives each head its q and then a gate as wide (per head: [q_h, gate_h]);
+        # the head's output is times sigmoid(gate) before W_O (and before hook_z: z is what W_O reads)
+        self.output_gate = output_gate
         self.rope_float32 = rope_float32  # Cohere: q and k turned in float32 (cos, sin as given), then cast back
         self.rope_layout = rope_layout  # which dimensions RoPE pairs (positional.apply_rope)
         self.qk_rms_after_rope = qk_rms_after_rope  # Llama 4: q and k over their RMS, no weight, after RoPE (eps)
@@ -237,11 +241,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("a per-head fused qkv needs as many key/value heads as query heads")
         self.qkv_layout = qkv_layout
         q_out, kv_out = num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_sizes = [q_out, kv_out, kv_out]
+        self.qkv_sizes = [q_out * (2 if output_gate else 1), kv_out, kv_out]
         if fused_qkv:
-            self.qkv = Linear(dim, q_out + 2 * kv_out, bias=qkv_bias)
+            self.qkv = Linear(dim, sum(self.qkv_sizes), bias=qkv_bias)
         else:
-            self.query = Linear(dim, q_out, bias=qkv_bias)
+            self.query = Linear(dim, self.qkv_sizes[0], bias=qkv_bias)
             self.key = Linear(dim, kv_out, bias=qkv_bias)
             self.value = Linear(dim, kv_out, bias=qkv_bias)
             self.packed_qkv = PackedLinears((self.query, self.key, self.value))
@@ -285,6 +289,10 @@ class MultiHeadAttention(nn.Module):
         """q (B, H, N, d_k), k and v (B, H_kv, M, d_k): projected, normalised, rotated, hooked (hook_q, hook_k,
         hook_v) and joined to the cache (opts.kv). A subclass with other projections overrides this (Gemma 4)."""
         q, k, v = self._project(x) if o.memory is None else self._project_cross(x, o.memory)
+        if self.output_gate:  # per head [q_h, gate_h]: the gate waits for _finish
+            B, N, _ = q.shape
+            q, gate = q.reshape(B, N, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
+            q, self._gate = q.reshape(B, N, -1), gate.transpose(1, 2)  # gate (B, H, N, d_k)
         q = self._split(q, self.num_heads)  # (B, H, N, d_k)
         k = self._split(k, self.num_kv_heads)  # (B, H_kv, N, d_k)
         v = self._split(v, self.num_kv_heads)

@@ -8,7 +8,7 @@ from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, MultiHeadAttention
 from attn_explorer.core.hooks import Hooks
-from attn_explorer.core.layers import MLP, HeadsRMSNorm, LayerScale, SwiGLU, make_norm
+from attn_explorer.core.layers import MLP, HeadsRMSNorm, LayerScale, PerHeadLayerNorm, SwiGLU, make_norm
 from attn_explorer.core.mla import MLAConfig, MultiHeadLatentAttention
 from attn_explorer.core.moe import MoE, MoEConfig
 
@@ -57,6 +57,10 @@ class BlockConfig:
     # Cohere / Cohere 2:
     one_norm: bool = False  # with parallel: both branches read norm1's output; there is no norm2
     rope_float32: bool = False  # q and k turned in float32 whatever the model's dtype (MultiHeadAttention)
+    qk_norm_per_head: bool = False  # q and k each through a bias-free LayerNorm with a weight per head (Command R+)
+    # Hybrids (core.recurrent: Qwen3.5 / Qwen3-Next's Gated DeltaNet, Mamba-2):
+    mixer: object | None = None  # set: the block's `attn` is mixer.build(dim), a core.recurrent.RecurrentMixer
+    output_gate: bool = False  # Qwen3.5 / Qwen3-Next: q_proj twice as wide, each head's output times sigmoid(gate)
 
 
 class TransformerBlock(nn.Module):
@@ -94,12 +98,13 @@ class TransformerBlock(nn.Module):
             raise ValueError("pre_norms=False needs sandwich=True (the norms after each branch)")
         self.norm1 = make_norm(c.norm, c.dim, c.eps) if c.pre_norms else nn.Identity()
         # DeepSeek-V3 (c.mla): multi-head latent attention instead, its sizes in c.mla
-        self.attn = MultiHeadLatentAttention(c.dim, c.num_heads, c.mla, c.rope_layout) if c.mla else MultiHeadAttention(
+        self.attn = c.mixer.build(c.dim) if c.mixer is not None else MultiHeadLatentAttention(
+            c.dim, c.num_heads, c.mla, c.rope_layout) if c.mla else MultiHeadAttention(
             c.dim, c.num_heads, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias, fused_qkv=c.fused_qkv,
             num_kv_heads=c.num_kv_heads, qkv_layout=c.qkv_layout, head_dim=c.head_dim,
             qk_norm=(lambda d: make_norm(c.norm, d, c.eps)) if c.qk_norm and not c.qk_norm_full else None,
             rope_layout=c.rope_layout, sinks=c.sinks, qk_rms_after_rope=c.eps if c.qk_rms_after_rope else None,
-            rope_float32=c.rope_float32,
+            rope_float32=c.rope_float32, output_gate=c.output_gate,
         )
         if c.qk_norm_full:
             if c.norm != "rms":
@@ -107,6 +112,10 @@ class TransformerBlock(nn.Module):
             a = self.attn
             a.q_norm = HeadsRMSNorm(a.num_heads * a.head_dim, c.eps)
             a.k_norm = HeadsRMSNorm(a.num_kv_heads * a.head_dim, c.eps)
+        if c.qk_norm_per_head:  # Command R+ (use_qk_norm): core.layers.PerHeadLayerNorm, before RoPE
+            a = self.attn
+            a.q_norm = PerHeadLayerNorm(a.num_heads, a.head_dim, c.eps)
+            a.k_norm = PerHeadLayerNorm(a.num_kv_heads, a.head_dim, c.eps)
         if c.one_norm and not c.parallel:
             raise ValueError("one_norm needs parallel=True (both branches reading the block's input)")
         self.one_norm = c.one_norm
@@ -194,11 +203,12 @@ class BlockStack(nn.Module):
         attn = None
         grads = torch.is_grad_enabled() and x.requires_grad  # autograd: the maps are stacked, not written in place
         per_layer = []
+        heads = [block.attn.num_heads for block in self.layers]
+        H = max(heads)  # hybrids (core.recurrent): a layer with fewer heads leaves NaN in heads H_layer..H-1
         if output_attentions and not grads:
             # Every layer's softmax is computed in place in its slice of one (L, B, H, N, N) buffer:
             # no per-layer n×n allocation and no final stack.
             B, N, _ = x.shape
-            H = self.layers[0].attn.num_heads
             M = N + (cache.length if cache is not None else 0)
             attn = x.new_empty(len(self.layers), B, H, N, M)
         if hooks is not None:
@@ -211,10 +221,16 @@ class BlockStack(nn.Module):
                                  "(output_attentions=True)")
             o = replace(
                 opts, dk_scale=opts.dk_scale if layers is None or i in layers else 1.0,
-                need_weights=output_attentions, hooks=lh, probs_out=None if attn is None else attn[i],
+                need_weights=output_attentions, hooks=lh,
+                probs_out=None if attn is None or heads[i] != H else attn[i],
                 kv=None if cache is None else cache.layers[i], **(layer_opts[i] if layer_opts else {}),
             )
             x, probs = block(x, o)
+            if output_attentions and heads[i] != H:  # fewer heads than the widest layer: NaN past its own
+                pad = probs.new_full((probs.shape[0], H - heads[i], *probs.shape[2:]), float("nan"))
+                probs = torch.cat([probs, pad], dim=1)
+                if attn is not None:
+                    attn[i].copy_(probs)
             if grads and output_attentions:
                 per_layer.append(probs)
         if per_layer:

@@ -42,14 +42,27 @@ BLOCK_POINTS = ("hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "
 # An MoE layer's routing (core.moe), reached inside its MLP, before hook_mlp_out (TransformerLens's MoE names).
 MOE_POINTS = ("mlp.hook_expert_indices", "mlp.hook_expert_weights")
 HEAD_MAJOR = frozenset({"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z"})
+# Hybrids (core.recurrent): a recurrent layer has the block's points (attn.hook_pattern is its implicit map, hook_z
+# its heads' input to the output projection) plus its mixer's own, reached before attn.hook_pattern, by
+# ModelInfo.mixers kind. Gated DeltaNet (core.deltanet): hook_beta (B, N, H_v) the write strength β, hook_decay
+# (B, N, H_v) the log decay g (<= 0; the state is times exp(g) per token).
+MIXER_POINTS: dict[str, tuple[str, ...]] = {
+    "softmax": (),
+    "deltanet": ("attn.hook_beta", "attn.hook_decay"),
+}
 
 
-def hook_names(num_layers: int, logits: bool = False, moe_layers=()) -> list[str]:
+def hook_names(num_layers: int, logits: bool = False, moe_layers=(), mixers=()) -> list[str]:
     """Every hook point of a stack of num_layers blocks, in the order a forward pass reaches them.
-    moe_layers: per layer, True where its MLP is routed experts (MOE_POINTS join that block's points)."""
+    moe_layers: per layer, True where its MLP is routed experts (MOE_POINTS join that block's points).
+    mixers: per layer its mixer's kind (ModelInfo.mixers; MIXER_POINTS join a recurrent layer's points)."""
     names = ["hook_embed"]
     for i in range(num_layers):
         points = BLOCK_POINTS
+        extra = MIXER_POINTS.get(mixers[i], ()) if i < len(mixers) else ()
+        if extra:
+            at = points.index("attn.hook_pattern")
+            points = points[:at] + extra + points[at:]
         if i < len(moe_layers) and moe_layers[i]:
             at = points.index("hook_mlp_out")
             points = points[:at] + MOE_POINTS + points[at:]

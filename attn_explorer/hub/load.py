@@ -141,6 +141,9 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     if getattr(cfg, "moe", None) is not None:  # MoE: which layers route, for the hook names and RunResult.routing
         info_kw.update(moe_layers=tuple(cfg.is_moe(i) for i in range(cfg.num_layers)),
                        num_experts=cfg.moe.num_experts, experts_per_token=cfg.moe.top_k)
+    if hasattr(cfg, "mixers"):  # hybrids (core.recurrent): each layer's mixer and its maps' head count
+        info_kw.update(mixers=tuple(cfg.mixers()), layer_heads=tuple(cfg.layer_heads()),
+                       num_heads=max(cfg.layer_heads()))
     kinds = cfg.layer_kinds() if hasattr(cfg, "layer_kinds") else []
     if any(k != "global" for k in kinds):  # sliding-window layers (Gemma, Mistral): say which
         info_kw["layer_kinds"] = tuple(kinds)
