@@ -205,9 +205,12 @@ def why_matrix(model: Model, x, run_kw: dict | None, layer: int, head: int, quer
         dk_on = run.dk_layers is None or layer in set(run.dk_layers)
         scale = attention_scale(attn.head_dim, run.dk_scale if dk_on else 1.0, getattr(cfg, "attn_scale", None))
         post = getattr(attn, "qk_rms_after_rope", None)
-        qs = _side(block.norm1, attn.q_norm, wq, bq, pieces[:, 0], biases[0], x_real[0],
+        q_norm, k_norm = attn.q_norm, attn.k_norm
+        if hasattr(q_norm, "head"):  # Command R+: each head's own q/k norm (its key/value head's for k)
+            q_norm, k_norm = q_norm.head(head), k_norm.head(head // (attn.num_heads // attn.num_kv_heads))
+        qs = _side(block.norm1, q_norm, wq, bq, pieces[:, 0], biases[0], x_real[0],
                    None if rope is None else rope[query], scale * tuned, attn.rope_layout, post)
-        ks = _side(block.norm1, attn.k_norm, wk, bk, pieces[:, 1], biases[1], x_real[1],
+        ks = _side(block.norm1, k_norm, wk, bk, pieces[:, 1], biases[1], x_real[1],
                    None if rope is None else rope[key], layout=attn.rope_layout, rms_after_rope=post)
         matrix = (qs.double() @ ks.double().t()).cpu().numpy()  # (K + 1, K + 1)
         c = run.caps[layer]

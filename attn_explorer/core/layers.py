@@ -75,6 +75,30 @@ class FloatLayerNorm(LayerNorm):
         return (y if self.bias is None else y + self.bias.float()).to(dtype)
 
 
+class PerHeadLayerNorm(nn.Module):
+    """A bias-free float32 LayerNorm of each head's q (or k) over d_k, with a weight of its own per head
+    (H, d_k): (B, H, N, d_k) in and out (Command R+'s q_norm and k_norm, use_qk_norm). `head(h)` is head h's
+    norm alone, a FloatLayerNorm (what the why-matrix freezes)."""
+
+    def __init__(self, heads: int, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(heads, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        xc = x - x.mean(-1, keepdim=True)
+        y = xc * norm_scale(torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.eps))
+        return (self.weight.float()[:, None, :] * y).to(dtype)
+
+    def head(self, h: int) -> "FloatLayerNorm":
+        norm = FloatLayerNorm(self.weight.shape[1], eps=self.eps, bias=False).to(self.weight.device)
+        with torch.no_grad():
+            norm.weight.copy_(self.weight[h])
+        return norm
+
+
 def make_norm(kind: str, dim: int, eps: float) -> nn.Module:
     if kind == "layer":
         return LayerNorm(dim, eps=eps)

@@ -94,6 +94,7 @@ class LlamaConfig:
     parallel_one_norm: bool = False  # with parallel_residual: both branches read one input norm (no norm2)
     logit_scale: float = 1.0  # next-token logits times this (Cohere's logit_scale)
     rope_float32: bool = False  # q and k turned in float32 in a bfloat16 / float16 model (Cohere), then cast back
+    qk_norm_per_head: bool = False  # use_qk_norm (Command R+): q, k LayerNormed per head, a weight for each head
     # Llama 4 (NoPE layers: nope_layers; rope_layout "pairs"; MoE: moe, moe_layers):
     attention_chunk: int | None = None  # attention_chunk_size: a chunked layer's query sees only its own chunk
     chunked_layers: list | None = None  # per layer, True: chunked (Llama 4's RoPE layers)
@@ -147,6 +148,7 @@ class LlamaConfig:
             qk_norm_full=self.qk_norm_full, residual_scale=self.residual_multiplier,
             mla=self.mla, rope_layout=self.rope_layout, sinks=self.attn_sinks, moe=self.moe if self.is_moe(layer) else None,
             one_norm=self.parallel_one_norm, rope_float32=self.rope_float32,
+            qk_norm_per_head=self.qk_norm_per_head,
             qk_rms_after_rope=self.qk_rms_after_rope and not (self.nope_layers or [False] * (layer + 1))[layer],
         )
 

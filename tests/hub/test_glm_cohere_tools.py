@@ -17,7 +17,7 @@ from tests.hub.test_parity_glm_cohere import make_folder  # noqa: E402
 
 TOL = 1e-5
 TEXT = "The capital of France is Paris. Attention lets every token look at the tokens before it"
-FAMILIES = ["glm4", "cohere2", "cohere"]
+FAMILIES = ["glm4", "cohere2", "cohere", "cohere-qknorm"]
 
 
 @pytest.fixture(scope="module")

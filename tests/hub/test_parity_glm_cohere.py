@@ -42,6 +42,9 @@ CASES = {
     "cohere": ("CohereConfig", "CohereForCausalLM", dict(num_key_value_heads=3, logit_scale=0.5, rope_theta=800.0)),
     "cohere-bias": ("CohereConfig", "CohereForCausalLM",
                     dict(num_key_value_heads=2, attention_bias=True, tie_word_embeddings=False, head_dim=16)),
+    # Command R+: a bias-free LayerNorm of each head's q and k before RoPE, with its own weight per head
+    "cohere-qknorm": ("CohereConfig", "CohereForCausalLM", dict(num_key_value_heads=2, use_qk_norm=True,
+                                                                 logit_scale=0.8)),
 }
 KINDS = {  # ModelInfo.layer_kinds (empty when every layer is plain global)
     "cohere2": ["local, window 5"] * 3 + ["global, no positions"],
@@ -177,7 +180,7 @@ def test_cohere2_ignores_a_head_dim_as_transformers_does(built, tmp_path):
     assert att <= TOL and hidden <= TOL
 
 
-@pytest.mark.parametrize("name", ["glm4", "cohere2", "cohere"])
+@pytest.mark.parametrize("name", ["glm4", "cohere2", "cohere", "cohere-qknorm"])
 def test_bfloat16_equals_transformers_bfloat16(built, name):
     """In bfloat16 too: Cohere turns q and k in float32 (its cos and sin in bfloat16) and casts back, as
     transformers' Cohere does; GLM-4 turns them in the model's dtype."""
@@ -230,7 +233,6 @@ def test_scaled_rope_in_both_config_forms(tmp_path, name, legacy):
 # ---- bad fields: one line naming the family and the field ---------------------------------------------------------
 
 @pytest.mark.parametrize("case, changes, words", [
-    ("cohere", {"use_qk_norm": True}, "use_qk_norm"),
     ("cohere", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
     ("cohere2", {"logit_scale": None}, "logit_scale"),
     ("cohere2", {"layer_types": None, "sliding_window_pattern": 0}, "sliding_window_pattern"),

@@ -7,9 +7,10 @@ v only, gate and up fused in gate_up_proj.
 
 Cohere and Cohere 2: LayerNorms with a weight and no bias, one norm read by both branches of a parallel
 block (x + attn(ln(x)) + mlp(ln(x))), interleaved RoPE pairs, biases on q, k, v and W_O where
-attention_bias, tied embeddings and logits times logit_scale. Cohere 2 adds sliding windows on 3 of every 4
-layers (layer_types, or sliding_window_pattern) and RoPE on those local layers only: its global layers see
-no positions at all.
+attention_bias, tied embeddings and logits times logit_scale; Command R+ (use_qk_norm) also normalises
+each head's q and k with a bias-free LayerNorm of its own (a weight per head). Cohere 2 adds sliding windows
+on 3 of every 4 layers (layer_types, or sliding_window_pattern) and RoPE on those local layers only: its
+global layers see no positions at all.
 """
 from __future__ import annotations
 
@@ -78,9 +79,6 @@ def _cohere2_windows(cfg: dict) -> list:
 
 def _cohere_config(cfg: dict) -> LlamaConfig:
     family = cfg.get("model_type")
-    if family == "cohere" and cfg.get("use_qk_norm"):
-        raise UserError("cohere with use_qk_norm (Command R+'s LayerNorm of each head's q and k, its own weights "
-                        "per head) is not supported")
     # transformers' Cohere rotates every dimension of each head: it reads no partial_rotary_factor
     # (with a scaled rope type it would fail) and ignores the rotary_pct Cohere's own configs carry
     for p in (cfg, rope_entry(cfg, family)[0]):
@@ -106,7 +104,8 @@ def _cohere_config(cfg: dict) -> LlamaConfig:
         norm="layer_nobias", eps=norm_eps(cfg, "layer_norm_eps", 1e-5), parallel_residual=True,
         parallel_one_norm=True, rope_float32=True, attention_bias=bool(cfg.get("attention_bias", False)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-        logit_scale=_number(cfg, family, "logit_scale", 0.0625), **fields)
+        logit_scale=_number(cfg, family, "logit_scale", 0.0625),
+        qk_norm_per_head=family == "cohere" and bool(cfg.get("use_qk_norm")), **fields)
 
 
 COHERE_RULES = [
@@ -117,6 +116,7 @@ COHERE_RULES = [
     (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
     (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
     (_LL + r"mlp\.(gate|up|down)_proj\.weight", _B + r"mlp.\2.weight"),
+    (_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight"),  # Command R+: (heads, d_k), per head
     (r"norm\.weight", "norm.weight"),
     (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
