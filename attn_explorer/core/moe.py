@@ -13,7 +13,7 @@ One module, `MoE(dim, cfg)`, covers the four routers and experts transformers sh
     DeepSeek-V3  σ(logits); choice on σ + e_score_correction_bias (choice_bias: for choosing only, the
                  weights are the plain σ), limited to the topk_group best of n_group expert groups (a
                  group's score: its two best), renormalised (norm_topk), times routed_scaling_factor;
-                 shared experts.                                  MoEConfig(scoring="sigmoid", ...)
+                 shared experts; the router in float32 (router_fp32). MoEConfig(scoring="sigmoid", ...)
 
 The experts are computed one at a time, each on the tokens that chose it (`MoE.forward`), so the sum is
 readable; an expert no token chose costs nothing.
@@ -37,7 +37,7 @@ State-dict names (for the family readers' rename rules), E = num_experts, D = di
                                       shared_experts)
 
 Hook points (core.hooks, relative to blocks.{i}.): mlp.hook_expert_indices (B, N, k) int64, each token's
-chosen experts (highest choice score first), and mlp.hook_expert_weights (B, N, k), their weights (what
+chosen experts (highest choice score first; transformers' DeepSeek-V3 router leaves them unsorted), and mlp.hook_expert_weights (B, N, k), their weights (what
 multiplies each expert's output, or its input where weight_input). A hook may replace either; the
 experts then run on the replaced choice.
 """
