@@ -201,6 +201,8 @@ class MultiHeadLatentAttention(nn.Module):
         o = _NO_OPTIONS if opts is None else opts
         if o.memory is not None:
             raise ValueError("multi-head latent attention is self-attention only (no cross-attention)")
+        if getattr(o, "chunk", None) or getattr(o, "query_scale", None) is not None:  # Llama 4's, never DeepSeek's
+            raise ValueError("multi-head latent attention has no attention chunks or per-query temperature")
         if o.scale is None and self.cfg.scale is not None:
             o = replace(o, scale=self.cfg.scale)
         B, N, _ = x.shape

@@ -241,3 +241,24 @@ def test_routing_is_transformers_choice(load):
                                       experts.gather(-1, order).numpy())
         np.testing.assert_allclose(np.take_along_axis(r.routing.weights[i], ours_order, -1),
                                    weights.gather(-1, order).numpy(), atol=1e-6, rtol=1e-5)
+
+
+def test_the_long_input_statistics_read_latent_keys(load, monkeypatch):
+    """analysis.long's tiled head statistics and one rollout row, from the kept latent: the dense numbers."""
+    from attn_explorer.analysis import long
+    from attn_explorer.analysis.rollout import attention_rollout
+    from attn_explorer.analysis.stats import head_stats
+
+    monkeypatch.setattr(long, "TILE_ELEMENTS", 6 * 8 * 29)  # many row tiles a layer
+    _, m = load("moe")
+    inputs = {"input_ids": torch.randint(3, 300, (1, 29), generator=torch.Generator().manual_seed(4))}
+    with torch.inference_mode():
+        att = m.module(output_attentions=True, **inputs).attentions[0].float().numpy()
+    layers = long.collect_layers(m.module, inputs)
+    assert all(isinstance(layer.k, LatentKeys) for layer in layers)
+    special = np.zeros(29, dtype=bool)
+    special[[0, 9]] = True
+    want, got = head_stats(att, special), long.tiled_head_stats(layers, special)
+    for stat in ("entropy", "sink", "distance", "prev", "next"):
+        np.testing.assert_allclose(got.get(stat), want.get(stat), atol=1e-5, rtol=0, err_msg=stat)
+    np.testing.assert_allclose(long.rollout_row(layers, 28, "mean"), attention_rollout(att, "mean")[28], atol=1e-5)
