@@ -114,3 +114,11 @@ def test_the_token_page_draws_each_heads_sink_column(make_window, qtbot, gpt_oss
     np.testing.assert_allclose(page.sink.values, r.sinks[:, :, 7].reshape(L * H), atol=0)
     np.testing.assert_allclose(page.rows.sum(-1) + page.sink.values, 1.0, atol=1e-5)
     assert page.bottom_axis.drawn_labels()[0][1] == "sink" and "learned <b>sink</b>" in page.caption.text()
+
+
+def test_the_query_strip_says_what_the_sink_takes(make_window, qtbot, gpt_oss_folder):
+    w = make_window(model=gpt_oss_folder, text=TEXT, view="head")
+    st, hv = w.state, w.head_view
+    st.set_query(6)
+    qtbot.waitUntil(lambda: "query 6 " in hv.strip.readout.text())
+    assert f"the sink takes {float(st.result.sinks[st.layer, st.head, 6]):.2f}" in hv.strip.readout.text()

@@ -281,7 +281,8 @@ class HeadView(LazyPage, QWidget):
                 self.strip.clear(f"The query, token {q}, is hidden (a special token).")
                 return
             strip = strip_of_row(self.matrix[int(at[0])], self.strip.width_px(), result_tag(r), l, h, q)
-            self.strip.show_strip(strip, self.col_tokens, st.colormap, st.colour_scale, st.log_scale)
+            self.strip.show_strip(strip, self.col_tokens, st.colormap, st.colour_scale, st.log_scale,
+                                  self._sink_where(int(at[0])))
             self.strip.mark_window(*self.plot.vb.viewRange()[0])
             return
         self.strip.clear(f"Strip: computing query {q:,}'s row over all {r.num_tokens:,} keys…")
@@ -295,8 +296,13 @@ class HeadView(LazyPage, QWidget):
         now = (result_tag(r), *self._head[1:], st.query) if r is not None and self._head is not None else None
         if now != want or (strip.tag, strip.layer, strip.head, strip.query) != want:
             return  # another run, head or query since: its own strip is on its way
-        self.strip.show_strip(strip, tokens, st.colormap, st.colour_scale, st.log_scale)
+        self.strip.show_strip(strip, tokens, st.colormap, st.colour_scale, st.log_scale, self._sink_where(strip.query))
         self.strip.mark_window(*self.plot.vb.viewRange()[0])
+
+    def _sink_where(self, i: int) -> str:
+        """gpt-oss: the strip's row's share given to the learned sink (row i of the sink column), else ""."""
+        v = self.sink.values
+        return f"; the sink takes {float(v[i]):.2f} (the keys share the rest)" if v is not None and i < len(v) else ""
 
     def _key_clicked(self, j: int) -> None:
         """The strip was clicked at key j: show those keys (the same width of view, centred there)."""
