@@ -259,7 +259,7 @@ def test_generation_runs_the_hooks_of_an_open_block(llama):
                                     "granite (multipliers)", "olmo3 (post-norms, windows)",
                                     "modernbert (two-sided windows)", "llama4 (chunks, NoPE, MoE)",
                                     "gpt_oss (sinks, windows)",
-                                    "deepseek_v3 (latent attention, MoE)"])
+                                    "deepseek_v3 (latent attention, MoE)", "qwen3_moe (MoE, a dense layer)"])
 def test_every_text_family_names_its_pattern_and_output(tmp_path, family):
     """For every family: hook_pattern is the map the forward returned, and zeroing every head of hook_z in the
     last layer leaves its maps as they were while the hidden state moves."""

@@ -96,6 +96,11 @@ def _text_families():
             **{**COMMON, "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size_mlp": 40,
                "attention_chunk_size": 5, "interleave_moe_layer_step": 2, "num_local_experts": 4, "floor_scale": 4,
                "attn_scale": 0.5}))),
+        # Qwen3-MoE: routed experts (softmax top-k) on layers 0 and 2, Qwen3's dense MLP on layer 1
+        "qwen3_moe (MoE, a dense layer)": lambda: _spread(transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+            **{**COMMON, "num_hidden_layers": 3, "num_key_value_heads": 2, "head_dim": 8, "moe_intermediate_size": 16,
+               "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True, "mlp_only_layers": [1],
+               "experts_implementation": "eager"}))),
         "clip_text": lambda: transformers.CLIPTextModel(transformers.CLIPTextConfig(
             vocab_size=99, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
             max_position_embeddings=64, attn_implementation="eager", bos_token_id=0, eos_token_id=2, pad_token_id=1)),
