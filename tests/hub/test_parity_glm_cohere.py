@@ -301,7 +301,12 @@ COMMAND_R = dict(  # CohereForAI/c4ai-command-r-v01 (hidden 8192, 40 layers, 64 
     num_attention_heads=6, num_hidden_layers=3, num_key_value_heads=6, pad_token_id=0, rope_theta=8000000.0,
     torch_dtype="float16", transformers_version="4.38.2", use_cache=True, use_qk_norm=False, vocab_size=VOCAB)
 
+COMMAND_R_PLUS = dict(  # CohereForAI/c4ai-command-r-plus (hidden 12288, 64 layers, 96 heads, 8 kv heads; values
+    COMMAND_R, logit_scale=0.8333333333333334,  # as we know them from the hub file)
+    num_key_value_heads=2, rope_theta=75000000.0, transformers_version="4.40.0.dev0", use_qk_norm=True)
+
 HUB = {"glm4": (GLM4_0414, [], torch.bfloat16),
+       "cohere-plus": (COMMAND_R_PLUS, [], torch.float16),
        "cohere2": (COMMAND_R7B, ["local, window 5"] * 3 + ["global, no positions"], torch.bfloat16),
        "cohere": (COMMAND_R, [], torch.float16)}
 
@@ -326,7 +331,7 @@ def test_a_hub_config_json_loads(tmp_path, family):
     train_tokenizer().save(str(tmp_path / "tokenizer.json"))
     assert "quantization_config" not in json.loads((tmp_path / "config.json").read_text())
     m = ax.load_model(str(tmp_path), device="cpu", dtype="float32")
-    assert m.info.family == family and list(m.info.layer_kinds) == kinds
+    assert m.info.family == family.removesuffix("-plus") and list(m.info.layer_kinds) == kinds
     ids = torch.randint(3, VOCAB, (1, N), generator=torch.Generator().manual_seed(2))
     att, hidden, _ = max_differences(hf, m, ids)
     print(f"{family} (hub config.json): maps {att:.2e} hidden {hidden:.2e}")
