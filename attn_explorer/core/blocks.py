@@ -8,6 +8,7 @@ from torch import nn
 
 from attn_explorer.core.attention import AttentionOptions, KVCache, MultiHeadAttention
 from attn_explorer.core.hooks import Hooks
+from attn_explorer.core import progress
 from attn_explorer.core.layers import MLP, HeadsRMSNorm, LayerScale, PerHeadLayerNorm, SwiGLU, make_norm
 from attn_explorer.core.mla import MLAConfig, MultiHeadLatentAttention
 from attn_explorer.core.moe import MoE, MoEConfig
@@ -226,6 +227,7 @@ class BlockStack(nn.Module):
                 kv=None if cache is None else cache.layers[i], **(layer_opts[i] if layer_opts else {}),
             )
             x, probs = block(x, o)
+            progress.layer_done(i + 1, len(self.layers), x.shape[1])  # issue 24: the caller follows, or stops here
             if output_attentions and heads[i] != H:  # fewer heads than the widest layer: NaN past its own
                 pad = probs.new_full((probs.shape[0], H - heads[i], *probs.shape[2:]), float("nan"))
                 probs = torch.cat([probs, pad], dim=1)

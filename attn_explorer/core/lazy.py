@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from attn_explorer.core.masks import attention_scale, chunk_start, differentiable
+from attn_explorer.core.progress import Stopped, check as _check_stop  # one Stopped for forwards and tiles
 
 _flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 NEG_INF = float("-inf")
@@ -46,8 +47,6 @@ class LayerOptions:
                    sinks=None if sinks is None else sinks.detach(), chunk=opts.chunk)
 
 
-class Stopped(Exception):
-    """A long tile job was asked to stop (its `stop` callable returned True)."""
 
 
 def _rep(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -165,6 +164,7 @@ def _keep_flash_cpu(q, k, v, o: LayerOptions, chunk: int = 1024):
     out = q.new_empty(B, H, N, v.shape[-1])
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
     for a in range(0, N, chunk):
+        _check_stop()  # issue 24: a stop asked by the caller ends the forward between query chunks
         rows = slice(a, min(N, a + chunk))
         c0, c1 = key_range(rows.start, rows.stop, N, M, o.causal, o.window, o.chunk)
         if c1 <= c0:  # nothing visible (more queries than keys): attend to nothing
@@ -211,6 +211,7 @@ def _keep_blocked(q, k, v, o: LayerOptions, block: int):
     M = k.shape[-2]
     outs, lses = [], []
     for a in range(0, N, block):
+        _check_stop()
         rows = slice(a, min(N, a + block))
         c0, c1 = key_range(rows.start, rows.stop, N, M, o.causal, o.window, o.chunk)
         if c1 <= c0:
@@ -429,6 +430,7 @@ def head_pooled(q, k, lse, o: LayerOptions, head: int, cells, reduce: str = "max
     for done, (ra, rb) in enumerate(row_groups, 1):
         if stop is not None and stop():
             raise Stopped("stopped")
+        _check_stop()
         rs = slice(R.start + int(re[ra]), R.start + int(re[rb]))
         rloc = re[ra:rb + 1] - re[ra]
         for ca, cb in _visible_cells(ce_abs, rs, h, col_target):

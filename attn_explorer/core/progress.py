@@ -1,0 +1,56 @@
+"""A forward pass the caller can follow and stop: a per-thread watcher the layer loop and the lazy tiles call.
+
+`watching(on_layer, stop)` sets, for the calling thread only, what `layer_done` and `check` call: the block
+stack reports each finished layer (`on_layer(done, total, tokens)`), and both it and the lazy kernels' query
+chunks and tiles ask `stop()` between steps, raising `Stopped` when it says so. Nothing is added to the
+hook table (a hook would switch prefix reuse off), and no second forward runs: the loop that computes the
+layers is the one that reports them. Without a watcher both calls are a thread-local read and return.
+
+>>> with watching(lambda done, total, n: print(f"layer {done} of {total}"), stop=event.is_set):
+...     r = model.run(text)        # raises Stopped between layers (or tiles) once event is set
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+__all__ = ["Stopped", "watching", "layer_done", "check"]
+
+
+class Stopped(Exception):
+    """A forward or a long tile job was asked to stop (its `stop` callable returned True)."""
+
+
+_local = threading.local()
+
+
+@contextmanager
+def watching(on_layer: Callable[[int, int, int], None] | None = None,
+             stop: Callable[[], bool] | None = None) -> Iterator[None]:
+    """Within the block, this thread's forwards call on_layer(layers done, layers in all, tokens) after each
+    layer, and raise Stopped between layers and between lazy tiles once stop() returns True. Nests: the
+    inner watcher replaces the outer one until its block ends."""
+    before = getattr(_local, "watch", None)
+    _local.watch = (on_layer, stop)
+    try:
+        yield
+    finally:
+        _local.watch = before
+
+
+def check() -> None:
+    """Raise Stopped if this thread's watcher asks to stop (between layers, query chunks, tiles)."""
+    watch = getattr(_local, "watch", None)
+    if watch is not None and watch[1] is not None and watch[1]():
+        raise Stopped("stopped")
+
+
+def layer_done(done: int, total: int, tokens: int = 0) -> None:
+    """A layer of a forward has finished: tell the watcher, then stop if it asks to."""
+    watch = getattr(_local, "watch", None)
+    if watch is None:
+        return
+    if watch[0] is not None:
+        watch[0](int(done), int(total), int(tokens))
+    check()
