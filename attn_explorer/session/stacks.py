@@ -41,8 +41,9 @@ class StackMaps:
 
 def short_kind(kind: str) -> str:
     """A layer kind as a grid row carries it: "local, window 512" -> "local 512", Llama 4's "local, chunk 8192"
-    -> "chunk 8192", "global" -> "global"."""
-    return kind.replace(", window", "").replace("local, chunk", "chunk")
+    -> "chunk 8192", "global" -> "global"; Gemma 4's ", keys and values of layer 13" -> ", k/v of L13"."""
+    short = kind.replace(", window", "").replace("local, chunk", "chunk")
+    return short.replace("keys and values of layer ", "k/v of L")
 
 
 def stack_maps(r: RunResult, stack: str = "encoder") -> StackMaps:

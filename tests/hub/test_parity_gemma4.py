@@ -440,3 +440,10 @@ def test_an_e2b_shaped_folder_loads_with_its_stored_unread_tensors(tmp_path, mon
     hf.load_state_dict({k: v for k, v in renamed.items() if k in own}, strict=False)
     att, hidden, _ = max_differences(hf, m, _ids())
     assert att <= TOL and hidden <= TOL, (att, hidden)
+
+
+def test_a_sharing_layers_grid_row_label_stays_short():
+    from attn_explorer.session.stacks import short_kind
+
+    assert short_kind("local, window 512, keys and values of layer 13") == "local 512, k/v of L13"
+    assert short_kind("global, keys and values of layer 14") == "global, k/v of L14"
