@@ -58,6 +58,9 @@ class Gemma4Config(LlamaConfig):
     wide_mlp: bool = False  # use_double_wide_mlp: the KV-sharing layers' MLPs are twice as wide
     per_layer_dim: int | None = None  # hidden_size_per_layer_input (None: no per-layer inputs)
     per_layer_vocab: int | None = None  # vocab_size_per_layer_input
+    # the multimodal model (model_type gemma4) embeds its image/video/audio placeholder tokens as padding
+    placeholder_ids: list | None = None  # image_token_id, video_token_id, audio_token_id
+    placeholder_pad: int | None = None  # text_config's pad_token_id
 
     def is_local(self, layer: int) -> bool:
         return bool(self.local_layers and self.local_layers[layer])
@@ -321,6 +324,9 @@ class Gemma4(Llama):
         cfg = self.cfg
         N = input_ids.shape[1]
         past = decoder_start(cache, N, cfg.max_positions)
+        if cfg.placeholder_ids:  # a placeholder with no image/audio behind it: the padding token, as transformers
+            marks = torch.tensor(cfg.placeholder_ids, device=input_ids.device)
+            input_ids = torch.where(torch.isin(input_ids, marks), cfg.placeholder_pad, input_ids)
         x = self.embed_tokens(input_ids)
         x = x * torch.tensor(cfg.dim ** 0.5, dtype=x.dtype, device=x.device)
         inputs = self.per_layer_inputs(input_ids, x) if cfg.per_layer_dim else None

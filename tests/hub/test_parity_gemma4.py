@@ -187,11 +187,12 @@ def _real_31b_shape(**changes) -> dict:
         "use_bidirectional_attention": "vision", "use_cache": True, "use_double_wide_mlp": False,
         "vocab_size": VOCAB, "vocab_size_per_layer_input": VOCAB}
     text.update(changes)
-    return {"architectures": ["Gemma4ForConditionalGeneration"], "audio_config": None, "audio_token_id": 258881,
+    # the placeholder ids shrunk into the tiny vocabulary too (258880, 258881, 258884 in the real one)
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "audio_config": None, "audio_token_id": 6,
             "boa_token_id": 256000, "boi_token_id": 255999, "dtype": "bfloat16", "eoa_token_id": 258883,
-            "eoa_token_index": 258883, "eoi_token_id": 258882, "eos_token_id": [1, 106], "image_token_id": 258880,
+            "eoa_token_index": 258883, "eoi_token_id": 258882, "eos_token_id": [1, 106], "image_token_id": 5,
             "initializer_range": 0.02, "model_type": "gemma4", "text_config": text, "tie_word_embeddings": True,
-            "transformers_version": "5.7.0", "video_token_id": 258884,
+            "transformers_version": "5.7.0", "video_token_id": 7,
             "vision_config": {"model_type": "gemma4_vision", "hidden_size": 1152, "num_hidden_layers": 27},
             "vision_soft_tokens_per_image": 280}
 
@@ -222,11 +223,15 @@ def test_a_hub_shaped_config_loads_with_a_tiny_state_dict(tmp_path, monkeypatch)
     hf.tie_weights()
     hf.float()
     ids = _ids()
+    ids[0, 3], ids[0, 5], ids[1, 8] = 5, 6, 7  # the image, audio and video placeholders: padding, no image here
     with torch.no_grad():
-        ref = hf.model.language_model(input_ids=ids, output_attentions=True)
+        ref = hf.model(input_ids=ids, output_attentions=True)
     with torch.inference_mode():
         ours = m.module(input_ids=ids, output_attentions=True)
     assert (ours.hidden - ref.last_hidden_state).abs().max() <= TOL
+    m.module.cfg.placeholder_ids = None  # the placeholders embedded as themselves: not transformers' model
+    with torch.inference_mode():
+        assert (m.module(input_ids=ids).hidden - ref.last_hidden_state).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("changes, field", [

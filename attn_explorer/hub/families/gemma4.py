@@ -156,6 +156,11 @@ def _gemma4_config(cfg: dict) -> Gemma4Config:
         kv_source=_kv_sources(types, _whole(cfg, "num_kv_shared_layers", 0, low=0)),
         wide_mlp=bool(cfg.get("use_double_wide_mlp", False)), per_layer_dim=ple, per_layer_vocab=ple_vocab,
         moe=_moe(cfg),
+        # the multimodal model embeds its placeholders (no image or audio here) as the padding token
+        placeholder_ids=[top.get(k, d) for k, d in (("image_token_id", 258_880), ("video_token_id", 258_884),
+                                                    ("audio_token_id", 258_881)) if top.get(k, d) is not None]
+        if multimodal else None,
+        placeholder_pad=_whole(cfg, "pad_token_id", 0, low=0) if multimodal else None,
     )
 
 
