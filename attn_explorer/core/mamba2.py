@@ -90,21 +90,23 @@ class Mamba2Config:
 
 
 class MambaState:
-    """One Mamba-2 layer's recurrent cache: the last K - 1 conv inputs (B, C_conv, K - 1) and the SSM state
-    (B, H, P, S), float32. `length` counts the tokens it has seen (the next token's position)."""
+    """One Mamba-2 layer's recurrent cache (in KVCache.layers[i], as core.recurrent.RecurrentState): the last K - 1
+    conv inputs `conv` (B, C_conv, K - 1) and the SSM state `state` (B, H, P, S), float32; `length` counts the
+    tokens it has read (the next token's position)."""
 
     def __init__(self):
         self.conv: torch.Tensor | None = None
-        self.ssm: torch.Tensor | None = None
+        self.state: torch.Tensor | None = None
         self.length = 0
 
+    def advance(self, conv: torch.Tensor | None, state: torch.Tensor | None, n: int) -> None:
+        self.conv, self.state, self.length = conv, state, self.length + n
+
     def truncate(self, n: int) -> None:
-        """A recurrent state cannot forget its last tokens: only n = length (nothing) or n = 0 (all) work."""
-        if n == 0:
-            self.conv, self.ssm, self.length = None, None, 0
-        elif n != self.length:
-            raise ValueError(f"a Mamba-2 state holds all {self.length} tokens folded together; it cannot keep "
-                             f"only the first {n} (run the prefix again)")
+        """A recurrent state cannot forget its last tokens: only keeping all of them (n = length) works."""
+        if n != self.length:
+            raise ValueError(f"a Mamba-2 state holds all {self.length} tokens folded together and cannot go back "
+                             f"to the first {n} (prefix reuse is not possible on a hybrid model)")
 
 
 def segment_sums(a: torch.Tensor) -> torch.Tensor:
@@ -209,10 +211,14 @@ class Mamba2Mixer(nn.Module):
     or None). State-dict names (transformers' own): in_proj, conv1d.weight (C, 1, K) / .bias, dt_bias (H,),
     A_log (H,), D (H,), norm.weight (I,), out_proj.
 
-    Hook points (opts.hooks, relative to blocks.{i}.): attn.hook_v, x per head (B, N, H, P) after the conv (what
-    the map weighs); attn.hook_pattern, the implicit map (B, H, N, N) (asking for it computes y = A · x from the
-    map, so a replaced map is what weighs x); attn.hook_z, each head's y + D·x (B, N, H, P) before the gated
-    norm and out_proj: zero a head there to ablate it."""
+    Hook points (opts.hooks, relative to blocks.{i}.; core.recurrent's contract): attn.hook_q, C (B, N, G, S);
+    attn.hook_k, B (B, N, G, S); attn.hook_v, x per head (B, N, H, P) after the conv (what the map weighs);
+    attn.hook_pattern, the implicit map (B, H, N, M) (asking for it computes y = A · x from the map, so a replaced
+    map is what weighs x); attn.hook_z, each head's P channels of out_proj's input (B, N, H, P), after the D skip,
+    the gate and the norm: zero a head there to ablate it.
+
+    With a cache (opts.kv a MambaState) the state also keeps every token's B and dt, so a generation step's map row
+    reaches back over all of them (tiles, exact); a map replaced through the hook needs a fresh state."""
 
     def __init__(self, cfg: Mamba2Config):
         super().__init__()
@@ -226,18 +232,19 @@ class Mamba2Mixer(nn.Module):
         self.norm = GatedRMSNorm(c.inner, c.n_groups, c.eps, c.norm)
         self.out_proj = Linear(c.inner, c.dim, bias=c.out_bias)
         self.act = activation(c.act)
-        if c.mup is not None:  # Falcon-H1's per-part factors of in_proj's output (z, x, B, C, dt)
-            GS = c.n_groups * c.state_size
-            sizes = (c.inner, c.inner, GS, GS, c.num_heads)
-            self.register_buffer("mup", torch.cat([torch.full((n,), float(m)) for n, m in zip(sizes, c.mup)]),
-                                 persistent=False)
-        else:
-            self.mup = None
+
+    def mup(self, proj: torch.Tensor) -> torch.Tensor:
+        """Falcon-H1's per-part factors of in_proj's output (z, x, B, C, dt: ssm_multipliers), in proj's dtype."""
+        c = self.cfg
+        GS = c.n_groups * c.state_size
+        sizes = (c.inner, c.inner, GS, GS, c.num_heads)
+        return torch.cat([torch.full((n,), float(m), dtype=torch.float32, device=proj.device)
+                          for n, m in zip(sizes, c.mup)]).to(proj.dtype)
 
     def project(self, x: torch.Tensor, state: MambaState | None = None, real: torch.Tensor | None = None):
         """The per-token quantities: (z (B, N, I), x (B, N, H, P), dt (B, N, H) after softplus, B and C
-        (B, N, G, S)); state (generation) supplies and keeps the conv's last K - 1 inputs; real (B, N) zeroes
-        padding tokens' inputs, as transformers does."""
+        (B, N, G, S), the conv's last K - 1 inputs (the next conv state)); state (generation) supplies the conv's
+        past inputs; real (B, N) zeroes padding tokens' inputs, as transformers does."""
         c = self.cfg
         b, N, _ = x.shape
         if real is not None:
@@ -245,15 +252,14 @@ class Mamba2Mixer(nn.Module):
         if c.in_scale != 1.0:
             x = x * c.in_scale
         proj = self.in_proj(x)
-        if self.mup is not None:
-            proj = proj * self.mup.to(proj.dtype)
+        if c.mup is not None:
+            proj = proj * self.mup(proj)
         z, xBC, dt = proj.split([c.inner, c.conv_dim, c.num_heads], dim=-1)
         xBC = xBC.transpose(1, 2)  # (B, C_conv, N)
         K = c.conv_kernel
         past = xBC.new_zeros(b, c.conv_dim, K - 1) if state is None or state.conv is None else state.conv
         full = torch.cat([past, xBC], dim=-1)
-        if state is not None:
-            state.conv = full[..., -(K - 1):] if K > 1 else full[..., :0]
+        conv_state = full[..., full.shape[-1] - (K - 1):]
         xBC = self.act(F.conv1d(full.to(self.conv1d.weight.dtype), self.conv1d.weight, self.conv1d.bias,
                                 groups=c.conv_dim)).to(x.dtype).transpose(1, 2)  # (B, N, C_conv)
         if real is not None:
@@ -264,7 +270,7 @@ class Mamba2Mixer(nn.Module):
         if N > 1 and (c.dt_min > 0.0 or c.dt_max != float("inf")):  # transformers clamps in its chunk scan only
             dt = dt.clamp(c.dt_min, c.dt_max)
         shape = (b, N, c.n_groups, c.state_size)
-        return z, xs.reshape(b, N, c.num_heads, c.head_dim), dt, B.reshape(shape), C.reshape(shape)
+        return z, xs.reshape(b, N, c.num_heads, c.head_dim), dt, B.reshape(shape), C.reshape(shape), conv_state
 
     @property
     def A(self) -> torch.Tensor:
@@ -283,37 +289,46 @@ class Mamba2Mixer(nn.Module):
         lh = getattr(opts, "hooks", None)
         mask = getattr(opts, "mask", None)
         real = mask[:, 0, 0, -N:] if mask is not None and mask.dtype == torch.bool and mask.dim() == 4 else None
-        fresh = state is None or state.ssm is None
-        z, xs, dt, B, C = self.project(x, state, real)
-        if lh is not None:
+        fresh = state is None or state.state is None
+        z, xs, dt, B, C, conv_state = self.project(x, state, real)
+        if lh is not None:  # head-major at the hooks: C and B per group, x per head
+            C = lh("attn.hook_q", C.transpose(1, 2)).transpose(1, 2)
+            B = lh("attn.hook_k", B.transpose(1, 2)).transpose(1, 2)
             xs = lh("attn.hook_v", xs.transpose(1, 2)).transpose(1, 2)
         if lh is not None and lh.keep:
             from attn_explorer.core.hooks import HookError  # noqa: PLC0415 - only a lazy run gets here
             raise HookError("Mamba-2 layers keep no softmax q, k: their lazy tiles need the recurrent interface")
         want_map = getattr(opts, "need_weights", False) or (lh is not None and lh.wants("attn.hook_pattern"))
-        if want_map and not fresh:
-            raise ValueError("a Mamba-2 layer's implicit map covers the tokens of one pass from a fresh state; "
-                             "run the whole input again to draw it")
         amap = None
-        if want_map:
+        if state is not None:  # the past tokens' B and dt, so a generation step's row reaches back to them
+            past_B, past_dt = getattr(state, "keys_B", None), getattr(state, "keys_dt", None)
+            state.keys_B = B if past_B is None else torch.cat([past_B, B], dim=1)
+            state.keys_dt = dt if past_dt is None else torch.cat([past_dt, dt], dim=1)
+        if want_map and fresh:
             amap = implicit_map(dt, self.A, B, C)
             if lh is not None and lh.wants("attn.hook_pattern"):
                 amap = lh("attn.hook_pattern", amap)
-            y = torch.einsum("bhts,bshp->bthp", amap, xs.float())
-            if state is not None:
-                _, state.ssm = scan_chunked(xs, dt, self.A, B, C, self.cfg.chunk_size)
-        elif N == 1 and not fresh:
-            y, state.ssm = scan_recurrent(xs, dt, self.A, B, C, state.ssm)
+            y = torch.einsum("bhts,bshp->bthp", amap, xs.float())  # exact: the map times x is the scan
+            last = scan_chunked(xs, dt, self.A, B, C, self.cfg.chunk_size)[1] if state is not None else None
         else:
-            y, last = scan_chunked(xs, dt, self.A, B, C, self.cfg.chunk_size, None if fresh else state.ssm)
-            if state is not None:
-                state.ssm = last
+            if N == 1 and not fresh:  # one generated token: the recurrence's step (transformers' selective update)
+                y, last = scan_recurrent(xs, dt, self.A, B, C, state.state)
+            else:
+                y, last = scan_chunked(xs, dt, self.A, B, C, self.cfg.chunk_size, None if fresh else state.state)
+            if want_map:  # the new tokens' rows over every token read: from the kept B and dt (and the new C)
+                M = state.keys_B.shape[1]
+                C_all = C.new_zeros(b, M, *C.shape[2:])
+                C_all[:, M - N:] = C
+                amap = implicit_tile(state.keys_dt, self.A, state.keys_B, C_all, slice(M - N, M), slice(0, M))
+                if lh is not None and lh.wants("attn.hook_pattern") and lh("attn.hook_pattern", amap) is not amap:
+                    raise ValueError("a Mamba-2 layer's map can be replaced only on a pass from a fresh state (the "
+                                     "cached state folds the earlier tokens' values in)")
         if state is not None:
-            state.length += N
-        y = y + self.skip(xs)
-        if lh is not None:
-            y = lh("attn.hook_z", y.transpose(1, 2)).transpose(1, 2)
-        y = self.norm(y.reshape(b, N, -1), z)
+            state.advance(conv_state, last, N)
+        y = self.norm((y + self.skip(xs)).reshape(b, N, -1), z)
+        if lh is not None:  # each head's share of out_proj's input: zero one there to ablate the head
+            heads = y.view(b, N, self.num_heads, self.head_dim).transpose(1, 2)
+            y = lh("attn.hook_z", heads).transpose(1, 2).reshape(b, N, -1)
         out = self.out_proj(y.to(x.dtype))
         if self.cfg.out_scale != 1.0:
             out = out * self.cfg.out_scale

@@ -91,7 +91,7 @@ def test_granite_dt_limit_clamps_like_transformers():
 
 def _quantities(mixer, x):
     with torch.no_grad():
-        z, xs, dt, B, C = mixer.project(x)
+        z, xs, dt, B, C, _ = mixer.project(x)
     return xs, dt, B, C
 
 
@@ -125,14 +125,10 @@ def test_map_times_x_is_the_pre_gate_output_with_a_vanishing_decay():
     # head 0 forgets at once: its map is (nearly) the diagonal
     off = amap[:, 0].tril(-1).abs().max() / amap[:, 0].diagonal(dim1=-2, dim2=-1).abs().max()
     assert off < 1e-6
-    # hooked: the mixer's y + D x before the norm is A @ x + D x
-    seen = {}
-    from attn_explorer.core.hooks import Hooks
-    hooks = Hooks({"blocks.0.attn.hook_z": (lambda t, n: seen.setdefault("z", t.clone()),)})
+    # the map the mixer returns is this one, and it is what weighs x
     with torch.no_grad():
-        ours(x, AttentionOptions(hooks=hooks.layer(0)))
-    want = (y_map + ours.skip(xs)).detach()
-    assert _rel(seen["z"], want) < TOL
+        out, returned = ours(x, AttentionOptions(need_weights=True))
+        assert _rel(returned, amap) < TOL and _rel(out, ours(x)[0]) < TOL
 
 
 def test_tiles_equal_the_dense_map():
@@ -144,17 +140,22 @@ def test_tiles_equal_the_dense_map():
 
 
 def test_generation_state_equals_one_pass():
-    """Prefill 7 tokens, then one token at a time: the same outputs as one pass over all of them."""
+    """Prefill 7 tokens, then one token at a time: the same outputs as one pass over all of them, and each
+    step's map row (from the kept B and dt) is the whole pass's row."""
     ours, theirs = _granite()
     x = _x(12)
     with torch.no_grad():
-        whole, _ = ours(x)
+        whole, amap = ours(x, AttentionOptions(need_weights=True))
         state = MambaState()
-        parts = [ours(x[:, :7], AttentionOptions(kv=state))[0]]
+        parts = [ours(x[:, :7], AttentionOptions(kv=state, need_weights=True))[0]]
         for t in range(7, 12):
-            parts.append(ours(x[:, t:t + 1], AttentionOptions(kv=state))[0])
+            out, row = ours(x[:, t:t + 1], AttentionOptions(kv=state, need_weights=True))
+            parts.append(out)
+            assert row.shape == (2, 4, 1, t + 1) and _rel(row[:, :, 0], amap[:, :, t, :t + 1]) < TOL
     assert state.length == 12
     assert torch.allclose(torch.cat(parts, 1), whole, atol=TOL, rtol=0)
+    with pytest.raises(ValueError, match="prefix reuse"):
+        state.truncate(5)
 
 
 def test_ablating_a_head_through_hook_z():
@@ -170,9 +171,10 @@ def test_ablating_a_head_through_hook_z():
         base, _ = ours(x)
         ablated, _ = ours(x, AttentionOptions(hooks=Hooks({"blocks.0.attn.hook_z": (zero_head,)}).layer(0)))
         # by hand: the same y + D x with head 2 zeroed, then the norm and out_proj
-        z, xs, dt, B, C = ours.project(x)
+        z, xs, dt, B, C, _ = ours.project(x)
         y = scan_recurrent(xs, dt, ours.A, B, C)[0] + ours.skip(xs)
-        y[:, :, 2] = 0
-        want = ours.out_proj(ours.norm(y.reshape(2, x.shape[1], -1), z))
+        y = ours.norm(y.reshape(2, x.shape[1], -1), z)
+        y[..., 16:24] = 0  # head 2's channels of out_proj's input
+        want = ours.out_proj(y)
     assert not torch.allclose(ablated, base, atol=1e-3)
     assert torch.allclose(ablated, want, atol=TOL, rtol=0)
