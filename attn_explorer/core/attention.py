@@ -366,7 +366,9 @@ class MultiHeadAttention(nn.Module):
 
     def _finish(self, ctx: torch.Tensor, lh: LayerHooks | None, B: int, N: int) -> torch.Tensor:
         """ctx (B, H, N, d_v), every head's output -> the layer's output (B, N, D) through W_O, after the
-        block's attn.hook_z (if any)."""
+        block's attn.hook_z (if any); with output_gate, times sigmoid(gate) first (z is what W_O reads)."""
+        if self.output_gate:
+            ctx, self._gate = ctx * torch.sigmoid(self._gate), None
         if lh is not None:
             ctx = lh("attn.hook_z", ctx)
         out = ctx.transpose(1, 2).reshape(B, N, self.num_heads * self.head_dim)  # (B, N, H*d_k)

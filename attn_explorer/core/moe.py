@@ -35,6 +35,7 @@ State-dict names (for the family readers' rename rules), E = num_experts, D = di
     shared.gate.weight (S, D), shared.up.weight (S, D), shared.down.weight (D, S)
                                       where shared_hidden = S > 0 (Llama 4's shared_expert, DeepSeek's
                                       shared_experts)
+    shared_gate.weight   (1, D)       where shared_gate (Qwen3-Next's shared_expert_gate)
 
 Hook points (core.hooks, relative to blocks.{i}.): mlp.hook_expert_indices (B, N, k) int64, each token's
 chosen experts (highest choice score first; transformers' DeepSeek-V3 router leaves them unsorted), and mlp.hook_expert_weights (B, N, k), their weights (what
@@ -81,6 +82,8 @@ class MoEConfig:
     stacked: bool = False  # experts as 3-D tensors in x @ W layout (gpt-oss, Llama 4); else per-expert Linears
     interleaved: bool = False  # stacked gate_up's columns alternate gate, up (gpt-oss); else gate half, up half
     router_fp32: bool = False  # logits from float32 inputs and weights, weights kept float32 (DeepSeek-V3's router)
+    # Qwen3-Next:
+    shared_gate: bool = False  # the shared expert's output times sigmoid(shared_gate(x)) (shared_expert_gate, (1, D))
 
     def __post_init__(self):
         if self.scoring not in SCORINGS:
@@ -175,6 +178,7 @@ class MoE(nn.Module):
         else:
             self.experts = nn.ModuleList(Expert(dim, cfg.hidden, cfg.expert_bias) for _ in range(cfg.num_experts))
         self.shared = SwiGLU(dim, cfg.shared_hidden) if cfg.shared_hidden else None
+        self.shared_gate = Linear(dim, 1, bias=False) if cfg.shared_gate else None  # Qwen3-Next
 
     def forward(self, x: torch.Tensor, hooks=None) -> torch.Tensor:
         """x (..., D) -> (..., D). hooks (core.hooks.LayerHooks or None): its mlp.hook_expert_indices and
@@ -202,7 +206,10 @@ class MoE(nn.Module):
                 y = half_grad(self.expert(e, h)) * half_grad(w)
             out = out.index_add(0, token, y.to(out.dtype))
         if self.shared is not None:
-            out = out + self.shared(flat)
+            shared = self.shared(flat)
+            if self.shared_gate is not None:  # Qwen3-Next: a sigmoid gate per token on the shared expert
+                shared = torch.sigmoid(self.shared_gate(flat)) * shared
+            out = out + shared
         return out.view(shape)
 
     def expert(self, e: int, h: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,268 @@
+"""Gated DeltaNet (Qwen3.5, Qwen3-Next), written out: the layer, its delta rule (plain and chunked), its implicit map.
+
+Per token t, from the block's normalised input x_t:
+    [q, k, v] = silu(causal_conv1d(in_proj_qkv x))      (a depthwise convolution over the last `conv_kernel` tokens)
+    q_t, k_t  = l2norm(q_t), l2norm(k_t) per key head;   q_t /= sqrt(d_k)
+    β_t       = sigmoid(in_proj_b x_t)                    per value head: how strongly the token writes
+    g_t       = -exp(A_log) · softplus(in_proj_a x_t + dt_bias)   per value head, <= 0: the state decays by exp(g_t)
+    S_t       = exp(g_t) S_{t-1} (I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ;   o_t = S_t q_t        (S: d_v × d_k)
+    out       = out_proj(RMSNorm(o_t) · silu(z_t)),  z = in_proj_z x                  (the gated RMSNorm per head)
+Key heads are fewer than value heads: value head h reads key head h // (H_v / H_k) (consecutive heads share one).
+Qwen3-Next stores the projections fused per key head (in_proj_qkvz, in_proj_ba; layout "next"); Qwen3.5 apart.
+
+The implicit map A (B, H_v, N, N) with o_t = Σ_s A[t, s] v_s is the delta rule run on one-hot values (derived in
+core.recurrent's docstring): `implicit_map`. `delta_rule` is the plain recurrence, `chunked_delta_rule` the same
+numbers in chunks of 64 (the UT transform inside each chunk, the state carried between chunks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attn_explorer.core.linear import Linear
+from attn_explorer.core.recurrent import RecurrentMixer, RecurrentState
+
+
+def delta_rule(q, k, v, g, beta, state=None):
+    """The plain recurrence, token by token. q, k (B, H, N, d_k) (normalised, q scaled), v (B, H, N, d_v), g and
+    beta (B, H, N), state (B, H, d_k, d_v) or None (zeros; stored as Sᵀ, transformers' layout). Float32 in and
+    out; returns (o (B, H, N, d_v), the last state)."""
+    B, H, N, dk = k.shape
+    S = q.new_zeros(B, H, dk, v.shape[-1]) if state is None else state
+    out = []
+    for t in range(N):
+        S = S * g[:, :, t].exp()[..., None, None]
+        kt = k[:, :, t]
+        delta = (v[:, :, t] - (S * kt[..., None]).sum(-2)) * beta[:, :, t, None]  # β (v - Sk): what is written
+        S = S + kt[..., None] * delta[..., None, :]
+        out.append((S * q[:, :, t, :, None]).sum(-2))
+    return torch.stack(out, dim=2), S
+
+
+def chunked_delta_rule(q, k, v, g, beta, state=None, chunk: int = 64):
+    """delta_rule's numbers in chunks (as transformers' torch_chunk_gated_delta_rule orders them). Inside a chunk,
+    with G_i the cumulative log decay from its start, the writes u = (β v - β decayed-K · S) solve one unit lower
+    triangular system T u = β v - ..., T = I + tril_{-1}(β_i k_i·k_j e^{G_i - G_j}) (the UT / WY transform); the
+    chunk's outputs are e^{G_i} q_i·S + Σ_{j<=i} e^{G_i - G_j} q_i·k_j u_j, and S moves on by the chunk's decay."""
+    B, H, N, dk = k.shape
+    dv = v.shape[-1]
+    pad = (chunk - N % chunk) % chunk
+    q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+    g, beta = F.pad(g, (0, pad)), F.pad(beta, (0, pad))
+    n = (N + pad) // chunk
+    q, k, v = (t.reshape(B, H, n, chunk, t.shape[-1]) for t in (q, k, v))
+    g, beta = g.reshape(B, H, n, chunk), beta.reshape(B, H, n, chunk)
+    G = g.cumsum(-1)  # (B, H, n, C)
+    upper = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).triu(1)
+    decay = (G[..., :, None] - G[..., None, :]).masked_fill(upper, float("-inf")).exp()  # e^{G_i - G_j}, j <= i
+    kb, vb = k * beta[..., None], v * beta[..., None]
+    T = (kb @ k.transpose(-1, -2)) * decay  # its diagonal is β_i |k_i|², the rest the strict lower part
+    u = torch.linalg.solve_triangular(T, vb, upper=False, unitriangular=True)  # the writes, before the state's part
+    w = torch.linalg.solve_triangular(T, kb * G.exp()[..., None], upper=False, unitriangular=True)
+    inner = (q @ k.transpose(-1, -2)) * decay
+    qd = q * G.exp()[..., None]
+    kd = k * (G[..., -1:] - G).exp()[..., None]
+    S = q.new_zeros(B, H, dk, dv) if state is None else state
+    out = torch.empty_like(v)
+    for c in range(n):
+        write = u[:, :, c] - w[:, :, c] @ S
+        out[:, :, c] = qd[:, :, c] @ S + inner[:, :, c] @ write
+        S = S * G[:, :, c, -1].exp()[..., None, None] + kd[:, :, c].transpose(-1, -2) @ write
+    return out.reshape(B, H, n * chunk, dv)[:, :, :N], S
+
+
+def implicit_map(q, k, g, beta, chunk: int = 64) -> torch.Tensor:
+    """A (B, H, N, N) with o_t = Σ_s A[t, s] v_s: the delta rule on one-hot values (core.recurrent derives it).
+    Upper triangle exactly 0. Computed in float64 and returned in q's dtype."""
+    B, H, N, _ = q.shape
+    eye = torch.eye(N, dtype=torch.float64, device=q.device).expand(B, H, N, N)
+    a, _ = chunked_delta_rule(*(t.double() for t in (q, k)), eye, g.double(), beta.double(), chunk=chunk)
+    return a.tril().to(q.dtype)
+
+
+def map_tile(q, k, g, beta, rows: slice, cols: slice) -> torch.Tensor:
+    """A[..., rows, cols] from the per-token quantities alone, exactly: the recurrence from token cols.start to
+    rows.stop - 1 on the one-hots of cols' tokens. (B, H, len(rows), len(cols)); O(n) memory."""
+    s0, s1, t0, t1 = cols.start, cols.stop, rows.start, rows.stop
+    B, H = q.shape[:2]
+    out = q.new_zeros(B, H, t1 - t0, s1 - s0, dtype=torch.float64)
+    if t1 <= s0:
+        return out.to(q.dtype)
+    span = slice(s0, t1)
+    onehot = torch.eye(t1 - s0, s1 - s0, dtype=torch.float64, device=q.device)
+    a, _ = chunked_delta_rule(*(t[:, :, span].double() for t in (q, k)), onehot.expand(B, H, -1, -1),
+                              g[:, :, span].double(), beta[:, :, span].double())
+    lo = max(t0, s0)
+    out[:, :, lo - t0:] = a[:, :, lo - s0:]
+    return out.to(q.dtype)
+
+
+@dataclass(frozen=True)
+class DeltaNetConfig:
+    """A Gated DeltaNet layer's sizes (linear_* in config.json); BlockConfig.mixer builds it."""
+
+    num_k_heads: int  # linear_num_key_heads
+    num_v_heads: int  # linear_num_value_heads: the map's H_layer
+    head_k_dim: int  # linear_key_head_dim
+    head_v_dim: int  # linear_value_head_dim
+    conv_kernel: int = 4  # linear_conv_kernel_dim
+    eps: float = 1e-6  # rms_norm_eps (the gated norm's)
+    layout: str = "split"  # "split": in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (Qwen3.5); "next": fused per
+    #                        key head, in_proj_qkvz and in_proj_ba (Qwen3-Next)
+    chunk: int = 64  # the chunked form's chunk
+    family: str = "qwen3_5_text"  # named in refusals
+
+    def build(self, dim: int) -> "GatedDeltaNet":
+        return GatedDeltaNet(dim, self)
+
+    def map_heads(self) -> int:
+        """The heads of this layer's maps (one per value head)."""
+        return self.num_v_heads
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm(x) · w · silu(gate) over each head's d_v, in float32 (Qwen3.5's RMSNormGated; its weight plain)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = self.weight * y.to(dtype)
+        return (y * F.silu(gate.float())).to(dtype)
+
+
+class GatedDeltaNet(RecurrentMixer):
+    """The layer (see the module docstring); its parameters carry transformers' names (linear_attn.*)."""
+
+    kind = "deltanet"
+
+    def __init__(self, dim: int, c: DeltaNetConfig):
+        super().__init__()
+        if c.num_v_heads % c.num_k_heads:
+            raise ValueError(f"linear_num_value_heads={c.num_v_heads} is not a multiple of "
+                             f"linear_num_key_heads={c.num_k_heads}")
+        self.c = c
+        self.num_heads = c.num_v_heads
+        self.key_dim, self.value_dim = c.num_k_heads * c.head_k_dim, c.num_v_heads * c.head_v_dim
+        conv_dim = 2 * self.key_dim + self.value_dim
+        self.conv1d = nn.Conv1d(conv_dim, conv_dim, c.conv_kernel, groups=conv_dim, bias=False)
+        if c.layout == "next":
+            self.in_proj_qkvz = Linear(dim, 2 * self.key_dim + 2 * self.value_dim, bias=False)
+            self.in_proj_ba = nn.Linear(dim, 2 * c.num_v_heads, bias=False)
+        elif c.layout == "split":
+            self.in_proj_qkv = Linear(dim, conv_dim, bias=False)
+            self.in_proj_z = Linear(dim, self.value_dim, bias=False)
+            # β and the decay as transformers rounds them (torch's F.linear, not the packed fast path): the decay
+            # is exp'd and multiplied over many tokens, where one rounding step shows
+            self.in_proj_b = nn.Linear(dim, c.num_v_heads, bias=False)
+            self.in_proj_a = nn.Linear(dim, c.num_v_heads, bias=False)
+        else:
+            raise ValueError(f"unknown DeltaNet layout {c.layout!r}: use 'split' or 'next'")
+        self.dt_bias = nn.Parameter(torch.ones(c.num_v_heads))
+        self.A_log = nn.Parameter(torch.zeros(c.num_v_heads))
+        self.norm = GatedRMSNorm(c.head_v_dim, c.eps)
+        self.out_proj = Linear(self.value_dim, dim, bias=False)
+
+    def _project(self, x: torch.Tensor):
+        """(qkv (B, N, conv_dim) in [q | k | v] order, z (B, N, H_v, d_v), b, a (B, N, H_v))."""
+        c, (B, N, _) = self.c, x.shape
+        if c.layout == "split":
+            z = self.in_proj_z(x).view(B, N, c.num_v_heads, c.head_v_dim)
+            return self.in_proj_qkv(x), z, self.in_proj_b(x), self.in_proj_a(x)
+        r = c.num_v_heads // c.num_k_heads  # per key head: [q_h, k_h, r value heads, r z heads]; [r b's, r a's]
+        parts = self.in_proj_qkvz(x).view(B, N, c.num_k_heads, -1)
+        q, k, v, z = parts.split([c.head_k_dim, c.head_k_dim, r * c.head_v_dim, r * c.head_v_dim], dim=-1)
+        b, a = self.in_proj_ba(x).view(B, N, c.num_k_heads, 2 * r).split([r, r], dim=-1)
+        qkv = torch.cat([t.reshape(B, N, -1) for t in (q, k, v)], dim=-1)
+        return qkv, z.reshape(B, N, c.num_v_heads, c.head_v_dim), b.reshape(B, N, -1), a.reshape(B, N, -1)
+
+    def _conv(self, qkv: torch.Tensor, cache: RecurrentState | None):
+        """silu(depthwise causal conv) over (B, C, N), the cached last K - 1 inputs in front; (out, new conv state)."""
+        K = self.c.conv_kernel
+        B, C, N = qkv.shape
+        if cache is None or cache.conv is None:  # zeros before the first token (torch's own padding: its numbers)
+            out = F.silu(F.conv1d(qkv, self.conv1d.weight, padding=K - 1, groups=C)[..., :N])
+            full = F.pad(qkv, (max(0, K - 1 - N), 0))
+        else:
+            full = torch.cat([cache.conv.to(qkv.dtype), qkv], dim=-1)
+            out = F.silu(F.conv1d(full, self.conv1d.weight, groups=C))
+        return out, full[..., full.shape[-1] - (K - 1):]
+
+    def per_token(self, x: torch.Tensor, cache: RecurrentState | None = None, real: torch.Tensor | None = None):
+        """q, k (B, H_v, N, d_k) (l2-normed, q / sqrt(d_k), key heads repeated to value heads), v (B, H_v, N, d_v),
+        g, beta (B, H_v, N) in float32, z (B, N, H_v, d_v) and the new conv state."""
+        c, (B, N, _) = self.c, x.shape
+        if real is not None:  # padding tokens read as zeros (transformers' apply_mask_to_padding_states)
+            x = (x * real[:, :, None]).to(x.dtype)
+        qkv, z, b, a = self._project(x)
+        mixed, conv = self._conv(qkv.transpose(1, 2), cache)
+        q, k, v = mixed.transpose(1, 2).split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q, k = (t.reshape(B, N, c.num_k_heads, c.head_k_dim) for t in (q, k))
+        v = v.reshape(B, N, c.num_v_heads, c.head_v_dim)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        r = c.num_v_heads // c.num_k_heads
+        q, k, v, beta, g = (t.transpose(1, 2).float() for t in (q, k, v, beta, g))
+        q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+        q = q * c.head_k_dim ** -0.5
+        if r > 1:
+            q, k = q.repeat_interleave(r, dim=1), k.repeat_interleave(r, dim=1)
+        return q, k, v, g, beta, z, conv
+
+    def forward(self, x: torch.Tensor, opts=None):
+        """(B, N, D) -> (out (B, N, D), implicit maps (B, H_v, N, M) where asked, else None). See core.recurrent
+        for the hooks, the cache (opts.kv, a RecurrentState) and the maps."""
+        self.refuse_lazy(opts, self.c.family)
+        B, N, _ = x.shape
+        cache = getattr(opts, "kv", None)
+        if cache is not None and not isinstance(cache, RecurrentState):
+            raise ValueError("a Gated DeltaNet layer's cache slot holds a RecurrentState (the model's new_cache())")
+        lh = getattr(opts, "hooks", None)
+        q, k, v, g, beta, z, conv = self.per_token(x, cache, self.real_tokens(opts, N))
+        r = self.c.num_v_heads // self.c.num_k_heads
+        if lh is not None:  # q and k per key head at the hooks (before the repetition), as a softmax layer's keys
+            q = lh("attn.hook_q", q[:, ::r]).repeat_interleave(r, dim=1) if lh.wants("attn.hook_q") else q
+            k = lh("attn.hook_k", k[:, ::r]).repeat_interleave(r, dim=1) if lh.wants("attn.hook_k") else k
+            v = lh("attn.hook_v", v)
+            beta = lh("attn.hook_beta", beta.transpose(1, 2)).transpose(1, 2)
+            g = lh("attn.hook_decay", g.transpose(1, 2)).transpose(1, 2)
+        want_maps = bool(getattr(opts, "need_weights", False)) or (lh is not None and lh.wants("attn.hook_pattern"))
+        state = None if cache is None else cache.state
+        maps = None
+        if want_maps:
+            if state is not None and cache.length:
+                raise ValueError(f"{self.c.family}: the implicit maps of new tokens after a recurrent cache are not "
+                                 "kept (the earlier tokens' keys are gone); run the whole text")
+            maps = implicit_map(q, k, g, beta, self.c.chunk)
+        if maps is not None and lh is not None and lh.wants("attn.hook_pattern"):
+            new = lh("attn.hook_pattern", maps)
+            if new is not maps:  # a replaced map weighs the values: the output is A' @ V
+                maps = new
+                o = maps.float() @ v
+            else:
+                o, S = chunked_delta_rule(q, k, v, g, beta, state, self.c.chunk)
+            if cache is not None:
+                _, S = chunked_delta_rule(q, k, v, g, beta, state, self.c.chunk)
+        elif N == 1 and state is not None:
+            o, S = delta_rule(q, k, v, g, beta, state)
+        else:
+            o, S = chunked_delta_rule(q, k, v, g, beta, state, self.c.chunk)
+        if cache is not None:
+            cache.advance(conv, S, N)
+        o = o.to(x.dtype).transpose(1, 2)  # (B, N, H_v, d_v)
+        y = self.norm(o, z).transpose(1, 2)  # (B, H_v, N, d_v): each head's input to out_proj
+        if lh is not None:
+            y = lh("attn.hook_z", y)
+        out = self.out_proj(y.transpose(1, 2).reshape(B, N, self.value_dim))
+        if maps is not None and getattr(opts, "need_weights", False):
+            return out, self.hand_out(maps.to(x.dtype), opts)
+        return out, None
