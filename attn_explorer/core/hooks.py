@@ -49,6 +49,8 @@ HEAD_MAJOR = frozenset({"attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_
 MIXER_POINTS: dict[str, tuple[str, ...]] = {
     "softmax": (),
     "deltanet": ("attn.hook_beta", "attn.hook_decay"),
+    # Mamba-2 (core.mamba2; hook_q / hook_k are C / B per group): hook_dt (B, N, H) each head's step after softplus
+    "mamba2": ("attn.hook_dt",),
 }
 
 

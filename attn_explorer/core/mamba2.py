@@ -45,6 +45,7 @@ from torch import nn
 
 from attn_explorer.core.layers import activation
 from attn_explorer.core.linear import Linear
+from attn_explorer.core.recurrent import RecurrentMixer, RecurrentState
 
 NORMS = ("gate_first", "norm_first", "gate_only")
 
@@ -73,6 +74,13 @@ class Mamba2Config:
     in_scale: float = 1.0
     mup: tuple | None = None
     out_scale: float = 1.0
+    family: str = "Mamba-2"  # the model family, for messages (granitemoehybrid, falcon_h1)
+
+    def build(self, dim: int) -> "Mamba2Mixer":
+        """The mixer (BlockConfig.mixer's contract, core.recurrent)."""
+        if dim != self.dim:
+            raise ValueError(f"a Mamba-2 mixer of width {self.dim} cannot sit in a block of width {dim}")
+        return Mamba2Mixer(self)
 
     def __post_init__(self):
         if self.norm not in NORMS:
@@ -89,24 +97,16 @@ class Mamba2Config:
         return self.inner + 2 * self.n_groups * self.state_size
 
 
-class MambaState:
-    """One Mamba-2 layer's recurrent cache (in KVCache.layers[i], as core.recurrent.RecurrentState): the last K - 1
-    conv inputs `conv` (B, C_conv, K - 1) and the SSM state `state` (B, H, P, S), float32; `length` counts the
-    tokens it has read (the next token's position)."""
+class MambaState(RecurrentState):
+    """One Mamba-2 layer's recurrent cache (core.recurrent.RecurrentState in KVCache.layers[i]): the last K - 1 conv
+    inputs `conv` (B, C_conv, K - 1), the SSM state `state` (B, H, P, S), float32, `length` the tokens read; and
+    every token's B (B, n, G, S) and dt (B, n, H) so far (`keys_B`, `keys_dt`), from which a generation step's map
+    row over all of them is exact (O(n) kept, as a KV cache)."""
 
     def __init__(self):
-        self.conv: torch.Tensor | None = None
-        self.state: torch.Tensor | None = None
-        self.length = 0
-
-    def advance(self, conv: torch.Tensor | None, state: torch.Tensor | None, n: int) -> None:
-        self.conv, self.state, self.length = conv, state, self.length + n
-
-    def truncate(self, n: int) -> None:
-        """A recurrent state cannot forget its last tokens: only keeping all of them (n = length) works."""
-        if n != self.length:
-            raise ValueError(f"a Mamba-2 state holds all {self.length} tokens folded together and cannot go back "
-                             f"to the first {n} (prefix reuse is not possible on a hybrid model)")
+        super().__init__()
+        self.keys_B: torch.Tensor | None = None
+        self.keys_dt: torch.Tensor | None = None
 
 
 def segment_sums(a: torch.Tensor) -> torch.Tensor:
@@ -206,19 +206,22 @@ class GatedRMSNorm(nn.Module):
         return y * gate if self.kind == "norm_first" else y
 
 
-class Mamba2Mixer(nn.Module):
+class Mamba2Mixer(RecurrentMixer):
     """The Mamba-2 mixer in an attention's place: forward(x, opts) -> (out (B, N, D), implicit map (B, H, N, N)
     or None). State-dict names (transformers' own): in_proj, conv1d.weight (C, 1, K) / .bias, dt_bias (H,),
     A_log (H,), D (H,), norm.weight (I,), out_proj.
 
     Hook points (opts.hooks, relative to blocks.{i}.; core.recurrent's contract): attn.hook_q, C (B, N, G, S);
     attn.hook_k, B (B, N, G, S); attn.hook_v, x per head (B, N, H, P) after the conv (what the map weighs);
+    attn.hook_dt, each head's step dt (B, N, H) after softplus (the map's decay and write strength);
     attn.hook_pattern, the implicit map (B, H, N, M) (asking for it computes y = A · x from the map, so a replaced
     map is what weighs x); attn.hook_z, each head's P channels of out_proj's input (B, N, H, P), after the D skip,
     the gate and the norm: zero a head there to ablate it.
 
     With a cache (opts.kv a MambaState) the state also keeps every token's B and dt, so a generation step's map row
     reaches back over all of them (tiles, exact); a map replaced through the hook needs a fresh state."""
+
+    kind = "mamba2"
 
     def __init__(self, cfg: Mamba2Config):
         super().__init__()
@@ -287,17 +290,15 @@ class Mamba2Mixer(nn.Module):
         b, N, _ = x.shape
         state = getattr(opts, "kv", None)
         lh = getattr(opts, "hooks", None)
-        mask = getattr(opts, "mask", None)
-        real = mask[:, 0, 0, -N:] if mask is not None and mask.dtype == torch.bool and mask.dim() == 4 else None
+        real = self.real_tokens(opts, N)
+        self.refuse_lazy(opts, self.cfg.family)
         fresh = state is None or state.state is None
         z, xs, dt, B, C, conv_state = self.project(x, state, real)
         if lh is not None:  # head-major at the hooks: C and B per group, x per head
             C = lh("attn.hook_q", C.transpose(1, 2)).transpose(1, 2)
             B = lh("attn.hook_k", B.transpose(1, 2)).transpose(1, 2)
             xs = lh("attn.hook_v", xs.transpose(1, 2)).transpose(1, 2)
-        if lh is not None and lh.keep:
-            from attn_explorer.core.hooks import HookError  # noqa: PLC0415 - only a lazy run gets here
-            raise HookError("Mamba-2 layers keep no softmax q, k: their lazy tiles need the recurrent interface")
+            dt = lh("attn.hook_dt", dt)
         want_map = getattr(opts, "need_weights", False) or (lh is not None and lh.wants("attn.hook_pattern"))
         amap = None
         if state is not None:  # the past tokens' B and dt, so a generation step's row reaches back to them
@@ -332,6 +333,4 @@ class Mamba2Mixer(nn.Module):
         out = self.out_proj(y.to(x.dtype))
         if self.cfg.out_scale != 1.0:
             out = out * self.cfg.out_scale
-        if amap is not None and getattr(opts, "probs_out", None) is not None:
-            amap = opts.probs_out.copy_(amap)
-        return out, amap if getattr(opts, "need_weights", False) else None
+        return out, self.hand_out(amap, opts) if amap is not None and getattr(opts, "need_weights", False) else None

@@ -35,6 +35,7 @@ from attn_explorer.core.linear import Linear
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.mamba2 import Mamba2Config, Mamba2Mixer, MambaState
 from attn_explorer.core.moe import MoE, MoEConfig
+from attn_explorer.core.recurrent import MIXER_WORDS
 
 
 @dataclass
@@ -61,11 +62,23 @@ class MambaHybridConfig(LlamaConfig):
         """Whether layer's mixer is Mamba-2 alone (Granite 4's mamba layers)."""
         return bool(self.mamba_layers and self.mamba_layers[layer])
 
+    def block(self, layer: int):
+        """Llama's block, with the Mamba-2 mixer as its `attn` on Granite 4's Mamba-2 layers (core.recurrent)."""
+        b = super().block(layer)
+        return replace(b, mixer=self.mamba) if self.is_mamba(layer) else b
+
+    def mixers(self) -> list[str]:
+        """Per layer, whose maps it shows (ModelInfo.mixers): "mamba2" or "softmax" (Falcon-H1: its attention)."""
+        return ["mamba2" if self.is_mamba(i) else "softmax" for i in range(self.num_layers)]
+
+    def layer_heads(self) -> list[int]:
+        return [self.mamba.num_heads if self.is_mamba(i) else self.num_heads for i in range(self.num_layers)]
+
     def layer_kinds(self) -> list[str]:
         kinds = super().layer_kinds()
         if self.parallel_mamba:
             return [f"{k} + Mamba-2 (no map)" for k in kinds]
-        return ["Mamba-2 (implicit)" if self.is_mamba(i) else k for i, k in enumerate(kinds)]
+        return [MIXER_WORDS["mamba2"] if self.is_mamba(i) else k for i, k in enumerate(kinds)]
 
 
 class GraniteExperts(nn.Module):
@@ -166,8 +179,6 @@ class MambaHybrid(Llama):
             if cfg.parallel_mamba:
                 self.blocks.layers[i] = FalconH1Block(cfg.block(i), i, cfg)
                 continue
-            if cfg.is_mamba(i):
-                block.attn = Mamba2Mixer(cfg.mamba)
             if cfg.shared_mlp:
                 block.mlp = GraniteMoE(cfg.dim, cfg.moe) if cfg.is_moe(i) else SharedOnly(cfg.dim, cfg.mlp_hidden)
 

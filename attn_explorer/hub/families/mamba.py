@@ -76,7 +76,7 @@ def _mamba(cfg: dict, family: str, inner: int, **fields) -> Mamba2Config:
         n_groups=groups, conv_kernel=_whole(cfg, family, "mamba_d_conv", 4),
         chunk_size=_whole(cfg, family, "mamba_chunk_size", 256), conv_bias=bool(cfg.get("mamba_conv_bias", True)),
         proj_bias=bool(cfg.get("mamba_proj_bias", False)), act=act(cfg, "hidden_act", "silu"),
-        eps=_number(cfg, family, "rms_norm_eps", 1e-6), dt_min=lo, dt_max=hi, **fields)
+        eps=_number(cfg, family, "rms_norm_eps", 1e-6), dt_min=lo, dt_max=hi, family=family, **fields)
 
 
 def _hybrid(base: LlamaConfig, **fields) -> MambaHybridConfig:
