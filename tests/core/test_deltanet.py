@@ -1,0 +1,163 @@
+"""Gated DeltaNet (core.deltanet): the chunked form equals the plain recurrence and transformers' torch functions,
+and the implicit map A (o_t = Σ_s A[t, s] v_s) reproduces the output within 1e-5 relative, also where the decay
+nearly vanishes (exp(g) ~ 1e-13) and β is near 1; its tiles equal the dense map's; the layer's hooks."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_explorer.core.deltanet import (DeltaNetConfig, chunked_delta_rule, delta_rule, implicit_map, map_tile)
+from attn_explorer.core.hooks import Hooks
+from attn_explorer.core.attention import AttentionOptions
+from attn_explorer.core.recurrent import RecurrentState
+
+
+def inputs(B=2, H=3, N=150, dk=8, dv=6, g_scale=1.0, beta=None, seed=0, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, H, N, dk, generator=gen), torch.randn(B, H, N, dk, generator=gen)
+    q = q / q.norm(dim=-1, keepdim=True) * dk ** -0.5
+    k = k / k.norm(dim=-1, keepdim=True)
+    v = torch.randn(B, H, N, dv, generator=gen) * 3
+    g = -torch.rand(B, H, N, generator=gen) * g_scale
+    b = torch.rand(B, H, N, generator=gen) if beta is None else torch.full((B, H, N), beta)
+    return tuple(t.to(dtype) for t in (q, k, v, g, b))
+
+
+def test_chunked_equals_the_plain_recurrence_across_chunks_and_from_a_state():
+    q, k, v, g, b = inputs()
+    plain, S = delta_rule(q, k, v, g, b)
+    chunked, S2 = chunked_delta_rule(q, k, v, g, b, chunk=64)  # 150 tokens: three chunks, the last padded
+    assert (plain - chunked).abs().max() < 1e-12 and (S - S2).abs().max() < 1e-12
+    half, S_half = chunked_delta_rule(q[:, :, :70], k[:, :, :70], v[:, :, :70], g[:, :, :70], b[:, :, :70])
+    rest, _ = chunked_delta_rule(q[:, :, 70:], k[:, :, 70:], v[:, :, 70:], g[:, :, 70:], b[:, :, 70:], S_half)
+    assert (torch.cat([half, rest], 2) - plain).abs().max() < 1e-12
+
+
+def test_equals_transformers_torch_functions():
+    T = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
+    gen = torch.Generator().manual_seed(3)
+    B, N, Hk, Hv, dk, dv = 2, 90, 2, 4, 8, 6
+    q, k = torch.randn(B, N, Hk, dk, generator=gen), torch.randn(B, N, Hk, dk, generator=gen)
+    v = torch.randn(B, N, Hv, dv, generator=gen)
+    g, b = -torch.rand(B, N, Hv, generator=gen) * 2, torch.rand(B, N, Hv, generator=gen)
+    ref, ref_S = T.torch_chunk_gated_delta_rule(q, k, v, g, b, use_qk_l2norm_in_kernel=True, output_final_state=True)
+    ours_q = (q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6)).transpose(1, 2).repeat_interleave(2, 1)
+    ours_k = (k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)).transpose(1, 2).repeat_interleave(2, 1)
+    o, S = chunked_delta_rule(ours_q * dk ** -0.5, ours_k, v.transpose(1, 2), g.transpose(1, 2), b.transpose(1, 2))
+    assert torch.equal(o.transpose(1, 2), ref) and torch.equal(S, ref_S)
+    step, _ = T.torch_recurrent_gated_delta_rule(q[:, :1], k[:, :1], v[:, :1], g[:, :1], b[:, :1],
+                                                 initial_state=ref_S, use_qk_l2norm_in_kernel=True)
+    mine, _ = delta_rule(ours_q[:, :, :1] * dk ** -0.5, ours_k[:, :, :1], v[:, :1].transpose(1, 2),
+                         g[:, :1].transpose(1, 2), b[:, :1].transpose(1, 2), S)
+    assert (mine.transpose(1, 2) - step).abs().max() < 1e-6
+
+
+CASES = {"plain": {}, "decay nearly vanishes": dict(g_scale=60.0), "beta near 1": dict(beta=0.99999),
+         "no decay, beta near 1": dict(g_scale=1e-6, beta=0.99999)}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_implicit_map_times_v_is_the_output(case, dtype):
+    q, k, v, g, b = inputs(dtype=dtype, **CASES[case])
+    o, _ = chunked_delta_rule(*(t.double() for t in (q, k, v, g, b)))
+    A = implicit_map(q, k, g, b)
+    assert A.dtype == dtype and torch.equal(A.triu(1), torch.zeros_like(A))
+    rel = ((A.double() @ v.double()) - o).norm() / o.norm()
+    print(f"implicit map {case} {dtype}: |A V - o| / |o| = {rel:.1e}")
+    assert rel <= 1e-5
+    # per row, too (a row with a tiny output is not hidden by the others)
+    rows = ((A.double() @ v.double()) - o).norm(dim=-1) / o.norm(dim=-1).clamp_min(1e-6)
+    assert rows.max() <= (1e-5 if dtype == torch.float64 else 1e-3)
+
+
+def test_a_vanishing_decay_keeps_only_the_last_token():
+    q, k, v, g, b = inputs(g_scale=0.0)
+    g = torch.full_like(g, -80.0)  # exp(-80): the state forgets everything at each step
+    A = implicit_map(q, k, g, b)
+    diag = torch.diagonal(A, dim1=-2, dim2=-1)
+    assert (A - torch.diag_embed(diag)).abs().max() < 1e-30
+    assert torch.allclose(diag, b * (q * k).sum(-1))
+
+
+def test_tiles_equal_the_dense_map():
+    q, k, v, g, b = inputs(N=150)
+    A = implicit_map(q, k, g, b)
+    for rows, cols in [(slice(0, 150), slice(0, 150)), (slice(100, 140), slice(10, 70)), (slice(5, 20), slice(30, 60)),
+                       (slice(64, 130), slice(60, 129))]:
+        assert (map_tile(q, k, g, b, rows, cols) - A[:, :, rows, cols]).abs().max() < 1e-12
+
+
+def layer(**kw):
+    torch.manual_seed(0)
+    c = DeltaNetConfig(num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=6, **kw)
+    m = c.build(24).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return m
+
+
+def test_the_layer_returns_its_maps_and_they_give_its_output():
+    m = layer()
+    x = torch.randn(2, 70, 24)
+    with torch.no_grad():
+        out, maps = m(x, AttentionOptions(need_weights=True))
+        plain, none = m(x, AttentionOptions())
+        q, k, v, g, beta, z, _ = m.per_token(x)
+        o, _ = chunked_delta_rule(q, k, v, g, beta)
+    assert none is None and maps.shape == (2, 4, 70, 70) and torch.equal(out, plain)
+    assert ((maps @ v) - o).norm() / o.norm() <= 1e-5
+
+
+def test_the_hooks_see_and_change_the_layer():
+    m = layer()
+    x = torch.randn(1, 20, 24)
+    seen = {}
+
+    def keep(t, name):
+        seen[name] = t.clone()
+
+    names = ["attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_beta", "attn.hook_decay", "attn.hook_pattern",
+             "attn.hook_z"]
+    hooks = Hooks({f"blocks.0.{n}": (keep,) for n in names})
+    with torch.no_grad():
+        out, _ = m(x, AttentionOptions(hooks=hooks.layer(0)))
+        ref, maps = m(x, AttentionOptions(need_weights=True))
+    assert torch.allclose(out, ref, atol=1e-6)
+    assert seen["blocks.0.attn.hook_q"].shape == (1, 20, 2, 8) and seen["blocks.0.attn.hook_v"].shape == (1, 20, 4, 6)
+    assert seen["blocks.0.attn.hook_beta"].shape == (1, 20, 4) and (seen["blocks.0.attn.hook_decay"] <= 0).all()
+    assert torch.allclose(seen["blocks.0.attn.hook_pattern"], maps)
+    # zeroing head 1 at hook_z is zeroing its share of out_proj's input
+    zero = Hooks({"blocks.0.attn.hook_z": (lambda z, n: z.index_fill(2, torch.tensor([1]), 0.0),)})
+    with torch.no_grad():
+        ablated, _ = m(x, AttentionOptions(hooks=zero.layer(0)))
+        z = seen["blocks.0.attn.hook_z"].clone()
+        z[:, :, 1] = 0
+        assert torch.allclose(ablated, m.out_proj(z.reshape(1, 20, 24)), atol=1e-6)
+    # a replaced pattern weighs the values: keeping only the diagonal
+    diag = Hooks({"blocks.0.attn.hook_pattern": (lambda a, n: torch.diag_embed(torch.diagonal(a, dim1=-2, dim2=-1)),)})
+    with torch.no_grad():
+        changed, _ = m(x, AttentionOptions(hooks=diag.layer(0)))
+    assert (changed - ref).abs().max() > 1e-3
+
+
+def test_the_recurrent_cache_gives_the_same_tokens_as_one_pass():
+    m = layer()
+    x = torch.randn(2, 30, 24)
+    with torch.no_grad():
+        whole, _ = m(x, AttentionOptions())
+        state = RecurrentState()
+        first, _ = m(x[:, :17], AttentionOptions(kv=state))
+        steps = [m(x[:, t:t + 1], AttentionOptions(kv=state))[0] for t in range(17, 30)]
+    assert state.length == 30
+    assert (torch.cat([first, *steps], 1) - whole).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="cannot go back"):
+        state.truncate(10)
+
+
+def test_lazy_is_refused_in_one_line_naming_the_family():
+    m = layer(family="qwen3_5_text")
+    with pytest.raises(ValueError) as e:
+        m(torch.randn(1, 5, 24), AttentionOptions(hooks=Hooks(keep=True).layer(0)))
+    assert "qwen3_5_text" in str(e.value) and "\n" not in str(e.value)
