@@ -59,9 +59,10 @@ def test_lazy_attention_equals_the_dense_maps(built):
 def test_prefix_reuse_equals_a_fresh_run(built):
     _, folder = built("k_eq_v-shared-ple")
     m = ax.load_model(str(folder), device="cpu")
-    m.run(TEXT)
+    m.run(TEXT, reuse_prefix=True)
     edited = TEXT.replace("park", "house")
-    again = m.run(edited)
+    again = m.run(edited, reuse_prefix=True)  # the KV cache (shared slots included) cut at the edit, the rest run
+    assert again.reuse.startswith("reused"), again.reuse
     fresh = ax.load_model(str(folder), device="cpu").run(edited)
     np.testing.assert_allclose(again.attentions, fresh.attentions, atol=1e-6)
 
@@ -70,7 +71,12 @@ def test_head_ablation_changes_the_next_token_distribution(built):
     _, folder = built("k_eq_v-shared-ple")
     m = ax.load_model(str(folder), device="cpu")
     c = interventions.compare(m, TEXT, {(2, 1): "zero"})
-    assert c is not None
+    assert c.kind == "decoder" and c.heads == 1 and np.abs(c.after - c.before).max() > 1e-4
+    with m.hooks({"blocks.2.attn.hook_z": lambda z, name: torch.zeros_like(z)}):  # every head of layer 2: the
+        zeroed = m.run(TEXT)  # maps of the layers after it move, layer 5 (reading layer 2's keys) too
+    clean = m.run(TEXT)
+    assert np.abs(zeroed.attentions[2] - clean.attentions[2]).max() == 0
+    assert np.abs(zeroed.attentions[5] - clean.attentions[5]).max() > 0
 
 
 def test_the_logit_lens_refuses_gemma4_in_one_line(built):
