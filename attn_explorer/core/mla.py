@@ -216,8 +216,8 @@ class MultiHeadLatentAttention(nn.Module):
             k, v = o.kv.extend(k, v)  # (B, H, M, d)
         if lh is not None and lh.keep:
             keys = LatentKeys(latent, k_rope, self.key_weights().detach()) if latent_keys else k
-            if latent_keys:  # the keys as the tiles will rebuild them, so each row's lse is theirs to the last bit
-                k = keys.full()
+            if latent_keys and not differentiable(latent):  # the keys as the tiles rebuild them (each row's lse
+                k = keys.full()  # is theirs to the last bit); with autograd, the module's own (w_k is detached here)
             ctx, lse = lazy.keep_attention(*_same_width(q, k, v), o, self.qk_head_dim)
             lh.store(q, keys, lse, lazy.LayerOptions.of(o, self.qk_head_dim))
             return self._finish(ctx[..., :self.head_dim], lh, B, N), None
