@@ -29,9 +29,12 @@ _local = threading.local()
 def watching(on_layer: Callable[[int, int, int], None] | None = None,
              stop: Callable[[], bool] | None = None) -> Iterator[None]:
     """Within the block, this thread's forwards call on_layer(layers done, layers in all, tokens) after each
-    layer, and raise Stopped between layers and between lazy tiles once stop() returns True. Nests: the
-    inner watcher replaces the outer one until its block ends."""
+    layer, and raise Stopped between layers and between lazy tiles once stop() returns True. Nests: within
+    an inner block, what it leaves None is the outer watcher's (a job's stop flag, a run's layer report)."""
     before = getattr(_local, "watch", None)
+    if before is not None:
+        on_layer = on_layer if on_layer is not None else before[0]
+        stop = stop if stop is not None else before[1]
     _local.watch = (on_layer, stop)
     try:
         yield

@@ -64,10 +64,11 @@ class ModelHost(QObject):
         return () if stack == "encoder" else (stack,)
 
     def run_task(self, x: Any, kw: dict, hide_special: bool, stack: str, on_result: Callable[[Any], None],
-                 on_error: Callable[[str], None]) -> Task:
-        """The job that runs the model on x (Model.run keyword arguments kw) and pools its grid mosaic."""
+                 on_error: Callable[[str], None], on_progress: Callable[[float, str], None] | None = None) -> Task:
+        """The job that runs the model on x (Model.run keyword arguments kw) and pools its grid mosaic;
+        on_progress(fraction, jobs.layer_message) after each layer of its forward."""
         return Task(run_job, (self.model, x, kw, hide_special, *self.stack_args(stack)), on_result=on_result,
-                    on_error=on_error)
+                    on_error=on_error, on_progress=on_progress)
 
     @classmethod
     def pool_task(cls, r: RunResult, hide_special: bool, stack: str, on_result: Callable[[RunResult], None],

@@ -144,7 +144,19 @@ def pool_job(r: RunResult, hide_special: bool = False, stack: str = "encoder") -
     return dataclasses.replace(r, display=dataclasses.replace(grid, stack=m.stack))
 
 
-def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack: str = "encoder") -> Ran:
+def layer_message(done: int, total: int, tokens: int) -> str:
+    """What run_job's progress callback carries besides the fraction: "done/total/tokens" (parse_layers)."""
+    return f"{done}/{total}/{tokens}"
+
+
+def parse_layers(message: str) -> tuple[int, int, int] | None:
+    """(layers done, layers in all, tokens) from a layer_message; None for anything else."""
+    parts = message.split("/")
+    return tuple(int(p) for p in parts) if len(parts) == 3 and all(p.isdigit() for p in parts) else None
+
+
+def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack: str = "encoder",
+            progress: Callable[[float, str], None] | None = None) -> Ran:
     """Run the model and pool its attention for the grid, in the same worker job.
 
     Text longer than the memory allows is cut to the first tokens that fit, with a note, instead of being
@@ -167,7 +179,14 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack:
             kwargs = {**kwargs, "max_tokens": limit}
     if info.modality == "text" and _reuses_prefix(model):
         kwargs = {**kwargs, "reuse_prefix": True}  # an edit reruns only the tokens from the first changed one
-    r = model.run(x, **kwargs)
+    from attn_explorer.core.progress import watching
+
+    def layer_done(done: int, total: int, tokens: int) -> None:  # from the forward's own layer loop (issue 24)
+        if progress is not None:  # the worker's callback: it also raises Cancelled once the job was stopped
+            progress(done / max(1, total), layer_message(done, total, tokens))
+
+    with watching(on_layer=layer_done):  # the job's stop flag (workers.launch) stays the outer watcher's
+        r = model.run(x, **kwargs)
     t1 = time.perf_counter()
     cut = ""
     if r.grid is None and r.total_tokens > r.num_tokens:

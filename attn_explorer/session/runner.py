@@ -30,6 +30,11 @@ from PySide6.QtCore import QObject, Signal
 from attn_explorer.session.workers import await_workers, launch
 
 
+# lanes whose jobs read the model's tensors without taking the model: the long views' tiles of a run's q and k
+# (session.long_view's "long-…" lanes). A model switch ends them with the model's own (Runner.drop_model_jobs).
+MODEL_BOUND = ("long-",)
+
+
 @dataclass
 class Task:
     """One job: `fn(*args)` in a worker thread, its handlers called in the GUI thread."""
@@ -49,6 +54,7 @@ class _Lane:
     gen: int = 0  # number of the newest request
     worker: Any = None  # the job in flight
     waiting: tuple | None = None  # (gen, task, uses_model) of the request that waits
+    uses_model: bool = False  # the job in flight runs on the model
 
 
 @dataclass
@@ -103,9 +109,11 @@ class Runner(QObject):
 
     # --------------------------------------------------------------------------- requests
     def load(self, task: Task) -> None:
-        """Load a model next. Whatever is in flight is stopped, and its result dropped."""
+        """Load a model next. Whatever is in flight is stopped, and its result dropped; so are the old model's
+        side jobs (drop_model_jobs)."""
         self._epoch += 1
         self._load = task
+        self.drop_model_jobs()
         job = self._current
         if job is not None:
             if job.kind == "run" and not job.cancelled:
@@ -114,11 +122,25 @@ class Runner(QObject):
         self._next()
 
     def request(self, prepare: Callable[[], Task | None]) -> int:
-        """Ask for a run; `prepare()` makes its Task when it starts (None: nothing to run). Returns its number."""
+        """Ask for a run; `prepare()` makes its Task when it starts (None: nothing to run). Returns its number.
+        A run in flight is stopped (between layers: core.progress), its answer dropped: a long forward on an
+        input the user has already changed is time nobody wants (issue 24)."""
         self._gen += 1
         self._run = (self._gen, prepare)
+        job = self._current
+        if job is not None and job.kind == "run" and not job.cancelled:
+            self._stop(job)
         self._next()
         return self._gen
+
+    def drop_model_jobs(self) -> None:
+        """Stop every side job of the model loaded now (a model switch, issue 24): those that run on it, and
+        those on its run's q and k (the lanes named MODEL_BOUND), waiting or in flight; none of their answers
+        arrives. Their pages ask again when the new model's result comes."""
+        for key, lane in self._lanes.items():
+            waiting_uses = lane.waiting is not None and lane.waiting[2]
+            if lane.uses_model or waiting_uses or key.startswith(MODEL_BOUND):
+                self.cancel_lane(key)
 
     def release_model(self) -> None:
         """The model is let go (a saved run is shown without it): every job started on it so far, a side job
@@ -191,11 +213,12 @@ class Runner(QObject):
                 task.on_progress(fraction, message)
 
         def finished() -> None:
-            lane.worker = None
+            lane.worker, lane.uses_model = None, False
             waiting, lane.waiting = lane.waiting, None
             if waiting is not None:
                 self._start_side(lane, waiting)
 
+        lane.uses_model = uses_model
         lane.worker = launch(task.fn, *task.args, on_result=result, on_yield=yielded, on_error=error,
                              on_progress=progress if task.on_progress is not None else None, on_finished=finished)
 

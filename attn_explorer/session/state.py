@@ -22,7 +22,8 @@ from PySide6.QtCore import QObject, Signal
 from attn_explorer.api.result import RunResult
 from attn_explorer.session.host import ModelHost
 from attn_explorer.session.inputs import DK_MAX, DK_MIN, SAMPLE_TEXT, InputState, default_query
-from attn_explorer.session.jobs import Loaded, Loader, Ran, default_loader
+from attn_explorer.session.jobs import Loaded, Loader, Ran, default_loader, parse_layers
+from attn_explorer.session.run_watch import RunWatch
 from attn_explorer.session.runner import Task
 from attn_explorer.session.sweep import NSweep
 
@@ -55,6 +56,7 @@ class SessionState(QObject):
     sweep_progressed = Signal(int, int)  # forward passes done, in all
     sweep_point_measured = Signal(int, float)  # n, median forward ms at that n
     sweep_finished = Signal(bool)  # True: every length measured; False: cancelled or failed
+    run_progressed = Signal(int, int, str)  # layers done, layers in all, the run's line (run_watch; issue 24)
     saved_run_shown = Signal(str)  # a saved run's maps are on screen without their model (its label, "run.npz")
 
     # the input part (InputState), reachable as before: its fields, signals and methods
@@ -87,6 +89,8 @@ class SessionState(QObject):
         self.host.loaded.connect(self._on_loaded)
         self.host.load_failed.connect(self._on_load_error)
         self.runner.busy_changed.connect(self.busy_changed)
+        self.watch = RunWatch()  # the run in flight, in words (model, tokens, layer k of L, elapsed, estimate)
+        self.runner.busy_changed.connect(lambda busy: None if busy else self.watch.end())
         self.sweep = NSweep(self.runner, self)
         self.sweep.started.connect(self.sweep_started)
         self.sweep.progressed.connect(self.sweep_progressed)
@@ -265,8 +269,27 @@ class SessionState(QObject):
             return self.host.pool_task(r, self.hide_special, self.shown_stack,
                                        lambda redrawn: self._on_pooled(r, redrawn), self.error_raised.emit)
         asked, launched, source = self._asked_at, time.perf_counter(), (self._model, x, dict(kw))
+        self.watch.start(self.info.name if self.info is not None else "", getattr(self.info, "num_layers", 0))
         return self.host.run_task(x, kw, self.hide_special, self.shown_stack,  # an encoder-decoder: its stack shown
-                                  lambda ran: self._on_ran(ran, asked, launched, source), self.error_raised.emit)
+                                  lambda ran: self._on_ran(ran, asked, launched, source), self.error_raised.emit,
+                                  self._run_progress)
+
+    # ----------------------------------------------------------------------------- the run in flight (issue 24)
+    def _run_progress(self, fraction: float, message: str) -> None:
+        layers = parse_layers(message)
+        if layers is not None and self.watch.active:
+            self.watch.update(*layers)
+            self.run_progressed.emit(layers[0], layers[1], self.watch.line())
+
+    def run_status(self) -> dict | None:
+        """The run in flight (RunWatch.status): model, tokens, layer, layers, elapsed_s, left_s; None when idle."""
+        return self.watch.status()
+
+    def stop_run(self) -> None:
+        """Stop: the run in flight ends between layers (core.progress), the waiting one is forgotten, and the
+        last good view stays."""
+        self.runner.cancel()
+        self.watch.end()
 
     def _on_pooled(self, r: RunResult, redrawn: RunResult) -> None:
         if r is not self.result:
@@ -277,6 +300,7 @@ class SessionState(QObject):
 
     def _on_ran(self, ran: Ran, asked: float, launched: float, source: tuple) -> None:
         arrived = time.perf_counter()
+        self.watch.end()
         if not self.has_input:
             return  # the input was cleared after this run started
         r = ran.result

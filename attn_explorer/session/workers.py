@@ -15,6 +15,7 @@ Errors never escape: `on_error` gets one line, a `UserError`'s own message or "E
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import traceback
 import weakref
@@ -23,6 +24,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QThreadPool, Qt, Signal
 from superqt.utils import FunctionWorker, GeneratorWorker, WorkerBase
 
+from attn_explorer.core.progress import Stopped, watching  # no torch: the stop check between layers and tiles
 from attn_explorer.errors import UserError, error_message
 
 __all__ = ["Cancelled", "Job", "launch", "live_workers", "await_workers", "error_message"]
@@ -30,6 +32,29 @@ __all__ = ["Cancelled", "Job", "launch", "live_workers", "await_workers", "error
 
 class Cancelled(Exception):
     """Raised inside a job that noticed its cancel flag; it ends the job quietly."""
+
+
+def _watched(fn: Callable[..., Any], ref: list) -> Callable[..., Any]:
+    """fn run under core.progress.watching(stop=its worker's quit flag) (issue 24): a forward or a lazy tile
+    job in it stops between layers or tiles once `quit()` is called, raising Stopped, which ends the job
+    quietly. `ref` holds a weak reference to the worker, set once it exists. A generator stays a generator (superqt picks its
+    worker by that); the signature stays fn's (Job injects `progress` and `worker` by it)."""
+
+    def stop() -> bool:
+        return bool(ref) and _quit_asked(ref[0])
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*args: Any, **kwargs: Any):
+            with watching(stop=stop):
+                return (yield from fn(*args, **kwargs))  # its return value is the job's result
+        return gen
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with watching(stop=stop):
+            return fn(*args, **kwargs)
+    return call
 
 
 class _Progress(QObject):
@@ -64,7 +89,7 @@ class Job(FunctionWorker):
     def work(self) -> Any:
         try:
             return super().work()
-        except Cancelled:
+        except (Cancelled, Stopped):
             self.quit()
             return None
 
@@ -84,7 +109,7 @@ def _connect_error(worker: WorkerBase, on_error: Callable[[str], None] | None) -
     ref = weakref.ref(worker)  # handlers hold no strong reference: a finished worker can be collected
 
     def report(exc: BaseException) -> None:
-        if isinstance(exc, Cancelled) or _quit_asked(ref):
+        if isinstance(exc, (Cancelled, Stopped)) or _quit_asked(ref):
             return
         if not isinstance(exc, UserError):
             traceback.print_exception(type(exc), exc, exc.__traceback__)
@@ -118,8 +143,11 @@ def launch(
 
     Handlers are connected before the start, so no early signal is missed. `on_result` gets the return
     value (never delivered after `quit()`), `on_yield` each yielded value of a generator function."""
+    holder: list = []
+    fn = _watched(fn, holder)
     worker: WorkerBase = GeneratorWorker(fn, *args, **kwargs) if inspect.isgeneratorfunction(fn) \
         else Job(fn, *args, **kwargs)
+    holder.append(weakref.ref(worker))  # weak: the job's own function does not keep its worker alive
     # Every handler runs in the thread that launched the job (the GUI thread): queued, in emit order.
     # A value already on its way when quit() was called is dropped on arrival: no result after quit.
     if on_result is not None:
