@@ -28,7 +28,7 @@ MOE = dict(first_k_dense_replace=1, n_routed_experts=8, n_group=4, topk_group=2,
            n_shared_experts=2, routed_scaling_factor=1.7)
 CASES = {
     "q-latent, interleaved": dict(q_lora_rank=12, rope_interleave=True),
-    "plain q, half rope": dict(q_lora_rank=None, rope_interleave=False, tie_word_embeddings=True),
+    "plain q, half rope": dict(q_lora_rank=None, rope_interleave=None, tie_word_embeddings=True),  # null: half
     "yarn mscale, biases": dict(q_lora_rank=12, rope_interleave=True, rope_parameters=YARN, attention_bias=True,
                                 max_position_embeddings=64),
     "yarn, half rope, plain q": dict(q_lora_rank=None, rope_interleave=False, rope_parameters=YARN,

@@ -84,6 +84,7 @@ def _deepseek_config(cfg: dict) -> LlamaConfig:
     if not isinstance(bias, bool):
         raise UserError(f"{FAMILY}: attention_bias must be true or false, got {bias!r}")
     interleave = cfg.get("rope_interleave", True)
+    interleave = False if interleave is None else interleave  # transformers: null is false (rotate_half)
     if not isinstance(interleave, bool):
         raise UserError(f"{FAMILY}: rope_interleave must be true or false, got {interleave!r}")
     rope_dim = _size(cfg, "qk_rope_head_dim", 64)
