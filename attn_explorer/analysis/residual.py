@@ -43,6 +43,9 @@ def decoder_parts(module) -> DecoderParts:
     blocks = list(module.blocks.layers)
     if any(not (b.norm_first or b.parallel) for b in blocks):
         raise UserError("post-LN decoders (OPT-350m) are not supported yet: their residual stream is not a sum")
+    if getattr(cfg, "mamba", None) is not None:  # Granite 4 hybrid, Falcon-H1 (core.mamba_hybrid)
+        raise UserError(f"the logit lens and contributions do not support {cfg.family} yet: its Mamba-2 mixers (and "
+                        "their gated norm and multipliers) act outside the pieces this decomposition sums")
     scaled = [f for f in ("residual_multiplier", "logits_divisor") if getattr(cfg, f, 1.0) != 1.0]
     if scaled:  # Granite: each branch and the logits are scaled outside the pieces this decomposition sums
         raise UserError(f"the logit lens and contributions do not support Granite's multipliers yet "

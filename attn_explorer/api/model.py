@@ -281,8 +281,9 @@ class Model:
 
     def _head_shape(self) -> tuple[int, int, int]:
         """(query heads, key/value heads, head size) of the module's attention layers."""
-        layers = getattr(getattr(self.module, "blocks", None), "layers", None)
-        attn = getattr(layers[0], "attn", None) if layers else None
+        layers = getattr(getattr(self.module, "blocks", None), "layers", None) or []
+        # hybrids (core.recurrent): the first softmax layer's (a recurrent mixer has no key/value heads)
+        attn = next((b.attn for b in layers if hasattr(getattr(b, "attn", None), "num_kv_heads")), None)
         if attn is None:
             i = self.info
             return i.num_heads, i.num_heads, i.hidden_size // max(1, i.num_heads)

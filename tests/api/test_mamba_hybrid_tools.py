@@ -1,0 +1,119 @@
+"""Issue 25 part C on the Mamba-2 hybrids (tiny random folders, as tests/hub/test_parity_mamba_hybrids builds them):
+Granite 4 hybrid (Mamba-2, attention, Mamba-2; MoE) and Falcon-H1 (attention and Mamba-2 in every layer). The
+hook points, run_with_cache, the implicit map at hook_pattern, lazy attention (refused in one line on Granite's
+recurrent layers; Falcon-H1's maps are its softmax attention's and run lazily), prefix reuse, ablation of a
+Mamba-2 head through attn.hook_z, patching, relevance; the logit lens refused in one line naming the family."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import attn_explorer as ax  # noqa: E402
+from attn_explorer.errors import UserError  # noqa: E402
+from tests.hub.test_parity_mamba_hybrids import CASES, MAMBA  # noqa: E402
+from tests.hub.test_parity_rotary_families import make_folder  # noqa: E402
+
+TEXT = "The capital of France is Paris. The capital of Italy is Rome and the capital of Spain"
+TOOLS = {
+    # as many Mamba-2 heads as attention heads (6 of 16 channels), so the maps stack without padding
+    "granite4-tools": (CASES["granite4"][0], CASES["granite4"][1],
+                       dict(CASES["granite4"][2], mamba_n_heads=6, mamba_d_head=16)),
+    "falcon_h1": CASES["falcon_h1"],
+}
+
+
+@pytest.fixture(scope="module", params=list(TOOLS))
+def m(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param)
+    make_folder(folder, request.param, cases=TOOLS)
+    return ax.load_model(str(folder), device="cpu")
+
+
+def _granite(m):
+    return m.info.family == "granitemoehybrid"
+
+
+def test_hook_names_and_run_with_cache(m):
+    names = m.hook_names()
+    if _granite(m):
+        assert m.info.mixers == ("mamba2", "softmax", "mamba2")
+        assert m.info.layer_kinds == ("Mamba-2 (implicit)", "global", "Mamba-2 (implicit)")
+        assert "blocks.0.attn.hook_dt" in names and "blocks.1.attn.hook_dt" not in names
+    else:
+        assert m.info.layer_kinds[0] == "global + Mamba-2 (no map)"
+    r, cache = m.run_with_cache(TEXT)
+    assert set(names) - set(cache) == set()
+    # layer 0's hook_pattern is the map the run returns: on Granite the signed implicit map of its Mamba-2 heads
+    np.testing.assert_allclose(cache["blocks.0.attn.hook_pattern"][0].numpy(), r.attentions[0], atol=1e-6)
+    if _granite(m):
+        a = r.attentions[0]
+        assert (a < 0).any() and np.all(np.triu(a, 1) == 0)
+
+
+def test_lazy(m):
+    if _granite(m):
+        with pytest.raises((UserError, ValueError), match="granitemoehybrid") as e:
+            m.run(TEXT, lazy=True)
+        assert "\n" not in str(e.value)
+        return
+    dense, lazy = m.run(TEXT), m.run(TEXT, lazy=True)
+    for layer in range(3):
+        np.testing.assert_allclose(lazy.attention(layer, 2), dense.attentions[layer, 2], atol=1e-6, rtol=1e-5)
+
+
+def test_prefix_reuse(m):
+    """Appending to the text reuses the whole state (equal to a fresh run); an edit inside it cannot go back."""
+    from attn_explorer.api import prefix
+    prefix.forget()
+    m.run(TEXT, reuse_prefix=True, hidden=True)
+    longer = TEXT + " is Madrid"
+    r = m.run(longer, reuse_prefix=True, hidden=True)
+    assert r.reuse.startswith("reused ") and not r.reuse.startswith("reused 0")
+    np.testing.assert_allclose(r.hidden, m.run(longer, hidden=True).hidden, atol=1e-5)
+    with pytest.raises((UserError, ValueError), match="prefix reuse") as e:
+        m.run(TEXT.replace("Italy", "Japan"), reuse_prefix=True)
+    assert "\n" not in str(e.value)
+    prefix.forget()
+
+
+def test_ablating_a_mamba_head_through_hook_z(m):
+    """ablate={(0, 1): 'zero'} on Granite's Mamba-2 layer 0 zeroes that head's channels of out_proj's input: the
+    same hidden state as a hand-written hook doing it, different from the plain run."""
+    base = m.run(TEXT, hidden=True)
+    off = m.run(TEXT, hidden=True, ablate={(0, 1): "zero"})
+    assert np.abs(off.hidden - base.hidden).max() > 1e-4
+
+    def zero(z, name):
+        z = z.clone()
+        z[:, :, 1] = 0
+        return z
+    by_hand = m.run_with_hooks(TEXT, hidden=True, hooks={"blocks.0.attn.hook_z": zero})
+    np.testing.assert_allclose(off.hidden, by_hand.hidden, atol=1e-6)
+    mean = m.run(TEXT, hidden=True, ablate={(2, 3): "mean"})
+    assert np.abs(mean.hidden - base.hidden).max() > 1e-5
+
+
+def test_patching_and_compare(m):
+    from attn_explorer.analysis import interventions
+    assert interventions.compare(m, TEXT, {(0, 1): "zero"}) is not None
+    corrupt = TEXT.replace("France", "Japan")
+    assert len(m.prepare(corrupt).tokens) == len(m.prepare(TEXT).tokens)
+    p = interventions.patch(m, TEXT, corrupt, heads=[(0, h) for h in range(6)])
+    assert np.isfinite(p.patched) and p.patched != p.corrupt
+
+
+@pytest.mark.parametrize("method", ["gradient_rollout", "attnlrp", "rollout", "attention"])
+def test_relevance_runs(m, method):
+    from attn_explorer.analysis.relevance import explain
+    r = explain(m, TEXT, method=method)
+    assert r.scores.shape == (len(m.prepare(TEXT).tokens),) and np.isfinite(r.scores).all()
+
+
+def test_the_lens_refuses_in_one_line(m):
+    from attn_explorer.analysis import lens
+    with pytest.raises(UserError, match=m.info.family) as e:
+        lens.logit_attribution(m, TEXT)
+    assert "\n" not in str(e.value)
