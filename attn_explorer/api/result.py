@@ -47,8 +47,8 @@ class ModelInfo:
     # Hybrids (core.recurrent: Qwen3.5 / Qwen3-Next, Granite 4 hybrid, Falcon-H1): per layer its mixer, "softmax",
     # "deltanet" or "mamba2" (() when every layer is softmax attention), and per layer how many heads its maps
     # have (() when all have num_heads). num_heads is then the largest; RunResult.attentions (L, H, N, N) holds
-    # NaN in heads layer_heads[l]..H-1 of a layer with fewer. Recurrent layers' maps are signed implicit
-    # attention (rows need not sum to 1), not probabilities.
+    # zeros in heads layer_heads[l]..H-1 of a layer with fewer (no such head: not to be shown or ablated).
+    # Recurrent layers' maps are signed implicit attention (rows need not sum to 1), not probabilities.
     mixers: tuple[str, ...] = ()
     layer_heads: tuple[int, ...] = ()
 

@@ -205,7 +205,7 @@ class BlockStack(nn.Module):
         grads = torch.is_grad_enabled() and x.requires_grad  # autograd: the maps are stacked, not written in place
         per_layer = []
         heads = [block.attn.num_heads for block in self.layers]
-        H = max(heads)  # hybrids (core.recurrent): a layer with fewer heads leaves NaN in heads H_layer..H-1
+        H = max(heads)  # hybrids (core.recurrent): a layer with fewer heads has zeros in heads H_layer..H-1
         if output_attentions and not grads:
             # Every layer's softmax is computed in place in its slice of one (L, B, H, N, N) buffer:
             # no per-layer n×n allocation and no final stack.
@@ -228,8 +228,8 @@ class BlockStack(nn.Module):
             )
             x, probs = block(x, o)
             progress.layer_done(i + 1, len(self.layers), x.shape[1])  # issue 24: the caller follows, or stops here
-            if output_attentions and heads[i] != H:  # fewer heads than the widest layer: NaN past its own
-                pad = probs.new_full((probs.shape[0], H - heads[i], *probs.shape[2:]), float("nan"))
+            if output_attentions and heads[i] != H:  # fewer heads than the widest layer: zeros past its own
+                pad = probs.new_zeros((probs.shape[0], H - heads[i], *probs.shape[2:]))
                 probs = torch.cat([probs, pad], dim=1)
                 if attn is not None:
                     attn[i].copy_(probs)

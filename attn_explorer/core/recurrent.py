@@ -20,9 +20,10 @@ core.attention.MultiHeadAttention does, so TransformerBlock and BlockStack treat
   patches a recurrent head as it does a softmax one.
 
 RunResult.attentions (L, H, N, N) with layers of different head counts: H is the largest H_layer; a layer with
-fewer heads fills heads H_layer..H-1 with NaN ("no head here", never a map of zeros that would read as a head
-attending nowhere). ModelInfo.layer_heads says per layer how many are real, ModelInfo.mixers per layer which kind
-("softmax", "deltanet", "mamba2"), and ModelInfo.layer_kinds the words for people ("gated DeltaNet (implicit)").
+fewer heads fills heads H_layer..H-1 with zeros (not NaN: every saved run, export and view refuses NaN maps as an
+overflow), and those heads do not exist for anything else: ModelInfo.layer_heads says per layer how many are real
+(ablation and the head pickers check it), ModelInfo.mixers per layer which kind ("softmax", "deltanet", "mamba2"),
+and ModelInfo.layer_kinds the words for people ("gated DeltaNet (implicit)").
 Lazy runs keep nothing for a recurrent layer yet: a hybrid's lazy run is refused in one line naming the family.
 
 The implicit map, derived (Gated DeltaNet; core.deltanet; per value head, q_t already L2-normed and scaled):
