@@ -37,7 +37,12 @@ def load_model(src: str | os.PathLike = "minilm", device: str = "auto", dtype: s
     info = ModelInfo(device=where.type, dtype=str(dt).replace("torch.", ""), num_params=built.num_params,
                      **{"weights": built.weights or ("trained" if built.info.get("trained") else "untrained"),
                         **built.info})
-    model = Model(module, info, **built.parts)
+    if info.modality == "image-text":  # vision-language (LLaVA, PaliGemma): run(image, text=...)
+        from attn_explorer.api.vlm import VisionLanguageModel
+
+        model = VisionLanguageModel(module, info, **built.parts)
+    else:
+        model = Model(module, info, **built.parts)
     model.source = dict(src=src, device=device, max_memory=max_memory, offload_folder=offload_folder)
     if src is not None:  # Model.dtype_error's reference: the same checkpoint again in float32 on the CPU
         model.reload_float32 = functools.partial(load_model, src, device="cpu", dtype="float32")

@@ -144,6 +144,12 @@ class RunResult:
     sinks: np.ndarray | None = None
     # MoE models: which experts each token went to in every layer (Routing); None for a dense model
     routing: Routing | None = None
+    # vision-language models (core.vlm, api.vlm): `attentions` is the decoder's over every token, image and text;
+    # the tower's own maps (T tiles, L_v layers, H_v heads, P tower tokens), and per image token (int32 rows)
+    # its position in `tokens`, its tile (-1: none), its row and column in that tile's grid of image tokens
+    # (-1 for a tower's class token) and its merge (the side of the square of patches it stands for)
+    vision_attentions: np.ndarray | None = None  # float32 (T, L_v, H_v, P, P)
+    image_token_positions: np.ndarray | None = None  # int32 (n_image_tokens, 5): token, tile, row, col, merge
 
     @property
     def is_lazy(self) -> bool:

@@ -19,7 +19,7 @@ cached ones, so each step runs one token through the stack and attends to everyt
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,7 @@ from attn_explorer.core.attention import AttentionOptions, KVCache, decoder_star
 from attn_explorer.core.blocks import BlockConfig, BlockStack, TransformerBlock
 from attn_explorer.core.layers import make_norm
 from attn_explorer.core.linear import Linear
-from attn_explorer.core.mla import MLAConfig
+from attn_explorer.core.mla import LatentKV, MLAConfig
 from attn_explorer.core.moe import MoEConfig
 from attn_explorer.core.output import ModelOutput
 from attn_explorer.core.positional import PLAIN_ROPE, RopeScaling, rope_tables
@@ -206,7 +206,10 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         return t[0][start:end], t[1][start:end]
 
     def new_cache(self) -> KVCache:
-        return KVCache(self.cfg.num_layers)
+        cache = KVCache(self.cfg.num_layers)
+        if self.cfg.mla is not None:  # DeepSeek-V3: each layer caches its latent, as transformers does
+            cache.layers = [LatentKV() for _ in range(self.cfg.num_layers)]
+        return cache
 
     def forward(
         self,
@@ -217,21 +220,24 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         output_attentions: bool = False,
         hooks: Hooks | None = None,
         cache: KVCache | None = None,
+        embeds: torch.Tensor | None = None,
+        attend: torch.Tensor | None = None,
         **_,
     ) -> ModelOutput:
         """input_ids (B, N): the new tokens. With a cache they sit at positions past..past+N-1 and
-        attend to the cached tokens too; attention_mask (B, past + N), 1 = a real token."""
+        attend to the cached tokens too; attention_mask (B, past + N), 1 = a real token.
+        Vision-language models (core.vlm): embeds (B, N, D) replaces `embed(input_ids)` (image vectors at
+        the placeholders); attend, bool (B, 1, N, past + N), replaces the causal mask (PaliGemma's prefix)."""
         N = input_ids.shape[1]
         past = decoder_start(cache, N, self.cfg.max_positions)
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids) if embeds is None else embeds
         cfg = self.cfg
-        if cfg.embed_multiplier != 1.0:  # Granite's embedding_multiplier
-            x = x * cfg.embed_multiplier
-        if cfg.scale_embeddings:  # sqrt(dim) rounded to the weights' dtype first, as transformers does
-            x = x * torch.tensor(cfg.dim ** 0.5, dtype=x.dtype, device=x.device)
         opts = AttentionOptions(mask=key_padding_mask(attention_mask), causal=True, dk_scale=dk_scale,
                                 rope=self.rope(past, N, x.device, x.dtype), scale=cfg.attn_scale,
                                 softcap=cfg.attn_softcap)
+        if attend is not None:  # vision-language: the caller's mask instead of the causal one
+            pad = opts.mask
+            opts = replace(opts, causal=False, mask=attend if pad is None else attend & pad.bool())
         windows = cfg.sliding_windows
         layer_opts = [{"window": w} for w in windows] if windows and any(windows) else None
         if layer_opts and cfg.rope_local_theta is not None:  # Gemma 3: the local layers' own RoPE base
@@ -245,6 +251,16 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         x, attn = self.blocks(x, opts, dk_layers=dk_layers, output_attentions=output_attentions,
                               hooks=hooks, cache=cache, layer_opts=layer_opts)
         return ModelOutput(hidden=self.norm(x), attentions=attn)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The token vectors the first block reads: the embedding times the family's multipliers."""
+        x = self.embed_tokens(input_ids)
+        cfg = self.cfg
+        if cfg.embed_multiplier != 1.0:  # Granite's embedding_multiplier
+            x = x * cfg.embed_multiplier
+        if cfg.scale_embeddings:  # sqrt(dim) rounded to the weights' dtype first, as transformers does
+            x = x * torch.tensor(cfg.dim ** 0.5, dtype=x.dtype, device=x.device)
+        return x
 
     @property
     def can_generate(self) -> bool:

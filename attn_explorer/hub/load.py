@@ -147,11 +147,16 @@ def load_folder(folder: Path, name: str, progress: Progress | None = None,
     kinds = cfg.layer_kinds() if hasattr(cfg, "layer_kinds") else []
     if any(k != "global" for k in kinds):  # sliding-window layers (Gemma, Mistral): say which
         info_kw["layer_kinds"] = tuple(kinds)
-    if arch.modality == "text":
+    if arch.modality in ("text", "image-text"):
         kw["tokenizer"] = TextTokenizer.from_folder(folder)
         info_kw["max_positions"] = cfg.usable_positions
         info_kw["min_tokens"] = kw["tokenizer"].min_tokens if kw["tokenizer"] is not None else 1
-    else:
+    if arch.modality == "image-text":  # vision-language (core.vlm): the tower's preprocessing beside the tokenizer
+        from attn_explorer.hub.vlm_inputs import vlm_parts
+
+        kw.update(vlm_parts(folder, cfg))
+        info_kw.update(patch_size=cfg.vision.patch_size, image_size=cfg.vision.image_size)
+    elif arch.modality != "text":
         pp_file = folder / "preprocessor_config.json"
         pp = json.loads(pp_file.read_text(encoding="utf-8")) if pp_file.exists() else None
         kw["preprocess"] = ImagePreprocess.from_config(pp, cfg.image_size)

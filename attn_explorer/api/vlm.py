@@ -1,0 +1,154 @@
+"""`VisionLanguageModel`: a Model whose input is a picture and a prompt (LLaVA, PaliGemma; core.vlm).
+
+    r = m.run("cat.png", text="<image>\\nWhat is this?")
+    r.attentions               # (L, H, N, N): the decoder's maps over every token, image and text
+    r.vision_attentions        # (T, L_v, H_v, P, P): the tower's own maps, per tile
+    r.image_token_positions    # int32 (n, 5): token index, tile, row, col, merge of each image token
+    r.tokens                   # image tokens read "<image r3c5>" (tile prefix "t1 " where there are tiles)
+
+The prompt's `<image>` is expanded as the model's own processor expands it (hub.vlm_inputs); a prompt without
+one gets the picture where the processor or chat template puts it (a note says so). Lazy maps, prefix reuse
+and encoder-decoder targets are refused in one line; hooks (run_with_hooks, run_with_cache), ablation and
+`with m.hooks(...)` reach the decoder's blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from attn_explorer.api.hooks import ablation_hooks, caching_hook, merge
+from attn_explorer.api.model import Model, Prepared
+from attn_explorer.api.result import RunResult
+from attn_explorer.core.hooks import Hooks
+from attn_explorer.errors import UserError
+from attn_explorer.hub.vlm_inputs import IMAGE_TOKEN, expand_prompt
+from attn_explorer.validate import text_size_ok
+
+POSITION_COLUMNS = ("token", "tile", "row", "col", "merge")  # image_token_positions' columns
+
+
+@dataclass
+class Generated:
+    """Greedy generation after a picture and a prompt: the new ids and tokens, and each step's attention row
+    (L, H, tokens so far) of the newest token over every earlier token, image and text."""
+
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)
+    image_token_positions: np.ndarray | None = None
+
+
+class VisionLanguageModel(Model):
+    """A loaded vision-language model: `run(image, text=...)`, `generate(image, text=...)`."""
+
+    def run(self, x=None, text: str | None = None, **kw) -> RunResult:
+        """The decoder's maps over the picture's tokens and the prompt's, the tower's maps and each image
+        token's place (see the module's docstring). kw: dk_scale, dk_layers, hidden, ablate as Model.run."""
+        return self._run(x, {}, None, dict(kw, text=text))
+
+    def _run(self, x, hooks: Mapping, cache: tuple | None, kw: dict) -> RunResult:
+        kw = dict(kw)
+        text = kw.pop("text", None)
+        name = self.info.family
+        for k, default in (("lazy", None), ("reuse_prefix", False), ("target", None), ("max_tokens", None),
+                           ("image_size", None)):
+            if kw.pop(k, default) not in (default, False):
+                raise UserError(f"{name}: {k} is not supported yet for vision-language models")
+        bad = set(kw) - {"dk_scale", "dk_layers", "hidden", "ablate"}
+        if bad:
+            raise UserError(f"run takes no argument {sorted(bad)[0]!r}")
+        dk_scale, dk_layers = self.check_dk(kw.get("dk_scale", 1.0), kw.get("dk_layers"))
+        prep = self.prepare(x, text=text)
+        self._check_memory(prep)
+        table = merge(ablation_hooks(kw["ablate"], self.info) if kw.get("ablate") else None, *self._context_hooks,
+                      hooks)
+        if cache is not None:
+            names, store, _every = cache
+            table = merge(table, {n: caching_hook(store) for n in names})
+        out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, Hooks(table) if table else None)
+        return self._vlm_result(out, ms, prep, dk_scale, kw.get("hidden", False))
+
+    def prepare(self, x, max_tokens: int | None = None, image_size: int | None = None, text: str | None = None
+                ) -> Prepared:
+        """The picture's pixels and the prompt's ids with the placeholder expanded (the module's inputs)."""
+        name = self.info.family
+        if x is None or (isinstance(x, str) and not x.strip()):
+            raise UserError(f"{name} is a vision-language model: give it an image (and a prompt: text=...)")
+        text = "" if text is None else text
+        if not isinstance(text, str):
+            raise UserError(f"the prompt must be text, not {type(text).__name__}")
+        text_size_ok(text)
+        img = self._prepare_image(x, None)
+        pixels = img.inputs["pixels"]
+        cfg = self.module.cfg
+        p = cfg.vision.patch_size
+        rows, cols = pixels.shape[-2] // p, pixels.shape[-1] // p
+        extra = 0 if cfg.drop_class_token else cfg.vision.num_extra_tokens
+        tok = self.tokenizer
+        if tok is None:
+            raise UserError(f"{name}: the folder has no tokenizer (tokenizer.json); it cannot read a prompt")
+        if tok.tok.token_to_id(IMAGE_TOKEN) != cfg.image_token_id:
+            raise UserError(f"{name}: the tokenizer has no {IMAGE_TOKEN} token with id {cfg.image_token_id} "
+                            "(image_token_index in config.json)")
+        bos = tok.tok.id_to_token(cfg.text_bos) if cfg.kind == "paligemma" and cfg.text_bos is not None else None
+        ex = expand_prompt(cfg.kind, text, rows * cols + extra, 1, bos)
+        enc = tok.tok.encode(ex.text, add_special_tokens=ex.add_special)
+        ids = list(enc.ids)
+        if len(ids) > self.info.max_positions:
+            raise UserError(f"{name}: {len(ids)} tokens (the picture's {rows * cols + extra} and the prompt's) are "
+                            f"more than the model's {self.info.max_positions} positions")
+        place = [i for i, t in enumerate(ids) if t == cfg.image_token_id]
+        pos = np.array([(i, 0, *(divmod(k - extra, cols) if k >= extra else (-1, -1)), 1) for k, i in enumerate(place)],
+                       dtype=np.int32).reshape(-1, len(POSITION_COLUMNS))
+        tokens = tok.display(ids)
+        for i, _tile, r, c, _m in pos:
+            tokens[i] = f"<image r{r}c{c}>" if r >= 0 else "<image cls>"
+        special = [bool(s) or t == cfg.text_bos for s, t in zip(enc.special_tokens_mask, ids)]
+        for i in place:
+            special[i] = False
+        inputs = {"input_ids": torch.tensor([ids], device=self.device), "pixels": pixels}
+        if cfg.prefix_lm:
+            inputs["prefix_len"] = len(ids)  # PaliGemma: the whole prompt is the prefix
+        notes = img.notes + ([ex.note] if ex.note else [])
+        prep = Prepared(inputs, tokens, special, len(ids), False, notes, image=img.image)
+        prep.image_token_positions = pos
+        return prep
+
+    def _vlm_result(self, out, ms, prep: Prepared, dk_scale, hidden) -> RunResult:
+        vision = out.vision_attentions
+        vision = None if vision is None else np.ascontiguousarray(vision.float().cpu().numpy(), dtype=np.float32)
+        return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, grid=out.grid, image=prep.image,
+                            notes=prep.notes, total_tokens=len(prep.tokens), vision_attentions=vision,
+                            image_token_positions=prep.image_token_positions)
+
+    def generate(self, x=None, text: str | None = None, max_new_tokens: int = 16, **kw) -> Generated:
+        """Greedy tokens after the picture and the prompt, through the decoder's KV cache, with each new token's
+        attention row. (Sampling is not offered here yet.)"""
+        if kw:
+            raise UserError(f"{self.info.family}: generate takes no argument {sorted(kw)[0]!r} for a "
+                            "vision-language model (greedy only)")
+        if not self.module.can_generate:
+            raise UserError(f"{self.info.family}: this checkpoint has no LM head: it cannot generate")
+        prep = self.prepare(x, text=text)
+        ids = prep.inputs["input_ids"][0].tolist()
+        gen = Generated(prompt_ids=ids, image_token_positions=prep.image_token_positions)
+        cache = self.module.new_cache()
+        feed = dict(prep.inputs)
+        table = self.active_hooks()
+        hooks = Hooks(table) if table else None
+        stop = {getattr(self.module.cfg, "text_eos", None)}
+        for _ in range(int(max_new_tokens)):
+            with torch.inference_mode():
+                out = self.module(output_attentions=True, cache=cache, hooks=hooks, **feed)
+                chosen = int(self.module.logits(out.hidden[:, -1:])[0, -1].float().argmax())
+            gen.rows.append(out.attentions[0, :, :, -1, :].float().cpu().numpy())
+            gen.ids.append(chosen)
+            gen.tokens.append(self.tokenizer.display([chosen])[0])
+            if chosen in stop:
+                break
+            feed = {"input_ids": torch.tensor([[chosen]], device=self.device)}
+        return gen

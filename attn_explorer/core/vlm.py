@@ -1,0 +1,171 @@
+"""Vision-language models: a vision tower, a connector, and a decoder reading image and text tokens.
+
+The picture runs through our ViT (CLIP or SigLIP tower: its own maps are kept), the connector turns the
+chosen layer's patch vectors into the decoder's width, and those vectors take the places of the image
+placeholder tokens in the prompt (the processor has already repeated the placeholder once per image token).
+The decoder (our Llama, with its Gemma switches) then runs over every token, image and text.
+
+- LLaVA 1.5: a CLIP tower read at vision_feature_layer (-2: the output of its last-but-one block), its class
+  token dropped ("default" strategy) or kept ("full"), then a 2-layer MLP (linear, GELU, linear).
+- PaliGemma: a SigLIP tower's normed output, one linear projection, and a prefix-LM mask: the image and the
+  prompt attend to each other fully (both ways); later tokens (generated ones) are causal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attn_explorer.core.hooks import Hooks
+from attn_explorer.core.layers import activation
+from attn_explorer.core.llama import Llama, LlamaConfig
+from attn_explorer.core.output import ModelOutput
+from attn_explorer.core.vit import ViTConfig, VisionTransformer
+
+
+@dataclass
+class VLMConfig:
+    vision: ViTConfig
+    text: LlamaConfig
+    kind: str = "llava"  # "llava" or "paligemma": which connector and mask
+    image_token_id: int = 32000  # the placeholder the processor repeats, once per image token
+    feature_depth: int = 1  # the tower's hidden state read: after this many blocks (LLaVA's vision_feature_layer)
+    drop_class_token: bool = True  # LLaVA's "default" select strategy: the tower's class token is not an image token
+    projector_act: str = "gelu"  # LLaVA's projector_hidden_act
+    projector_bias: bool = True  # LLaVA's multimodal_projector_bias
+    prefix_lm: bool = False  # PaliGemma: the prompt (image + text) attends to itself both ways
+    text_bos: int | None = None  # the decoder's BOS id (PaliGemma's processor writes it after the image)
+    text_eos: int | None = None  # generation stops here
+    head: bool = True  # the decoder has an LM head (set from the checkpoint by hub.convert.decoder_head)
+
+    def __post_init__(self):
+        if isinstance(self.vision, dict):  # a checkpoint's stored config gives plain objects
+            self.vision = ViTConfig(**self.vision)
+        if isinstance(self.text, dict):
+            self.text = LlamaConfig(**self.text)
+        self.text.head = self.head
+
+    # what ModelInfo and the loader read: the decoder's sizes
+    @property
+    def num_layers(self) -> int:
+        return self.text.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.text.num_heads
+
+    @property
+    def dim(self) -> int:
+        return self.text.dim
+
+    @property
+    def tie_embeddings(self) -> bool:
+        return self.text.tie_embeddings
+
+    @property
+    def usable_positions(self) -> int:
+        return self.text.usable_positions
+
+    @property
+    def image_tokens(self) -> int:
+        """Image tokens per picture at the tower's own image size (what the processor repeats the placeholder)."""
+        n = self.vision.native_grid ** 2
+        return n + (self.vision.num_extra_tokens if not self.drop_class_token else 0)
+
+    def layer_kinds(self) -> list[str]:
+        kinds = self.text.layer_kinds()
+        if self.prefix_lm:
+            return [k.replace("global", "global, prompt both ways") for k in kinds]
+        return kinds
+
+
+class VisionLanguage(nn.Module):
+    causal = True  # the decoder's text part; a prefix-LM (PaliGemma) opens its prompt both ways
+
+    def __init__(self, cfg: VLMConfig):
+        super().__init__()
+        self.cfg = cfg
+        cfg.text.head = cfg.head
+        self.vision = VisionTransformer(cfg.vision)
+        D_v, D = cfg.vision.dim, cfg.text.dim
+        if cfg.kind == "llava":
+            self.projector = nn.ModuleDict(dict(linear_1=nn.Linear(D_v, D, bias=cfg.projector_bias),
+                                                linear_2=nn.Linear(D, D, bias=cfg.projector_bias)))
+        else:
+            self.projector = nn.ModuleDict(dict(linear=nn.Linear(D_v, D)))
+        self.language = Llama(cfg.text)
+
+    # the decoder's parts under the names the API reads (hooks, W_O, generation)
+    @property
+    def blocks(self):
+        return self.language.blocks
+
+    @property
+    def embed_tokens(self):
+        return self.language.embed_tokens
+
+    @property
+    def can_generate(self) -> bool:
+        return self.language.can_generate
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.language.logits(hidden)
+
+    def new_cache(self):
+        return self.language.new_cache()
+
+    def image_features(self, pixels: torch.Tensor, dk_scale: float = 1.0, output_attentions: bool = False):
+        """pixels (T, C, H, W) -> (the decoder-width vectors (T, n, D), the tower's maps (T, L_v, H_v, P, P) or
+        None, the patch grid (rows, cols)). The tower runs every block (its maps are all kept); the
+        connector reads the hidden state after cfg.feature_depth blocks."""
+        cfg = self.cfg
+        depth = cfg.feature_depth
+        got: dict = {}
+
+        def grab(x, _name):
+            got["x"] = x
+
+        point = "hook_embed" if depth == 0 else f"blocks.{depth - 1}.hook_resid_post"
+        last = depth == cfg.vision.num_layers and cfg.kind == "paligemma"  # SigLIP's normed output
+        out = self.vision(pixels, dk_scale=dk_scale, output_attentions=output_attentions,
+                          hooks=None if last else Hooks({point: (grab,)}))
+        x = out.hidden if last else got["x"]
+        if cfg.drop_class_token:
+            x = x[:, cfg.vision.num_extra_tokens:]
+        p = self.projector
+        if cfg.kind == "llava":
+            x = p["linear_2"](activation(cfg.projector_act)(p["linear_1"](x)))
+        else:
+            x = p["linear"](x)
+        return x, out.attentions, out.grid
+
+    def forward(self, input_ids: torch.Tensor, pixels: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, dk_scale: float = 1.0, dk_layers=None,
+                output_attentions: bool = False, hooks: Hooks | None = None, cache=None, prefix_len=None,
+                **_) -> ModelOutput:
+        """input_ids (1, N) with the placeholder repeated once per image token; pixels (T, C, H, W), one row per
+        picture or tile. prefix_len (PaliGemma): the tokens of the prompt, which see each other both ways.
+        Returns the decoder's output with `vision_attentions` and the patch grid."""
+        cfg = self.cfg
+        x = self.language.embed(input_ids)
+        vision_attn, grid = None, None
+        if pixels is not None:
+            feats, vision_attn, grid = self.image_features(pixels, dk_scale, output_attentions)
+            place = input_ids == cfg.image_token_id
+            if int(place.sum()) != feats.shape[0] * feats.shape[1]:
+                raise ValueError(f"{int(place.sum())} image placeholder tokens for {feats.shape[0] * feats.shape[1]} "
+                                 "image vectors")
+            x = x.masked_scatter(place[..., None], feats.to(x.dtype))
+        attend = None
+        if cfg.prefix_lm and prefix_len:
+            N = input_ids.shape[1]
+            past = 0 if cache is None else cache.length
+            q = torch.arange(past, past + N, device=x.device)[:, None]
+            k = torch.arange(past + N, device=x.device)[None, :]
+            attend = ((k <= q) | ((k < prefix_len) & (q < prefix_len)))[None, None]
+        out = self.language(input_ids, attention_mask, dk_scale=dk_scale, dk_layers=dk_layers,
+                            output_attentions=output_attentions, hooks=hooks, cache=cache, embeds=x, attend=attend)
+        out.vision_attentions = vision_attn
+        out.grid = grid
+        return out

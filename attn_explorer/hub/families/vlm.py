@@ -1,0 +1,142 @@
+"""Vision-language rows: LLaVA 1.5 (CLIP or SigLIP tower, 2-layer MLP projector, a Llama / Qwen2 / ... decoder)
+and PaliGemma (SigLIP tower, linear projector, Gemma decoder with its prompt open both ways), on core.vlm.
+The tower and the decoder read their sub-configs through the rows of their own families, so every
+check those rows make (RoPE, windows, activations) applies here too."""
+from __future__ import annotations
+
+from attn_explorer.core.llama import LlamaConfig
+from attn_explorer.core.vlm import VLMConfig, VisionLanguage
+from attn_explorer.errors import UserError
+from attn_explorer.hub.families.clip import (CLIP_VISION_DEFAULTS, CLIP_VISION_RULES, SIGLIP_VISION_DEFAULTS,
+                                             _clip_vision_config, _siglip_vision_config)
+from attn_explorer.hub.families.common import ARCHITECTURES, ACTS, Architecture, act, norm_eps, rope
+from attn_explorer.hub.families.decoders import LLAMA_RULES
+
+_TOWERS = {"clip_vision_model": (_clip_vision_config, CLIP_VISION_DEFAULTS),
+           "siglip_vision_model": (_siglip_vision_config, SIGLIP_VISION_DEFAULTS)}
+
+
+def check_config(cfg, where: str):
+    from attn_explorer.hub.convert import check_config as check  # convert imports this package's rows
+
+    return check(cfg, where)
+
+
+def _sub(cfg: dict, key: str, family: str, default_type: str) -> dict:
+    sub = cfg.get(key)
+    if sub is None:
+        sub = {}
+    if not isinstance(sub, dict):
+        raise UserError(f"{family}: config.json's {key} must be an object")
+    return {"model_type": default_type, **sub}
+
+
+def _tower(cfg: dict, family: str, default_type: str, defaults: dict | None = None):
+    v = _sub(cfg, "vision_config", family, default_type)
+    mt = v["model_type"]
+    if mt not in _TOWERS:
+        raise UserError(f"{family}: vision_config.model_type {mt!r} is not supported (clip_vision_model, "
+                        "siglip_vision_model)")
+    make, _ = _TOWERS[mt]
+    return check_config(make({**(defaults or {}), **v}), f"{family} vision_config"), mt
+
+
+def _gemma1_config(t: dict) -> LlamaConfig:
+    """Gemma (1): Llama's decoder with (1 + w) RMSNorms, GeGLU, embeddings times sqrt(width), head_dim 256."""
+    heads = t["num_attention_heads"]
+    head_dim = t.get("head_dim", 256)
+    theta, fraction, scaling = rope(t, "gemma", head_dim, theta=10000.0)
+    if fraction != 1.0:
+        raise UserError("gemma with partial_rotary_factor is not supported")
+    return LlamaConfig(
+        vocab_size=t["vocab_size"], dim=t["hidden_size"], num_layers=t["num_hidden_layers"], num_heads=heads,
+        num_kv_heads=t.get("num_key_value_heads") or heads, mlp_hidden=t["intermediate_size"],
+        max_positions=t.get("max_position_embeddings", 8192), eps=norm_eps(t, "rms_norm_eps", 1e-6),
+        rope_theta=theta, rope_scaling=scaling, tie_embeddings=True, head_size=head_dim,
+        attention_bias=bool(t.get("attention_bias", False)), norm="rms1p",
+        act=act({"hidden_act": t.get("hidden_activation") or t.get("hidden_act") or "gelu_pytorch_tanh"}),
+        scale_embeddings=True,
+    )
+
+
+def _decoder(cfg: dict, family: str, default_type: str) -> LlamaConfig:
+    t = _sub(cfg, "text_config", family, default_type)
+    mt = t["model_type"]
+    if mt == "gemma":
+        text = _gemma1_config(t)
+    elif mt in ("llama", "qwen2", "mistral") and family == "llava":
+        text = ARCHITECTURES[mt].make_config(t)
+    else:
+        raise UserError(f"{family}: text_config.model_type {mt!r} is not supported yet "
+                        f"({'llama, qwen2, mistral' if family == 'llava' else 'gemma'})")
+    if "tie_word_embeddings" in cfg:  # the whole model's flag ties its LM head
+        text.tie_embeddings = bool(cfg["tie_word_embeddings"])
+    return check_config(text, f"{family} text_config")
+
+
+def _special(cfg: dict, key: str, default: int):
+    v = cfg.get(key, (cfg.get("text_config") or {}).get(key, default))
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _depth(layer, layers: int, family: str) -> int:
+    """LLaVA's vision_feature_layer (an index into the tower's hidden states: 0 = the embeddings, -1 = the
+    last block's output) as a count of blocks run."""
+    if isinstance(layer, list):
+        raise UserError(f"{family}: a list of vision_feature_layer (several layers concatenated) is not supported yet")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not -(layers + 1) <= layer <= layers:
+        raise UserError(f"{family}: vision_feature_layer must be a whole number from {-(layers + 1)} to {layers}, "
+                        f"got {layer!r}")
+    return layer if layer >= 0 else layers + 1 + layer
+
+
+def _llava_config(cfg: dict) -> VLMConfig:
+    vision, _ = _tower(cfg, "llava", "clip_vision_model")
+    strategy = cfg.get("vision_feature_select_strategy", "default")
+    if strategy not in ("default", "full"):
+        raise UserError(f"llava: vision_feature_select_strategy must be 'default' or 'full', got {strategy!r}")
+    proj_act = cfg.get("projector_hidden_act", "gelu")
+    if proj_act not in ACTS:
+        raise UserError(f"llava: projector_hidden_act {proj_act!r} is not supported (supported: {', '.join(ACTS)})")
+    return VLMConfig(vision=vision, text=_decoder(cfg, "llava", "llama"), kind="llava",
+                     image_token_id=int(cfg.get("image_token_index", cfg.get("image_token_id", 32000))),
+                     feature_depth=_depth(cfg.get("vision_feature_layer", -2), vision.num_layers, "llava"),
+                     drop_class_token=strategy == "default" and vision.class_token,
+                     projector_act=ACTS[proj_act], projector_bias=bool(cfg.get("multimodal_projector_bias", True)),
+                     text_bos=_special(cfg, "bos_token_id", 1), text_eos=_special(cfg, "eos_token_id", 2))
+
+
+_PALIGEMMA_TOWER = dict(intermediate_size=4096, hidden_size=1152, patch_size=14, image_size=224, num_hidden_layers=27,
+                        num_attention_heads=16)
+
+
+def _paligemma_config(cfg: dict) -> VLMConfig:
+    vision, _ = _tower(cfg, "paligemma", "siglip_vision_model", _PALIGEMMA_TOWER)
+    text = _decoder(cfg, "paligemma", "gemma")
+    proj = cfg.get("projection_dim", 2048)
+    if proj != text.dim:
+        raise UserError(f"paligemma: projection_dim {proj!r} differs from text_config.hidden_size {text.dim}")
+    return VLMConfig(vision=vision, text=text, kind="paligemma",
+                     image_token_id=int(cfg.get("image_token_index", cfg.get("image_token_id", 256000))),
+                     feature_depth=vision.num_layers, drop_class_token=False, prefix_lm=True,
+                     text_bos=_special(cfg, "bos_token_id", 2), text_eos=_special(cfg, "eos_token_id", 1))
+
+
+_T, _L = r"(?:model\.)?vision_tower\.(?:vision_model\.)?", r"(?:model\.)?language_model\.(?:model\.)?"
+_TOWER_RULES = [(_T + p, "vision." + r) for p, r in CLIP_VISION_RULES]
+_DECODER_RULES = [(_L + p, "language." + r) for p, r in LLAMA_RULES]
+_HEAD = [(r"(?:model\.)?(?:language_model\.)?lm_head\.weight", "language.lm_head.weight")]
+_IGNORE = (_T + r"embeddings\.position_ids", _T + r"head\..*", _L + r"rotary_emb\.inv_freq")
+
+ARCHITECTURES["llava"] = Architecture(
+    "llava", "image-text", VisionLanguage, _llava_config,
+    _TOWER_RULES + _DECODER_RULES + _HEAD
+    + [(r"(?:model\.)?multi_modal_projector\.linear_(1|2)\.(weight|bias)", r"projector.linear_\1.\2")],
+    ignore=_IGNORE, note="image and text: the decoder's maps over every token; the tower's maps beside them",
+)
+ARCHITECTURES["paligemma"] = Architecture(
+    "paligemma", "image-text", VisionLanguage, _paligemma_config,
+    _TOWER_RULES + _DECODER_RULES + _HEAD
+    + [(r"(?:model\.)?multi_modal_projector\.linear\.(weight|bias)", r"projector.linear.\1")],
+    ignore=_IGNORE, note="image and text: the image and the prompt attend to each other both ways (a prefix)",
+)

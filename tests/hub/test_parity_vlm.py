@@ -1,0 +1,154 @@
+"""Vision-language models (core.vlm) against transformers eager: LLaVA 1.5 (CLIP tower read at its last-but-one
+layer, class token dropped, 2-layer MLP projector, Llama decoder; and a Qwen2 decoder with the "full" strategy)
+and PaliGemma (SigLIP tower, linear projector, Gemma decoder with the prompt open both ways). Tiny configs with
+random weights, built here; images made here. Our prompt expansion is checked against the documented one
+(the processor's string, tokenized by transformers' own tokenizer wrapping ours), then transformers reads the
+very ids and pixels we built: every decoder and tower map, the hidden state, greedy tokens."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import attn_explorer as ax  # noqa: E402
+from attn_explorer.errors import UserError  # noqa: E402
+from tests.tiny_llama import train_tokenizer  # noqa: E402
+
+TOL = 1e-5
+IMAGE_ID = 300  # "<image>", added to the 300-token tokenizer
+
+TEXT = dict(vocab_size=304, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=6,
+            num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+CLIP = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+            num_attention_heads=4, image_size=32, patch_size=8, projection_dim=16)
+SIGLIP = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+              num_attention_heads=4, image_size=32, patch_size=8)
+
+CASES = {
+    "llava": ("LlavaConfig", "LlavaForConditionalGeneration",
+              dict(vision_config=CLIP, text_config=dict(TEXT, model_type="llama"), image_token_index=IMAGE_ID,
+                   vision_feature_layer=-2, vision_feature_select_strategy="default", tie_word_embeddings=False)),
+    "llava-qwen2-full": ("LlavaConfig", "LlavaForConditionalGeneration",
+                         dict(vision_config=dict(CLIP, hidden_act="gelu"), image_token_index=IMAGE_ID,
+                              text_config=dict(TEXT, model_type="qwen2"), vision_feature_layer=-1,
+                              vision_feature_select_strategy="full", tie_word_embeddings=False)),
+    "paligemma": ("PaliGemmaConfig", "PaliGemmaForConditionalGeneration",
+                  dict(vision_config=SIGLIP, image_token_index=IMAGE_ID, projection_dim=48, vocab_size=304,
+                       text_config=dict(TEXT, model_type="gemma", head_dim=8, num_key_value_heads=1))),
+}
+PROMPTS = {"llava": "USER: <image>\nthe cat sat ASSISTANT:", "llava-qwen2-full": "the cat", "paligemma": "caption the cat"}
+
+
+def tokenizer():
+    from tokenizers import AddedToken
+
+    tok = train_tokenizer()
+    tok.add_special_tokens([AddedToken("<image>", special=True, normalized=False)])
+    assert tok.token_to_id("<image>") == IMAGE_ID
+    return tok
+
+
+def make(folder, name):
+    cfg_cls, model_cls, kw = CASES[name]
+    torch.manual_seed(sorted(CASES).index(name))
+    cfg = getattr(transformers, cfg_cls)(**kw)
+    cfg._attn_implementation = "eager"
+    hf = getattr(transformers, model_cls)(cfg).eval()
+    hf.set_attn_implementation("eager")
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(folder, safe_serialization=True)
+    tokenizer().save(str(folder / "tokenizer.json"))
+    return hf
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            folder = tmp_path_factory.mktemp(name)
+            cache[name] = (make(folder, name), folder)
+        return cache[name]
+
+    return get
+
+
+def picture(seed=3):
+    return np.random.default_rng(seed).integers(0, 256, (40, 52, 3), dtype=np.uint8)
+
+
+def expected_text(name, prompt, n):
+    """The processors' documented expansion (LlavaProcessor, PaliGemmaProcessor)."""
+    if name == "paligemma":
+        return "<image>" * n + "<s>" + prompt + "\n"
+    return prompt.replace("<image>", "<image>" * n) if "<image>" in prompt else "<image>" * n + "\n" + prompt
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_vlm_parity_with_transformers(built, name):
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    assert m.info.modality == "image-text" and m.info.family == name.split("-")[0]
+    prompt = PROMPTS[name]
+    prep = m.prepare(picture(), text=prompt)
+    ids, pixels = prep.inputs["input_ids"], prep.inputs["pixels"]
+    n = (ids == IMAGE_ID).sum().item()
+    assert n == 16 + (1 if name.endswith("full") else 0)  # a 4 × 4 patch grid (+ the class token under "full")
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer())
+    bos = hf_tok.convert_ids_to_tokens(TEXT["bos_token_id"])  # PaliGemma's processor writes the BOS itself
+    want = hf_tok(expected_text(name, prompt, n).replace("<s>", bos), add_special_tokens=False)
+    assert ids[0].tolist() == want["input_ids"]
+
+    r = m.run(picture(), text=prompt, hidden=True)
+    extra = {"token_type_ids": torch.zeros_like(ids)} if name == "paligemma" else {}
+    with torch.no_grad():
+        ref = hf.model(input_ids=ids, pixel_values=pixels, output_attentions=True, **extra)
+        tower = hf.model.vision_tower(pixel_values=pixels, output_attentions=True)
+    dec = max(np.abs(r.attentions[i] - a[0].numpy()).max() for i, a in enumerate(ref.attentions))
+    vis = max(np.abs(r.vision_attentions[0, i] - a[0].numpy()).max() for i, a in enumerate(tower.attentions))
+    hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
+    print(f"{name}: decoder maps {dec:.2e} tower maps {vis:.2e} hidden {hid:.2e}")
+    assert len(ref.attentions) == r.attentions.shape[0] and len(tower.attentions) == r.vision_attentions.shape[1]
+    assert dec <= TOL and vis <= TOL and hid <= TOL
+    pos = r.image_token_positions
+    assert pos.shape == (n, 5) and (ids[0, pos[:, 0]] == IMAGE_ID).all()
+    assert [r.tokens[i] for i in pos[-2:, 0]] == ["<image r3c2>", "<image r3c3>"]
+    if name == "paligemma":  # the whole prompt sees itself both ways: an image token reads the last text token
+        assert r.attentions[:, :, 0, -1].min() > 0
+
+    g = m.generate(picture(), text=prompt, max_new_tokens=6)
+    with torch.no_grad():
+        want_ids = hf.generate(input_ids=ids, pixel_values=pixels, max_new_tokens=6, do_sample=False, **extra)
+    assert g.ids == want_ids[0, ids.shape[1]:].tolist()
+
+
+def test_vlm_bad_inputs(built):
+    _, folder = built("llava")
+    m = ax.load_model(str(folder), device="cpu")
+    with pytest.raises(UserError, match="give it an image"):
+        m.run(None, text="hi")
+    with pytest.raises(UserError, match="2 <image> placeholders for 1 image"):
+        m.run(picture(), text="<image> and <image>")
+    with pytest.raises(UserError, match="lazy is not supported"):
+        m.run(picture(), text="hi", lazy=True)
+
+
+def test_vlm_refuses_unsupported_fields(built, tmp_path):
+    _, folder = built("llava")
+    cfg = json.loads((folder / "config.json").read_text())
+    for key, value, words in (("vision_feature_layer", [-2, -1], "list of vision_feature_layer"),
+                              ("vision_feature_select_strategy", "cls", "vision_feature_select_strategy")):
+        bad = dict(cfg, **{key: value})
+        (tmp_path / "config.json").write_text(json.dumps(bad))
+        for f in folder.iterdir():
+            if f.name != "config.json" and not (tmp_path / f.name).exists():
+                (tmp_path / f.name).symlink_to(f)
+        with pytest.raises(UserError, match=words):
+            ax.load_model(str(tmp_path), device="cpu")
