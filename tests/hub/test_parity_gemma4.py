@@ -162,6 +162,7 @@ def test_the_multimodal_config_loads_its_language_model(tmp_path, built, monkeyp
     train_tokenizer().save(str(tmp_path / "tokenizer.json"))
     m = ax.load_model(str(tmp_path), device="cpu")
     assert m.info.family == "gemma4_text"
+    assert "not loaded" in m.info.note and "vision" in m.info.note  # the user is told what is missing
     att, hidden, _ = max_differences(hf, m, _ids())
     assert att <= TOL and hidden <= TOL
 

@@ -110,5 +110,6 @@ ARCHITECTURES["gemma3"] = Architecture(
     "gemma3_text", "text", Llama, _gemma_config, GEMMA_RULES,
     ("model.language_model.", "language_model.model.", "model."),
     ignore=(r"vision_tower\..*", r"multi_modal_projector\..*"),
+    note="Gemma 3's language model only: the vision tower and its projector are not loaded",
 )
 

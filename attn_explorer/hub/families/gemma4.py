@@ -203,4 +203,5 @@ ARCHITECTURES["gemma4"] = Architecture(
     ("model.language_model.", "language_model.model.", "model."),
     ignore=(r"(model\.)?vision_tower\..*", r"(model\.)?embed_vision\..*", r"(model\.)?audio_tower\..*",
             r"(model\.)?embed_audio\..*"), names=_NAMES,
+    note="Gemma 4's language model only: the vision and audio towers are not loaded",
 )
