@@ -23,10 +23,10 @@ FORMATS = (".npz", ".json", ".png", ".html")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="built-in name, model folder, .safetensors file or hub id "
                    "(default: minilm for text, the default image model for images)")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--text", help="the text to run")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--text", help="the text to run (with --image: a vision-language model's prompt)")
     src.add_argument("--text-file", help=f"read the text from this UTF-8 file (at most {MAX_TEXT_BYTES / 1e6:g} MB)")
-    src.add_argument("--image", help="an image file")
+    p.add_argument("--image", help="an image file (with --text for a vision-language model: LLaVA, PaliGemma)")
     p.add_argument("--target", default=None, help="encoder-decoder models (BART): the decoder's text; --text is "
                    "the source. Adds encoder_attentions, decoder_attentions and cross_attentions to a .npz or .json")
     p.add_argument("--out", required=True, help="output file: .npz, .json, .png or .html (one self-contained page "
@@ -160,15 +160,27 @@ def run(args: argparse.Namespace) -> int:
     text = read_text_file(args.text_file) if args.text_file is not None else args.text
     from attn_explorer.api.load import default_image_model, load_model
 
+    if args.image is None and text is None:
+        raise UserError("give --text, --text-file or --image (a vision-language model: --image and --text)")
     if args.image is not None:
         if not Path(args.image).exists():
             raise UserError(f"image file not found: {args.image}")
         model = load_model(args.model or default_image_model(), device=args.device, dtype=args.dtype)
-        if model.info.modality != "image":
-            raise UserError(f"{model.info.name} is a text model; use --text or --text-file")
+        if model.info.modality == "text":
+            raise UserError(f"{model.info.name} is a text model: it reads no image; drop --image")
+        if model.info.modality == "image" and text is not None:
+            raise UserError(f"{model.info.name} is an image model: it reads no prompt; drop --text")
         x, kw = args.image, {"dk_scale": dk, "image_size": image_size}
+        if model.info.modality == "image-text":  # issue 26: the decoder's maps, the tower's and the image tokens'
+            if analyses or chosen is not None:
+                raise UserError(f"{model.info.name}: --analysis, --layers, --heads and --pool are not supported yet "
+                                "for vision-language models")
+            kw = {"dk_scale": dk, "text": text, **({"image_size": image_size} if image_size else {}),
+                  **({"max_tokens": max_tokens} if max_tokens else {})}
     else:
         model = load_model(args.model or "minilm", device=args.device, dtype=args.dtype)
+        if model.info.modality == "image-text":
+            raise UserError(f"{model.info.name} is a vision-language model: give it --image (and --text)")
         if model.info.modality != "text":
             raise UserError(f"{model.info.name} is an image model; use --image")
         x, kw = text, {"dk_scale": dk, "max_tokens": max_tokens}
@@ -186,6 +198,9 @@ def run(args: argparse.Namespace) -> int:
                             relevance_target=getattr(args, "relevance_target", None))
     if target is not None:
         extra.update(target_arrays(r))
+    if getattr(r, "image_token_positions", None) is not None:  # vision-language: the tower's maps, the image tokens
+        extra.update(vision_attentions=r.vision_attentions, image_token_positions=r.image_token_positions,
+                     image_token_columns=np.asarray(["token", "tile", "row", "col", "merge"], dtype=np.str_))
     if chosen is not None or r.is_lazy:
         return save_chosen_heads(r, out, chosen, extra)
     save_result(r, out, extra)

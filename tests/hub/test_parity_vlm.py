@@ -152,3 +152,32 @@ def test_vlm_refuses_unsupported_fields(built, tmp_path):
                 (tmp_path / f.name).symlink_to(f)
         with pytest.raises(UserError, match=words):
             ax.load_model(str(tmp_path), device="cpu")
+
+
+def test_vlm_export_cli(built, tmp_path, capsys):
+    from PIL import Image
+
+    from attn_explorer.cli.main import main
+
+    hf, folder = built("llava")
+    img = tmp_path / "pic.png"
+    Image.fromarray(picture()).save(img)
+    out = tmp_path / "run.npz"
+    assert main(["export", "--model", str(folder), "--image", str(img), "--text", PROMPTS["llava"], "--device", "cpu",
+                 "--out", str(out)]) == 0
+    with np.load(out) as z:
+        att, vision, pos = z["attentions"], z["vision_attentions"], z["image_token_positions"]
+        assert list(z["image_token_columns"]) == ["token", "tile", "row", "col", "merge"]
+    r = ax.load_model(str(folder), device="cpu").run(str(img), text=PROMPTS["llava"])
+    assert np.array_equal(att, r.attentions) and np.array_equal(vision, r.vision_attentions)
+    assert np.array_equal(pos, r.image_token_positions) and pos.shape == (16, 5)
+    assert vision.shape == (1, 3, 4, 16 + 1, 16 + 1)  # one picture, 3 tower layers, 4 heads, [CLS] + 16 patches
+    capsys.readouterr()
+    for argv, words in (
+        (["--model", str(folder), "--text", "hi"], "vision-language model: give it --image"),
+        (["--model", str(folder), "--image", str(img), "--text", "<image><image>"], "2 <image> placeholders"),
+        (["--model", "textbook", "--image", str(img), "--text", "hi"], "text model: it reads no image"),
+    ):
+        assert main(["export", *argv, "--device", "cpu", "--out", str(tmp_path / "bad.npz")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
