@@ -32,6 +32,10 @@ from attn_explorer.session.stacks import STACK_NAMES, short_kind, stack_maps
 from attn_explorer.session.state import SessionState
 
 
+# the header's mark while a run is in flight: the maps drawn are those of the input before the edit (issue 24)
+PREVIOUS = "these maps are the previous input's"
+
+
 class HeadGridView(LazyPage, QWidget):
     """L×H attention maps with layer and head labels and one shared colour bar."""
 
@@ -107,6 +111,7 @@ class HeadGridView(LazyPage, QWidget):
         state.model_loaded.connect(lambda info: self._load_ended())
         state.error_raised.connect(lambda *_: self._load_ended())
         state.busy_changed.connect(lambda *_: self._set_title())  # "running …" only while it runs
+        state.run_progressed.connect(lambda *_: self._set_title())  # layer k of L, while the maps are the old ones
         state.input_cleared.connect(self._cleared)
 
     # --------------------------------------------------------------------------------- drawing
@@ -317,6 +322,8 @@ class HeadGridView(LazyPage, QWidget):
             coming = f" — <i>loading {html.escape(self._coming or 'the default model')}…</i>"
         elif info is not None and r is not None and not same and st.busy:
             coming = f" — <i>running {html.escape(info.name)}…</i>"
+        elif r is not None and st.busy and st.run_status() is not None:  # issue 24: a new input's run is in flight
+            coming = f" — <b>{PREVIOUS}</b> <i>({html.escape(st.watch.line())})</i>"
         elif info is not None and r is not None and not same:
             # the new model's run failed (the banner says why): these maps are still the old model's
             coming = f" — <i>{html.escape(info.name)} is loaded but has not run this input</i>"

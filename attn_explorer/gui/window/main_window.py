@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget, QVBoxLayout,
                                QWidget)
 
@@ -170,6 +171,11 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         self.status_labels = {k: QLabel("") for k in ("model", "device", "tokens", "reuse", "forward", "render")}
         sb.addPermanentWidget(self.progress)
+        from attn_explorer.gui.window.run_line import RunLine  # issue 24: the run in flight, and Stop (Esc)
+
+        self.run_line = RunLine(self.state)
+        sb.insertPermanentWidget(0, self.run_line)  # permanent: a status message does not hide it
+        QShortcut(QKeySequence(Qt.Key_Escape), self, self.run_line.stop)
         for lab in self.status_labels.values():
             lab.setStyleSheet("padding: 0 6px;")
             sb.addPermanentWidget(lab)
