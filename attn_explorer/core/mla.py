@@ -24,7 +24,8 @@ slice of W_O, what hook_z holds), `qk_head_dim` is d_qk.
 Lazy mode (core.lazy) keeps, instead of every head's k (H·d_qk numbers a token), the latent and the shared
 k_rope (r + d_rope numbers a token) as `LatentKeys`, which rebuild any head's keys for a tile from the
 up-projection's key rows: DeepSeek-V3's 128 heads keep 576 numbers a token instead of 24,576 (42.7x fewer).
-The KV cache for generation keeps every head's k and v (after the hooks), as MultiHeadAttention's does.
+The KV cache for generation (`LatentKV`, the model's new_cache) keeps the latent and k_rope too, as transformers
+does (576 numbers a token and layer instead of every head's k and v, 40,960), until a hook may replace k or v.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import torch
 from torch import nn
 
 from attn_explorer.core import lazy
-from attn_explorer.core.attention import AttentionOptions, fused_attention, scaled_dot_product_attention
+from attn_explorer.core.attention import AttentionOptions, LayerKV, fused_attention, scaled_dot_product_attention
 from attn_explorer.core.explain import half_grad
 from attn_explorer.core.layers import RMSNorm
 from attn_explorer.core.linear import Linear
@@ -140,6 +141,24 @@ def _span(i, size: int) -> tuple[slice, bool]:
     return slice(j, j + 1), True
 
 
+class LatentKV(LayerKV):
+    """One MLA layer's KV cache as transformers keeps it: the latent (B, 1, M, r) in `k` and the shared rotated
+    key (B, 1, M, d_rope) in `v`, r + d_rope numbers a token (DeepSeek-V3: 576) instead of every head's k and v
+    (H·(d_qk + d_v): 40,960); each forward rebuilds every head's k and v from it. A forward whose hooks may
+    replace k or v turns it into every head's k and v for good (`expanded`), so a replacement stays in the
+    cache as in MultiHeadAttention's."""
+
+    def __init__(self):
+        super().__init__()
+        self.expanded = False
+
+    def expand_(self, attn: "MultiHeadLatentAttention") -> None:
+        """From latents to every head's k and v (the tokens cached so far)."""
+        if not self.expanded and self.k is not None:
+            self.k, self.v = attn.expand(self.k, self.v)
+        self.expanded = True
+
+
 _NO_OPTIONS = AttentionOptions()
 
 
@@ -177,9 +196,9 @@ class MultiHeadLatentAttention(nn.Module):
         w = self.kv_up.weight.view(self.num_heads, c.qk_nope_head_dim + c.v_head_dim, c.kv_lora_rank)
         return w[:, :c.qk_nope_head_dim]
 
-    def project(self, x: torch.Tensor, rope) -> tuple[torch.Tensor, ...]:
-        """x (B, N, D) -> (q (B, H, N, d_qk), k (B, H, N, d_qk), v (B, H, N, d_v), latent (B, 1, N, r),
-        k_rope (B, 1, N, d_rope)), RoPE applied with the (cos, sin) tables `rope` (None: no positions)."""
+    def latents(self, x: torch.Tensor, rope) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, N, D) -> (q (B, H, N, d_qk), latent (B, 1, N, r), k_rope (B, 1, N, d_rope)), RoPE applied to q's
+        rope part and k_rope with the (cos, sin) tables `rope` (None: no positions)."""
         c, H = self.cfg, self.num_heads
         B, N, _ = x.shape
         q = self._queries(x).view(B, N, H, c.qk_head_dim).transpose(1, 2)
@@ -189,11 +208,20 @@ class MultiHeadLatentAttention(nn.Module):
         k_rope = k_rope[:, None]  # (B, 1, N, d_rope): one for every head
         if rope is not None:
             q_rope, k_rope = apply_rope(q_rope, rope, self.rope_layout), apply_rope(k_rope, rope, self.rope_layout)
-        kv = self.kv_up(latent[:, 0]).view(B, N, H, c.qk_nope_head_dim + c.v_head_dim).transpose(1, 2)
+        return torch.cat([q_nope, q_rope], dim=-1), latent, k_rope
+
+    def expand(self, latent: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every head's k (B, H, M, d_qk) and v (B, H, M, d_v) from the latent (B, 1, M, r) and k_rope (B, 1, M, d_rope)."""
+        c, H = self.cfg, self.num_heads
+        B, _, M, _ = latent.shape
+        kv = self.kv_up(latent[:, 0]).view(B, M, H, c.qk_nope_head_dim + c.v_head_dim).transpose(1, 2)
         k_nope, v = kv.split([c.qk_nope_head_dim, c.v_head_dim], dim=-1)
-        q = torch.cat([q_nope, q_rope], dim=-1)
-        k = torch.cat([k_nope, k_rope.expand(-1, H, -1, -1)], dim=-1)
-        return q, k, v, latent, k_rope
+        return torch.cat([k_nope, k_rope.expand(-1, H, -1, -1)], dim=-1), v
+
+    def project(self, x: torch.Tensor, rope) -> tuple[torch.Tensor, ...]:
+        """x (B, N, D) -> (q, k, v, latent, k_rope): `latents` and `expand` in one."""
+        q, latent, k_rope = self.latents(x, rope)
+        return (q, *self.expand(latent, k_rope), latent, k_rope)
 
     def forward(self, x: torch.Tensor, opts: AttentionOptions | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -206,13 +234,21 @@ class MultiHeadLatentAttention(nn.Module):
         if o.scale is None and self.cfg.scale is not None:
             o = replace(o, scale=self.cfg.scale)
         B, N, _ = x.shape
-        q, k, v, latent, k_rope = self.project(x, o.rope)
+        q, latent, k_rope = self.latents(x, o.rope)
         lh = o.hooks
+        hooked_kv = lh is not None and (lh.wants("attn.hook_k") or lh.wants("attn.hook_v"))
+        # a LatentKV cache keeps latents while no hook may replace k or v (then every head's k and v, for good)
+        latent_cache = isinstance(o.kv, LatentKV) and not o.kv.expanded and not hooked_kv
+        if latent_cache:
+            latent, k_rope = o.kv.extend(latent, k_rope)  # every token's, cached ones first: (B, 1, M, ·)
+        k, v = self.expand(latent, k_rope)
         if lh is not None:
             q, k, v = lh("attn.hook_q", q), lh("attn.hook_k", k), lh("attn.hook_v", v)
-        # lazy keeps the latent where it still makes k: no cache's keys before it, no hook that replaced k
-        latent_keys = lh is not None and lh.keep and o.kv is None and not lh.wants("attn.hook_k")
-        if o.kv is not None:
+        # lazy keeps the latent where it still makes k: no per-head cache before it, no hook that replaced k
+        latent_keys = lh is not None and lh.keep and (o.kv is None or latent_cache) and not hooked_kv
+        if o.kv is not None and not latent_cache:
+            if isinstance(o.kv, LatentKV):
+                o.kv.expand_(self)
             k, v = o.kv.extend(k, v)  # (B, H, M, d)
         if lh is not None and lh.keep:
             keys = LatentKeys(latent, k_rope, self.key_weights().detach()) if latent_keys else k

@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 from attn_explorer.core import lazy  # noqa: E402
 from attn_explorer.core.attention import AttentionOptions, LayerKV, key_padding_mask  # noqa: E402
 from attn_explorer.core.hooks import Hooks, LayerHooks  # noqa: E402
-from attn_explorer.core.mla import LatentKeys, MLAConfig, MultiHeadLatentAttention, yarn_mscale  # noqa: E402
+from attn_explorer.core.mla import LatentKeys, LatentKV, MLAConfig, MultiHeadLatentAttention, yarn_mscale  # noqa: E402
 from attn_explorer.core.positional import RopeScaling, rope_tables  # noqa: E402
 
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds  # noqa: E402
@@ -91,6 +91,45 @@ def test_the_kv_cache_gives_the_full_forward(name):
         b, last = ours(x[:, 6:], AttentionOptions(causal=True, need_weights=True, rope=(cos[6:9], sin[6:9]), kv=kv))
     torch.testing.assert_close(torch.cat([a, b], dim=1), whole, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(last, maps[:, :, 6:], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_latent_cache_keeps_the_latent_and_gives_the_full_forward(name):
+    _, _, ours, (cos, sin) = _pair(name)
+    x = torch.randn(1, 9, 32)
+    with torch.no_grad():
+        whole, maps = ours(x, AttentionOptions(causal=True, need_weights=True, rope=(cos[:9], sin[:9])))
+        kv = LatentKV()
+        a, _ = ours(x[:, :6], AttentionOptions(causal=True, rope=(cos[:6], sin[:6]), kv=kv))
+        assert tuple(kv.k.shape) == (1, 1, 6, 16) and tuple(kv.v.shape) == (1, 1, 6, 4)  # latent, shared k_rope
+        hooks = Hooks(keep=True)
+        b, _ = ours(x[:, 6:], AttentionOptions(causal=True, rope=(cos[6:9], sin[6:9]), kv=kv,
+                                              hooks=LayerHooks(hooks, 0)))
+    assert not kv.expanded and kv.length == 9
+    assert isinstance(hooks.kept[0].k, LatentKeys) and hooks.kept[0].k.shape == (1, 4, 9, 10)
+    torch.testing.assert_close(torch.cat([a, b], dim=1), whole, atol=1e-6, rtol=1e-5)
+    got = lazy.head_probs(hooks.kept[0].q, hooks.kept[0].k, hooks.kept[0].lse, hooks.kept[0].options, 1)
+    torch.testing.assert_close(got, maps[0, 1, 6:], atol=1e-6, rtol=1e-5)
+
+
+def test_a_hook_on_k_turns_the_latent_cache_into_every_heads_k_and_v():
+    """The hooked step's replaced keys stay in the cache (as MultiHeadAttention's), so later steps see them."""
+    _, _, ours, (cos, sin) = _pair("q-latent, interleaved")
+    x = torch.randn(1, 8, 32)
+    doubled = Hooks({"blocks.0.attn.hook_k": (lambda k, n: k * 2,)})
+    runs = {}
+    for kind in (LatentKV, LayerKV):
+        kv = kind()
+        with torch.no_grad():
+            ours(x[:, :3], AttentionOptions(causal=True, rope=(cos[:3], sin[:3]), kv=kv))
+            ours(x[:, 3:5], AttentionOptions(causal=True, rope=(cos[3:5], sin[3:5]), kv=kv,
+                                              hooks=LayerHooks(doubled, 0)))
+            runs[kind] = ours(x[:, 5:], AttentionOptions(causal=True, need_weights=True, rope=(cos[5:8], sin[5:8]),
+                                                         kv=kv))
+        if kind is LatentKV:
+            assert kv.expanded and tuple(kv.k.shape) == (1, 4, 8, 10) and tuple(kv.v.shape) == (1, 4, 8, 8)
+    for got, want in zip(runs[LatentKV], runs[LayerKV]):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", list(CASES))
