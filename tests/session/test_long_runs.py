@@ -138,3 +138,25 @@ def test_a_model_switch_ends_the_old_models_side_jobs(qtbot, world):
     qtbot.waitUntil(lambda: not st.job_busy("analysis") and not st.job_busy("long-grid"), timeout=5000)
     assert "analysis" in ended  # it was running: the pool had a thread for it
     assert max(ended.values()) - asked < 1.0, {k: v - asked for k, v in ended.items()}
+
+
+def test_a_load_drops_the_old_models_kept_prefix(tmp_path):
+    """The kept KV cache of the old model (api.prefix) goes when a load begins, before the new weights are read."""
+    pytest.importorskip("transformers")
+    import attn_explorer as ax
+    from attn_explorer.api import prefix
+    from attn_explorer.session.jobs import load_job
+    from tests.tiny_llama import make_llama_folder
+
+    folder = str(make_llama_folder(tmp_path / "m"))
+    m = ax.load_model(folder, device="cpu")
+    m.run("The capital of France is Paris.", reuse_prefix=True)
+    assert prefix.kept_tokens() > 0
+    seen = []
+
+    def loader(src, device="cpu", progress=None, want_image=False):
+        seen.append(prefix.kept_tokens())
+        return Loaded(model=m, info=m.info)
+
+    load_job(loader, folder, "cpu", False)
+    assert seen == [0]
