@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from attn_explorer.analysis.metrics import Metric, embedding, is_classifier, is_decoder, make_metric
-from attn_explorer.api.hooks import ABLATIONS, head_hook, head_mask
+from attn_explorer.api.hooks import ABLATIONS, head_hook, head_mask, heads_of
 from attn_explorer.api.model import Model
 from attn_explorer.budget import default_budget
 from attn_explorer.errors import UserError
@@ -87,7 +87,8 @@ def check_heads(info, heads) -> list[tuple[int, int]]:
             layer, head = (int(v) for v in key)
         except (TypeError, ValueError):
             raise UserError(f"a head is (layer, head), got {key!r}") from None
-        out.append(existing_head(layer, head, info.num_layers, info.num_heads, info.name))
+        out.append(existing_head(layer, head, info.num_layers, heads_of(info, layer) if 0 <= layer < info.num_layers
+                                 else info.num_heads, info.name))
     return out
 
 
@@ -135,8 +136,8 @@ def head_plans(model: Model, heads: dict) -> dict:
         if how not in KINDS:
             raise UserError(f"unknown intervention {how!r} for L{layer} H{head}: use 'zero' or 'mean'")
         per_layer.setdefault(layer, {}).setdefault(how, []).append(head)
-    H = model.info.num_heads
-    return {layer: [(head_mask(hs, H), how) for how, hs in kinds.items()] for layer, kinds in per_layer.items()}
+    return {layer: [(head_mask(hs, heads_of(model.info, layer)), how) for how, hs in kinds.items()]
+            for layer, kinds in per_layer.items()}
 
 
 @dataclass
@@ -283,12 +284,25 @@ def ablation_scan(model: Model, x, metric: Metric | None = None, how: str = "zer
         clean_out, _ = forward(model, prep.inputs, run_kw=run_kw)
         metric = metric or make_metric(model, prep, clean_out, target, foil)
         clean = float(metric(model.module, clean_out)[0])
-    L, H = model.info.num_layers, model.info.num_heads
-    jobs = [(l, h) for l in range(L) for h in range(H)]
-    values, passes = _scan(model, prep.inputs, model.token_count(prep), jobs, lambda j: (j[0], (0, j[1]), (1, H)), how,
+    jobs = _every_head(model.info)
+    values, passes = _scan(model, prep.inputs, model.token_count(prep), jobs,
+                           lambda j: (j[0], (0, j[1]), (1, heads_of(model.info, j[0]))), how,
                            metric, run_kw, batch, progress, "heads")
-    return Scan("ablation", metric.label, values.reshape(L, H), clean, how=how, tokens=list(prep.tokens or []),
-                passes=passes)
+    return Scan("ablation", metric.label, _grid(model.info, jobs, values), clean, how=how,
+                tokens=list(prep.tokens or []), passes=passes)
+
+
+def _every_head(info) -> list[tuple[int, int]]:
+    """Every (layer, head) that exists: a hybrid's layers may have fewer heads than num_heads (layer_heads)."""
+    return [(l, h) for l in range(info.num_layers) for h in range(heads_of(info, l))]
+
+
+def _grid(info, jobs: list, values: np.ndarray) -> np.ndarray:
+    """The L×H grid of per-head values; NaN where a layer has no such head (a hybrid's narrower layers)."""
+    grid = np.full((info.num_layers, info.num_heads), np.nan)
+    for (l, h), v in zip(jobs, values):
+        grid[l, h] = v
+    return grid
 
 
 def _clean_and_corrupt(model: Model, clean, corrupt, metric, target, foil, run_kw):
@@ -313,16 +327,17 @@ def patching_scan(model: Model, clean, corrupt, metric: Metric | None = None, pe
         raise UserError(f"unknown patching {per!r}: use 'head' or 'position'")
     run_kw = {k: v for k, v in run_kw.items() if k in RUN_KEYS}
     cp, xp, n, ctx, metric, (c, k) = _clean_and_corrupt(model, clean, corrupt, metric, target, foil, run_kw)
-    L, H = model.info.num_layers, model.info.num_heads
+    L, info = model.info.num_layers, model.info
     if per == "head":
-        jobs = [(l, h) for l in range(L) for h in range(H)]
-        cell = (lambda j: (j[0], (slice(None), j[1]), (n, H)))
+        jobs = _every_head(info)
+        cell = (lambda j: (j[0], (slice(None), j[1]), (n, heads_of(info, j[0]))))
     else:
         jobs = [(l, p) for l in range(L) for p in range(n)]
-        cell = (lambda j: (j[0], (j[1], slice(None)), (n, H)))
+        cell = (lambda j: (j[0], (j[1], slice(None)), (n, heads_of(info, j[0]))))
     values, passes = _scan(model, xp.inputs, n, jobs, cell, ctx, metric, run_kw, batch, progress,
                            "heads" if per == "head" else "(layer, position) cells")
-    return Scan(f"patch-{per}", metric.label, values.reshape(L, -1), c, corrupt=k, how="clean -> corrupt",
+    grid = _grid(info, jobs, values) if per == "head" else values.reshape(L, -1)
+    return Scan(f"patch-{per}", metric.label, grid, c, corrupt=k, how="clean -> corrupt",
                 tokens=list(cp.tokens or []), passes=passes)
 
 
@@ -348,11 +363,11 @@ def patch(model: Model, clean, corrupt, metric: Metric | None = None, heads=None
     from the `clean` run at `positions` (token indices; None: all). Same token count required."""
     run_kw = {k: v for k, v in run_kw.items() if k in RUN_KEYS}
     cp, xp, n, ctx, metric, (c, k) = _clean_and_corrupt(model, clean, corrupt, metric, target, foil, run_kw)
-    L, H = model.info.num_layers, model.info.num_heads
-    heads = [(l, h) for l in range(L) for h in range(H)] if heads is None else check_heads(model.info, heads)
+    heads = _every_head(model.info) if heads is None else check_heads(model.info, heads)
     pos = check_positions(positions, n)
     masks: dict[int, torch.Tensor] = {}
     for layer, head in heads:
+        H = heads_of(model.info, layer)
         masks.setdefault(layer, torch.zeros(1, n, H, 1, dtype=torch.bool))[0, slice(None) if pos is None else pos, head] = True
     plans = {layer: [(m, ctx[layer])] for layer, m in masks.items()}
     with torch.inference_mode():

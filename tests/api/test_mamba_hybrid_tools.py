@@ -13,14 +13,12 @@ transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
-from tests.hub.test_parity_mamba_hybrids import CASES, MAMBA  # noqa: E402
+from tests.hub.test_parity_mamba_hybrids import CASES  # noqa: E402
 from tests.hub.test_parity_rotary_families import make_folder  # noqa: E402
 
 TEXT = "The capital of France is Paris. The capital of Italy is Rome and the capital of Spain"
-TOOLS = {
-    # as many Mamba-2 heads as attention heads (6 of 16 channels), so the maps stack without padding
-    "granite4-tools": (CASES["granite4"][0], CASES["granite4"][1],
-                       dict(CASES["granite4"][2], mamba_n_heads=6, mamba_d_head=16)),
+TOOLS = {  # Granite 4: 4 Mamba-2 heads beside 6 attention heads (the maps' heads 4, 5 of layers 0 and 2 are 0)
+    "granite4": CASES["granite4"],
     "falcon_h1": CASES["falcon_h1"],
 }
 
@@ -47,10 +45,15 @@ def test_hook_names_and_run_with_cache(m):
     r, cache = m.run_with_cache(TEXT)
     assert set(names) - set(cache) == set()
     # layer 0's hook_pattern is the map the run returns: on Granite the signed implicit map of its Mamba-2 heads
-    np.testing.assert_allclose(cache["blocks.0.attn.hook_pattern"][0].numpy(), r.attentions[0], atol=1e-6)
+    pattern = cache["blocks.0.attn.hook_pattern"][0].numpy()
+    np.testing.assert_allclose(pattern, r.attentions[0, :pattern.shape[0]], atol=1e-6)
     if _granite(m):
         a = r.attentions[0]
-        assert (a < 0).any() and np.all(np.triu(a, 1) == 0)
+        assert m.info.layer_heads == (4, 6, 4) and np.all(a[4:] == 0)  # no heads 4, 5 on a Mamba-2 layer
+        assert (a[:4] < 0).any() and np.all(np.triu(a[:4], 1) == 0)  # signed, causal
+        with pytest.raises(UserError, match="no head L0 H5.*heads 0..3") as e:
+            m.run(TEXT, ablate={(0, 5): "zero"})
+        assert "\n" not in str(e.value)
 
 
 def test_lazy(m):
@@ -101,8 +104,15 @@ def test_patching_and_compare(m):
     assert interventions.compare(m, TEXT, {(0, 1): "zero"}) is not None
     corrupt = TEXT.replace("France", "Japan")
     assert len(m.prepare(corrupt).tokens) == len(m.prepare(TEXT).tokens)
-    p = interventions.patch(m, TEXT, corrupt, heads=[(0, h) for h in range(6)])
+    p = interventions.patch(m, TEXT, corrupt, heads=[(0, h) for h in range(4)])
     assert np.isfinite(p.patched) and p.patched != p.corrupt
+    assert np.isfinite(interventions.patch(m, TEXT, corrupt).patched)  # every head of every layer
+    # the scans cover every head that exists: Granite's Mamba-2 layers have 4 of the grid's 6 (NaN beyond)
+    for scan in (interventions.ablation_scan(m, TEXT), interventions.patching_scan(m, TEXT, corrupt)):
+        grid = scan.values
+        assert grid.shape == (3, 6)
+        for layer, heads in enumerate(m.info.layer_heads or (6, 6, 6)):
+            assert np.isfinite(grid[layer, :heads]).all() and np.isnan(grid[layer, heads:]).all()
 
 
 @pytest.mark.parametrize("method", ["gradient_rollout", "attnlrp", "rollout", "attention"])
