@@ -67,7 +67,7 @@ def _moe(cfg: dict) -> tuple[MoEConfig | None, list | None]:
         moe = MoEConfig(num_experts=experts, top_k=_size(cfg, "num_experts_per_tok", 8), hidden=width,
                         scoring="sigmoid", norm_topk=bool(cfg.get("norm_topk_prob", True)), choice_bias=True,
                         n_group=_size(cfg, "n_group", 8), topk_group=_size(cfg, "topk_group", 4),
-                        scaling=float(factor), shared_hidden=width * shared)
+                        scaling=float(factor), shared_hidden=width * shared, router_fp32=True)
     except ValueError as e:
         raise UserError(f"{FAMILY}: {e}") from None
     return moe, [i >= first for i in range(n)]
