@@ -13,13 +13,14 @@ plain weights, each row scaled to its own maximum, or a percentile clip with att
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
 
-from attn_explorer.maths import LOG_FLOOR, log_weights, pool2d
+from attn_explorer.maths import LOG_FLOOR, log_weights, pool2d, pool_edges
 
 # a dense result longer than this is drawn windowed too (a lazy one always is): beyond it the full n×n image
 # costs more to upload and hover than the window a screen can show
@@ -149,11 +150,25 @@ def overview_cell(n: int, cell_max: int) -> int:
     return max(1, min(int(n), int(cell_max)))
 
 
-def overview_job(r: Any, cell_max: int = 128, stack: str = "encoder") -> Iterator[tuple[int, int, Any]]:
+def reused_prefix(r: Any) -> int:
+    """Tokens r's run took over from the run before (Model.run(reuse_prefix=True): RunResult.reuse reads
+    "reused 28,252 of 28,253 tokens"); 0 when none."""
+    m = re.match(r"reused ([\d,]+) of", str(getattr(r, "reuse", "") or ""))
+    return int(m.group(1).replace(",", "")) if m else 0
+
+
+def overview_job(r: Any, cell_max: int = 128, stack: str = "encoder",
+                 previous: tuple | None = None) -> Iterator[tuple[int, int, Any]]:
     """The grid's mosaic of a long (lazy) result, filled in head by head in a worker: yields (heads done,
     heads in all, api.display.GridImage so far; heads not yet done are NaN, drawn blank, so a head still to come
     is not mistaken for one with no weight). Each head is its map max-pooled
-    to c×c cells from the exact probabilities (RunResult.attention), so no n×n map is ever held."""
+    to c×c cells from the exact probabilities (RunResult.attention), so no n×n map is ever held.
+
+    previous: (GridImage, tokens) of the complete overview of the run before, when r reused its prefix
+    (reused_prefix > 0; a causal model: rows before the first changed token are unchanged, their columns after
+    it 0). If that overview has r's length and shape, each head's cells above the cell row the first changed
+    token falls in are copied from it, and only the rows from that cell row on are computed (at one row a
+    cell, then max-pooled into the same cells): an edit near the end costs its rows, not every head again."""
     from attn_explorer.api.display import GridImage
 
     _torch_threads()
@@ -171,16 +186,39 @@ def overview_job(r: Any, cell_max: int = 128, stack: str = "encoder") -> Iterato
                          cell_cols=c + lead if lead else 0)
 
     w = c + lead
+    edges = pool_edges(n, c)
+    keep = _kept_cells(previous, mosaic.shape, n, c, reused_prefix(r), edges) if stack == "encoder" else 0
     for layer in range(L):
         for head in range(H):
             if lead:
                 mosaic[layer * c:(layer + 1) * c, head * w] = pool2d(sinks[layer, head][:, None], c, 1, "max")[:, 0]
-            mosaic[layer * c:(layer + 1) * c, head * w + lead:(head + 1) * w] = r.attention(layer, head, pool=c)
+            cells = mosaic[layer * c:(layer + 1) * c, head * w + lead:(head + 1) * w]
+            if keep:  # issue 24: the cells above the edit are the previous overview's; the rest from its rows
+                old = previous[0].weights[layer * c:(layer + 1) * c, head * w:(head + 1) * w]
+                mosaic[layer * c:layer * c + keep, head * w:(head + 1) * w] = old[:keep]
+                start = int(edges[keep])
+                rows = r.attention(layer, head, rows=(start, n), pool=(n - start, c))  # one row a cell
+                cells[keep:] = np.maximum.reduceat(rows, edges[keep:-1] - start, axis=0)
+            else:
+                cells[:] = r.attention(layer, head, pool=c)
             done += 1
             now = time.perf_counter()
             if done == total or now - shown > 0.25:  # a few frames a second: copying the mosaic is not free
                 shown = now
                 yield done, total, image()
+
+
+def _kept_cells(previous: tuple | None, shape: tuple, n: int, c: int, p: int, edges: np.ndarray) -> int:
+    """How many cell rows of each head overview_job may copy from `previous` (0: compute every head anew)."""
+    if previous is None or p <= 0:
+        return 0
+    grid, old_n = previous
+    weights = getattr(grid, "weights", None)
+    if old_n != n or weights is None or weights.shape != shape or getattr(grid, "cell", c) != c:
+        return 0  # another length moves every cell's edges
+    if np.isnan(weights).any():
+        return 0  # an overview stopped half-way
+    return int(np.searchsorted(edges, p, side="right")) - 1  # cell rows wholly before token p
 
 
 # ------------------------------------------------------------------------------------------ colour
