@@ -103,3 +103,23 @@ def test_twenty_greedy_tokens_through_the_recurrent_cache(built, name):
             feed = torch.tensor([[nxt]])
     assert cache.length == 9 + 19
     assert got == want[0, 9:].tolist()
+
+
+@pytest.mark.parametrize("name", ["granite4", "falcon_h1"])
+def test_right_padding(built, name):
+    """A right-padded second row (transformers zeroes padding tokens' Mamba-2 inputs, as we do): its real
+    tokens' hidden states and the softmax layers' real rows equal transformers', the unpadded row's all."""
+    hf, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    ids = _ids(11)
+    mask = torch.ones_like(ids)
+    mask[1, 15:] = 0
+    with torch.no_grad():
+        ref = hf.model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    with torch.inference_mode():
+        ours = m.module(input_ids=ids, attention_mask=mask, output_attentions=True)
+    torch.testing.assert_close(ours.hidden[0], ref.last_hidden_state[0], atol=TOL, rtol=0)
+    torch.testing.assert_close(ours.hidden[1, :15], ref.last_hidden_state[1, :15], atol=TOL, rtol=0)
+    for i, a in zip(_softmax_layers(m), ref.attentions):
+        H = a.shape[1]
+        torch.testing.assert_close(ours.attentions[1, i, :H, :15, :15], a[1, :, :15, :15], atol=TOL, rtol=0)
