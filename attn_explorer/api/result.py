@@ -150,6 +150,9 @@ class RunResult:
     # (-1 for a tower's class token) and its merge (the side of the square of patches it stands for)
     vision_attentions: np.ndarray | None = None  # float32 (T, L_v, H_v, P, P)
     image_token_positions: np.ndarray | None = None  # int32 (n_image_tokens, 5): token, tile, row, col, merge
+    # Idefics3 / SmolVLM: (tile rows, tile cols) the picture was cut into; tile t < rows*cols is row t // cols,
+    # column t % cols, and tile rows*cols is the global view (the whole picture); None: one view, tile 0
+    image_tiles: tuple[int, int] | None = None
 
     @property
     def is_lazy(self) -> bool:

@@ -24,7 +24,8 @@ from attn_explorer.api.model import Model, Prepared
 from attn_explorer.api.result import RunResult
 from attn_explorer.core.hooks import Hooks
 from attn_explorer.errors import UserError
-from attn_explorer.hub.vlm_inputs import IMAGE_TOKEN, expand_prompt
+from attn_explorer.hub.images import open_image
+from attn_explorer.hub.vlm_inputs import IMAGE_TOKEN, expand_prompt, tiles_of
 from attn_explorer.validate import text_size_ok
 
 POSITION_COLUMNS = ("token", "tile", "row", "col", "merge")  # image_token_positions' columns
@@ -82,10 +83,17 @@ class VisionLanguageModel(Model):
         if not isinstance(text, str):
             raise UserError(f"the prompt must be text, not {type(text).__name__}")
         text_size_ok(text)
-        img = self._prepare_image(x, None)
-        pixels = img.inputs["pixels"]
         cfg = self.module.cfg
-        p = cfg.vision.patch_size
+        tiles = (0, 0)
+        if cfg.kind == "idefics3":  # tiles and a global view (hub.vlm_inputs.tiles_of)
+            px, t_rows, t_cols, seen = tiles_of(open_image(x), cfg.vision.image_size, cfg.longest_edge or
+                                                cfg.vision.image_size, self.preprocess)
+            img = Prepared({"pixels": torch.from_numpy(px).to(self.device, self.dtype)}, image=seen)
+            tiles = (t_rows, t_cols)
+        else:
+            img = self._prepare_image(x, None)
+        pixels = img.inputs["pixels"]
+        p = cfg.vision.patch_size * cfg.scale_factor
         rows, cols = pixels.shape[-2] // p, pixels.shape[-1] // p
         extra = 0 if cfg.drop_class_token else cfg.vision.num_extra_tokens
         tok = self.tokenizer
@@ -95,18 +103,22 @@ class VisionLanguageModel(Model):
             raise UserError(f"{name}: the tokenizer has no {IMAGE_TOKEN} token with id {cfg.image_token_id} "
                             "(image_token_index in config.json)")
         bos = tok.tok.id_to_token(cfg.text_bos) if cfg.kind == "paligemma" and cfg.text_bos is not None else None
-        ex = expand_prompt(cfg.kind, text, rows * cols + extra, 1, bos)
+        ex = expand_prompt(cfg.kind, text, rows * cols + extra, 1, bos, tiles)
         enc = tok.tok.encode(ex.text, add_special_tokens=ex.add_special)
         ids = list(enc.ids)
         if len(ids) > self.info.max_positions:
             raise UserError(f"{name}: {len(ids)} tokens (the picture's {rows * cols + extra} and the prompt's) are "
                             f"more than the model's {self.info.max_positions} positions")
         place = [i for i, t in enumerate(ids) if t == cfg.image_token_id]
-        pos = np.array([(i, 0, *(divmod(k - extra, cols) if k >= extra else (-1, -1)), 1) for k, i in enumerate(place)],
+        per = rows * cols + extra  # image tokens per view (tile)
+        pos = np.array([(i, k // per, *(divmod(k % per - extra, cols) if k % per >= extra else (-1, -1)),
+                         cfg.scale_factor) for k, i in enumerate(place)],
                        dtype=np.int32).reshape(-1, len(POSITION_COLUMNS))
         tokens = tok.display(ids)
-        for i, _tile, r, c, _m in pos:
-            tokens[i] = f"<image r{r}c{c}>" if r >= 0 else "<image cls>"
+        n_tiles = tiles[0] * tiles[1]
+        for i, tile, r, c, _m in pos:
+            where = "" if not n_tiles else "global " if tile == n_tiles else f"t{tile} "
+            tokens[i] = f"<image {where}r{r}c{c}>" if r >= 0 else "<image cls>"
         special = [bool(s) or t == cfg.text_bos for s, t in zip(enc.special_tokens_mask, ids)]
         for i in place:
             special[i] = False
@@ -116,6 +128,7 @@ class VisionLanguageModel(Model):
         notes = img.notes + ([ex.note] if ex.note else [])
         prep = Prepared(inputs, tokens, special, len(ids), False, notes, image=img.image)
         prep.image_token_positions = pos
+        prep.image_tiles = tiles if n_tiles else None
         return prep
 
     def _vlm_result(self, out, ms, prep: Prepared, dk_scale, hidden) -> RunResult:
@@ -123,7 +136,7 @@ class VisionLanguageModel(Model):
         vision = None if vision is None else np.ascontiguousarray(vision.float().cpu().numpy(), dtype=np.float32)
         return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, grid=out.grid, image=prep.image,
                             notes=prep.notes, total_tokens=len(prep.tokens), vision_attentions=vision,
-                            image_token_positions=prep.image_token_positions)
+                            image_token_positions=prep.image_token_positions, image_tiles=prep.image_tiles)
 
     def generate(self, x=None, text: str | None = None, max_new_tokens: int = 16, **kw) -> Generated:
         """Greedy tokens after the picture and the prompt, through the decoder's KV cache, with each new token's

@@ -7,6 +7,9 @@ The decoder (our Llama, with its Gemma switches) then runs over every token, ima
 
 - LLaVA 1.5: a CLIP tower read at vision_feature_layer (-2: the output of its last-but-one block), its class
   token dropped ("default" strategy) or kept ("full"), then a 2-layer MLP (linear, GELU, linear).
+- Idefics3 / SmolVLM: a SigLIP-like tower's normed output per view (tiles and a global view), a pixel shuffle
+  (each scale_factor × scale_factor square of patches becomes one vector, their widths side by side) and one
+  linear projection without bias; the decoder is causal.
 - PaliGemma: a SigLIP tower's normed output, one linear projection, and a prefix-LM mask: the image and the
   prompt attend to each other fully (both ways); later tokens (generated ones) are causal.
 """
@@ -28,13 +31,15 @@ from attn_explorer.core.vit import ViTConfig, VisionTransformer
 class VLMConfig:
     vision: ViTConfig
     text: LlamaConfig
-    kind: str = "llava"  # "llava" or "paligemma": which connector and mask
+    kind: str = "llava"  # "llava", "paligemma" or "idefics3": which connector and mask
     image_token_id: int = 32000  # the placeholder the processor repeats, once per image token
     feature_depth: int = 1  # the tower's hidden state read: after this many blocks (LLaVA's vision_feature_layer)
     drop_class_token: bool = True  # LLaVA's "default" select strategy: the tower's class token is not an image token
     projector_act: str = "gelu"  # LLaVA's projector_hidden_act
     projector_bias: bool = True  # LLaVA's multimodal_projector_bias
     prefix_lm: bool = False  # PaliGemma: the prompt (image + text) attends to itself both ways
+    scale_factor: int = 1  # Idefics3: the side of the square of patches one image token stands for
+    longest_edge: int | None = None  # Idefics3: the picture's longer side before tiling (None: one view)
     text_bos: int | None = None  # the decoder's BOS id (PaliGemma's processor writes it after the image)
     text_eos: int | None = None  # generation stops here
     head: bool = True  # the decoder has an LM head (set from the checkpoint by hub.convert.decoder_head)
@@ -70,7 +75,7 @@ class VLMConfig:
     @property
     def image_tokens(self) -> int:
         """Image tokens per picture at the tower's own image size (what the processor repeats the placeholder)."""
-        n = self.vision.native_grid ** 2
+        n = self.vision.native_grid ** 2 // self.scale_factor ** 2
         return n + (self.vision.num_extra_tokens if not self.drop_class_token else 0)
 
     def layer_kinds(self) -> list[str]:
@@ -92,6 +97,8 @@ class VisionLanguage(nn.Module):
         if cfg.kind == "llava":
             self.projector = nn.ModuleDict(dict(linear_1=nn.Linear(D_v, D, bias=cfg.projector_bias),
                                                 linear_2=nn.Linear(D, D, bias=cfg.projector_bias)))
+        elif cfg.kind == "idefics3":
+            self.projector = nn.ModuleDict(dict(proj=nn.Linear(D_v * cfg.scale_factor ** 2, D, bias=False)))
         else:
             self.projector = nn.ModuleDict(dict(linear=nn.Linear(D_v, D)))
         self.language = Llama(cfg.text)
@@ -127,7 +134,7 @@ class VisionLanguage(nn.Module):
             got["x"] = x
 
         point = "hook_embed" if depth == 0 else f"blocks.{depth - 1}.hook_resid_post"
-        last = depth == cfg.vision.num_layers and cfg.kind == "paligemma"  # SigLIP's normed output
+        last = depth == cfg.vision.num_layers and cfg.kind != "llava"  # SigLIP's normed output
         out = self.vision(pixels, dk_scale=dk_scale, output_attentions=output_attentions,
                           hooks=None if last else Hooks({point: (grab,)}))
         x = out.hidden if last else got["x"]
@@ -136,6 +143,8 @@ class VisionLanguage(nn.Module):
         p = self.projector
         if cfg.kind == "llava":
             x = p["linear_2"](activation(cfg.projector_act)(p["linear_1"](x)))
+        elif cfg.kind == "idefics3":
+            x = p["proj"](pixel_shuffle(x, out.grid, cfg.scale_factor))
         else:
             x = p["linear"](x)
         return x, out.attentions, out.grid
@@ -169,3 +178,13 @@ class VisionLanguage(nn.Module):
         out.vision_attentions = vision_attn
         out.grid = grid
         return out
+
+
+def pixel_shuffle(x: torch.Tensor, grid: tuple[int, int], s: int) -> torch.Tensor:
+    """(T, rows*cols, D) patch vectors -> (T, rows*cols / s², D·s²): each s × s square of patches as one vector,
+    squares row by row. Within a vector the square's rows come one after another, each row's patches side by
+    side (Idefics3's order)."""
+    T, _, D = x.shape
+    rows, cols = grid
+    x = x.reshape(T, rows // s, s, cols // s, s, D)  # (T, R, dr, C, dc, D)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(T, (rows // s) * (cols // s), s * s * D)

@@ -4,6 +4,10 @@ prompt with the image placeholder repeated once per image token.
 - LLaVA (LlavaProcessor): each `<image>` in the prompt becomes `<image>` × image tokens (the patches, plus the
   class token under the "full" strategy); a prompt without one gets "<image>\\n" in front (the place llava-1.5's
   chat template gives it). The tokenizer then adds its own BOS.
+- Idefics3 / SmolVLM (Idefics3Processor): a picture larger than one tile becomes rows × cols tiles plus a global
+  view; each tile is `<fake_token_around_image><row_r_col_c>` + `<image>` × image tokens, a "\\n" after each row of
+  tiles, then "\n<fake_token_around_image><global-img>" + `<image>` × image tokens + `<fake_token_around_image>`
+  (a picture of one tile: the global part alone). A prompt without `<image>` gets the picture in front.
 - PaliGemma (PaliGemmaProcessor): `<image>` × image tokens, then BOS, the prompt and "\\n"; a prompt that holds
   `<image>` keeps it there and BOS goes after the last one. The whole prompt is the prefix (token type 0).
 """
@@ -27,19 +31,78 @@ class Expanded:
 
 
 def vlm_parts(folder: Path, cfg) -> dict:
-    """Model(...)'s extra parts for a vision-language folder: the tower's preprocessing."""
+    """Model(...)'s extra parts for a vision-language folder: the tower's preprocessing; Idefics3 sets its
+    tiling (cfg.longest_edge) from the processor's size.longest_edge (default: 4 tiles' width)."""
     pp_file = Path(folder) / "preprocessor_config.json"
     pp = json.loads(pp_file.read_text(encoding="utf-8")) if pp_file.exists() else None
+    if cfg.kind == "idefics3":
+        size = (pp or {}).get("size") or {}
+        edge = size.get("longest_edge", 4 * cfg.vision.image_size) if isinstance(size, dict) else 4 * cfg.vision.image_size
+        if isinstance(edge, bool) or not isinstance(edge, int) or edge < 1:
+            raise UserError(f"idefics3: preprocessor_config.json's size.longest_edge must be a whole number >= 1, got {edge!r}")
+        cfg.longest_edge = edge
+        if not (pp or {}).get("do_image_splitting", True):
+            cfg.longest_edge = cfg.vision.image_size
+        resample = (pp or {}).get("resample", 1)
+        return {"preprocess": ImagePreprocess(resize_to=(cfg.vision.image_size,) * 2, resample=resample,
+                                              rescale=(pp or {}).get("rescale_factor", 1 / 255),
+                                              mean=tuple((pp or {}).get("image_mean", (0.5,) * 3)),
+                                              std=tuple((pp or {}).get("image_std", (0.5,) * 3)))}
     return {"preprocess": ImagePreprocess.from_config(pp, cfg.vision.image_size)}
 
 
-def expand_prompt(kind: str, prompt: str, image_tokens: int, images: int, bos: str | None) -> Expanded:
-    """The prompt with each image placeholder repeated image_tokens times, as kind's processor expands it."""
+FAKE, GLOBAL = "<fake_token_around_image>", "<global-img>"
+
+
+def tiles_of(img, side: int, longest_edge: int, pp: ImagePreprocess):
+    """Idefics3's views of a picture: resized so its longer side is longest_edge, each side then stretched up to
+    whole tiles of side px; rows × cols tiles (row by row) and the whole picture at side × side last. One tile's
+    worth or less: the picture alone at side × side (rows = cols = 0). Returns (pixels (T, 3, side, side),
+    rows, cols, the uint8 picture the tiles cut)."""
+    import math
+
+    import numpy as np
+    from PIL import Image
+
+    w, h = img.size
+    s = longest_edge / max(w, h)
+    w, h = max(1, int(round(w * s))), max(1, int(round(h * s)))
+    rows, cols = math.ceil(h / side), math.ceil(w / side)
+    resample = Image.Resampling(pp.resample)
+    one = ImagePreprocess(resize_to=(side, side), resample=pp.resample, rescale=pp.rescale, mean=pp.mean, std=pp.std)
+    if rows * cols == 1:
+        px, seen = one(img)
+        return px[None], 0, 0, seen
+    big = img.resize((cols * side, rows * side), resample)
+    views = [big.crop((c * side, r * side, (c + 1) * side, (r + 1) * side)) for r in range(rows) for c in range(cols)]
+    views.append(img.resize((w, h), resample))  # the global view: the picture at the longest edge, then side × side
+    return np.stack([one(v)[0] for v in views]), rows, cols, np.asarray(big, dtype=np.uint8).copy()
+
+
+def idefics3_block(rows: int, cols: int, image_tokens: int) -> str:
+    """The text Idefics3's processor puts in place of one `<image>`."""
+    block = IMAGE_TOKEN * image_tokens
+    whole = FAKE + GLOBAL + block + FAKE
+    if rows == cols == 0:
+        return whole
+    grid = "".join("".join(f"{FAKE}<row_{r + 1}_col_{c + 1}>{block}" for c in range(cols)) + "\n" for r in range(rows))
+    return grid + "\n" + whole
+
+
+def expand_prompt(kind: str, prompt: str, image_tokens: int, images: int, bos: str | None,
+                  tiles: tuple[int, int] = (0, 0)) -> Expanded:
+    """The prompt with each image placeholder repeated image_tokens times, as kind's processor expands it
+    (Idefics3: tiles = (rows, cols) of the picture, image_tokens per view)."""
     found = prompt.count(IMAGE_TOKEN)
     if found > images:
         raise UserError(f"the prompt holds {found} {IMAGE_TOKEN} placeholders for {images} image"
                         f"{'s' if images != 1 else ''}: give one {IMAGE_TOKEN} per image, or none")
     block = IMAGE_TOKEN * image_tokens
+    if kind == "idefics3":
+        block = idefics3_block(*tiles, image_tokens)
+        if found:
+            return Expanded(prompt.replace(IMAGE_TOKEN, block), True)
+        return Expanded(block + prompt, True, "no <image> in the prompt: the picture goes first")
     if kind == "paligemma":
         if found:
             end = prompt.rfind(IMAGE_TOKEN) + len(IMAGE_TOKEN)

@@ -36,18 +36,28 @@ CASES = {
                          dict(vision_config=dict(CLIP, hidden_act="gelu"), image_token_index=IMAGE_ID,
                               text_config=dict(TEXT, model_type="qwen2"), vision_feature_layer=-1,
                               vision_feature_select_strategy="full", tie_word_embeddings=False)),
+    # SigLIP-like tower, 2 × 2 pixel shuffle (4 image tokens a view), a 2 × 2 grid of tiles plus the global view
+    "idefics3": ("Idefics3Config", "Idefics3ForConditionalGeneration",
+                 dict(vision_config=dict(SIGLIP, model_type="idefics3_vision"), text_config=dict(TEXT, model_type="llama"),
+                      scale_factor=2, image_token_id=IMAGE_ID, tie_word_embeddings=False)),
     "paligemma": ("PaliGemmaConfig", "PaliGemmaForConditionalGeneration",
                   dict(vision_config=SIGLIP, image_token_index=IMAGE_ID, projection_dim=48, vocab_size=304,
                        text_config=dict(TEXT, model_type="gemma", head_dim=8, num_key_value_heads=1))),
 }
-PROMPTS = {"llava": "USER: <image>\nthe cat sat ASSISTANT:", "llava-qwen2-full": "the cat", "paligemma": "caption the cat"}
+PROMPTS = {"llava": "USER: <image>\nthe cat sat ASSISTANT:", "llava-qwen2-full": "the cat", "paligemma": "caption the cat",
+           "idefics3": "User:<image>the cat sat<end_of_utterance>\nAssistant:"}
+# image tokens, and the labels of the last two
+IMAGE_TOKENS = {"llava": (16, ["<image r3c2>", "<image r3c3>"]), "llava-qwen2-full": (17, ["<image r3c2>", "<image r3c3>"]),
+                "paligemma": (16, ["<image r3c2>", "<image r3c3>"]),
+                "idefics3": (20, ["<image global r1c0>", "<image global r1c1>"])}
 
 
 def tokenizer():
     from tokenizers import AddedToken
 
     tok = train_tokenizer()
-    tok.add_special_tokens([AddedToken("<image>", special=True, normalized=False)])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in ("<image>", "<fake_token_around_image>", "<global-img>")])
     assert tok.token_to_id("<image>") == IMAGE_ID
     return tok
 
@@ -64,6 +74,10 @@ def make(folder, name):
             p.add_(torch.randn_like(p) * 0.1)
     hf.save_pretrained(folder, safe_serialization=True)
     tokenizer().save(str(folder / "tokenizer.json"))
+    if name == "idefics3":  # tiles of 32 px from a picture whose longer side is made 64 px: 2 × 2 tiles
+        (folder / "preprocessor_config.json").write_text(json.dumps(
+            {"size": {"longest_edge": 64}, "do_image_splitting": True, "resample": 1, "image_mean": [0.5] * 3,
+             "image_std": [0.5] * 3}))
     return hf
 
 
@@ -88,6 +102,10 @@ def expected_text(name, prompt, n):
     """The processors' documented expansion (LlavaProcessor, PaliGemmaProcessor)."""
     if name == "paligemma":
         return "<image>" * n + "<s>" + prompt + "\n"
+    if name == "idefics3":  # Idefics3Processor: 2 × 2 tiles, 4 tokens each, then the global view
+        fake, view = "<fake_token_around_image>", "<image>" * 4
+        tiles = "".join("".join(f"{fake}<row_{r}_col_{c}>{view}" for c in (1, 2)) + "\n" for r in (1, 2))
+        return prompt.replace("<image>", tiles + f"\n{fake}<global-img>{view}{fake}")
     return prompt.replace("<image>", "<image>" * n) if "<image>" in prompt else "<image>" * n + "\n" + prompt
 
 
@@ -100,7 +118,7 @@ def test_vlm_parity_with_transformers(built, name):
     prep = m.prepare(picture(), text=prompt)
     ids, pixels = prep.inputs["input_ids"], prep.inputs["pixels"]
     n = (ids == IMAGE_ID).sum().item()
-    assert n == 16 + (1 if name.endswith("full") else 0)  # a 4 × 4 patch grid (+ the class token under "full")
+    assert n == IMAGE_TOKENS[name][0]  # a 4 × 4 patch grid (+ the class token under "full"; Idefics3: 5 views of 2 × 2)
     hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer())
     bos = hf_tok.convert_ids_to_tokens(TEXT["bos_token_id"])  # PaliGemma's processor writes the BOS itself
     want = hf_tok(expected_text(name, prompt, n).replace("<s>", bos), add_special_tokens=False)
@@ -108,24 +126,29 @@ def test_vlm_parity_with_transformers(built, name):
 
     r = m.run(picture(), text=prompt, hidden=True)
     extra = {"token_type_ids": torch.zeros_like(ids)} if name == "paligemma" else {}
+    hf_pixels = pixels[None] if name == "idefics3" else pixels  # Idefics3: (batch, views, C, H, W)
     with torch.no_grad():
-        ref = hf.model(input_ids=ids, pixel_values=pixels, output_attentions=True, **extra)
-        tower = hf.model.vision_tower(pixel_values=pixels, output_attentions=True)
+        ref = hf.model(input_ids=ids, pixel_values=hf_pixels, output_attentions=True, **extra)
+        tower = getattr(hf.model, "vision_tower", None) or hf.model.vision_model
+        tower = tower(pixel_values=pixels, output_attentions=True)
     dec = max(np.abs(r.attentions[i] - a[0].numpy()).max() for i, a in enumerate(ref.attentions))
-    vis = max(np.abs(r.vision_attentions[0, i] - a[0].numpy()).max() for i, a in enumerate(tower.attentions))
+    vis = max(np.abs(r.vision_attentions[:, i] - a.numpy()).max() for i, a in enumerate(tower.attentions))
     hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
     print(f"{name}: decoder maps {dec:.2e} tower maps {vis:.2e} hidden {hid:.2e}")
     assert len(ref.attentions) == r.attentions.shape[0] and len(tower.attentions) == r.vision_attentions.shape[1]
     assert dec <= TOL and vis <= TOL and hid <= TOL
     pos = r.image_token_positions
     assert pos.shape == (n, 5) and (ids[0, pos[:, 0]] == IMAGE_ID).all()
-    assert [r.tokens[i] for i in pos[-2:, 0]] == ["<image r3c2>", "<image r3c3>"]
+    assert [r.tokens[i] for i in pos[-2:, 0]] == IMAGE_TOKENS[name][1]
+    if name == "idefics3":
+        assert r.image_tiles == (2, 2) and r.vision_attentions.shape[0] == 5 and pos[:, 1].tolist() == sum(
+            ([t] * 4 for t in range(5)), []) and (pos[:, 4] == 2).all()
     if name == "paligemma":  # the whole prompt sees itself both ways: an image token reads the last text token
         assert r.attentions[:, :, 0, -1].min() > 0
 
     g = m.generate(picture(), text=prompt, max_new_tokens=6)
     with torch.no_grad():
-        want_ids = hf.generate(input_ids=ids, pixel_values=pixels, max_new_tokens=6, do_sample=False, **extra)
+        want_ids = hf.generate(input_ids=ids, pixel_values=hf_pixels, max_new_tokens=6, do_sample=False, **extra)
     assert g.ids == want_ids[0, ids.shape[1]:].tolist()
 
 

@@ -4,6 +4,8 @@ The tower and the decoder read their sub-configs through the rows of their own f
 check those rows make (RoPE, windows, activations) applies here too."""
 from __future__ import annotations
 
+import dataclasses
+
 from attn_explorer.core.llama import LlamaConfig
 from attn_explorer.core.vlm import VLMConfig, VisionLanguage
 from attn_explorer.errors import UserError
@@ -13,7 +15,12 @@ from attn_explorer.hub.families.common import ARCHITECTURES, ACTS, Architecture,
 from attn_explorer.hub.families.decoders import LLAMA_RULES
 
 _TOWERS = {"clip_vision_model": (_clip_vision_config, CLIP_VISION_DEFAULTS),
-           "siglip_vision_model": (_siglip_vision_config, SIGLIP_VISION_DEFAULTS)}
+           "siglip_vision_model": (_siglip_vision_config, SIGLIP_VISION_DEFAULTS),
+           "idefics3_vision": (_siglip_vision_config, SIGLIP_VISION_DEFAULTS),
+           "smolvlm_vision": (_siglip_vision_config, SIGLIP_VISION_DEFAULTS)}  # SigLIP's tower by another name
+# Idefics3VisionConfig's defaults (SmolVLM's ship most of them), which save_pretrained may leave out
+_IDEFICS3_TOWER = dict(hidden_size=1152, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=16,
+                       image_size=224, patch_size=32, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
 
 
 def check_config(cfg, where: str):
@@ -37,8 +44,8 @@ def _tower(cfg: dict, family: str, default_type: str, defaults: dict | None = No
     if mt not in _TOWERS:
         raise UserError(f"{family}: vision_config.model_type {mt!r} is not supported (clip_vision_model, "
                         "siglip_vision_model)")
-    make, _ = _TOWERS[mt]
-    return check_config(make({**(defaults or {}), **v}), f"{family} vision_config"), mt
+    make, base = _TOWERS[mt]
+    return check_config(make({**base, **(defaults or {}), **v}), f"{family} vision_config"), mt
 
 
 def _gemma1_config(t: dict) -> LlamaConfig:
@@ -64,11 +71,11 @@ def _decoder(cfg: dict, family: str, default_type: str) -> LlamaConfig:
     mt = t["model_type"]
     if mt == "gemma":
         text = _gemma1_config(t)
-    elif mt in ("llama", "qwen2", "mistral") and family == "llava":
+    elif mt in ("llama", "qwen2", "mistral") and family in ("llava", "idefics3"):
         text = ARCHITECTURES[mt].make_config(t)
     else:
         raise UserError(f"{family}: text_config.model_type {mt!r} is not supported yet "
-                        f"({'llama, qwen2, mistral' if family == 'llava' else 'gemma'})")
+                        f"({'gemma' if family == 'paligemma' else 'llama, qwen2, mistral'})")
     if "tie_word_embeddings" in cfg:  # the whole model's flag ties its LM head
         text.tie_embeddings = bool(cfg["tie_word_embeddings"])
     return check_config(text, f"{family} text_config")
@@ -122,6 +129,19 @@ def _paligemma_config(cfg: dict) -> VLMConfig:
                      text_bos=_special(cfg, "bos_token_id", 2), text_eos=_special(cfg, "eos_token_id", 1))
 
 
+def _idefics3_config(cfg: dict) -> VLMConfig:
+    family = "smolvlm" if cfg.get("model_type") == "smolvlm" else "idefics3"
+    vision, _ = _tower(cfg, family, f"{family}_vision", _IDEFICS3_TOWER)
+    s = cfg.get("scale_factor", 2)
+    if isinstance(s, bool) or not isinstance(s, int) or s < 1 or vision.native_grid % s:
+        raise UserError(f"idefics3: scale_factor must be a whole number >= 1 that divides the tower's patch grid "
+                        f"({vision.native_grid}), got {s!r}")
+    return VLMConfig(vision=vision, text=_decoder(cfg, "idefics3", "llama"), kind="idefics3",
+                     image_token_id=int(cfg.get("image_token_id", 128257)), feature_depth=vision.num_layers,
+                     drop_class_token=False, scale_factor=s, text_bos=_special(cfg, "bos_token_id", 1),
+                     text_eos=_special(cfg, "eos_token_id", 2))
+
+
 _T, _L = r"(?:model\.)?vision_tower\.(?:vision_model\.)?", r"(?:model\.)?language_model\.(?:model\.)?"
 _TOWER_RULES = [(_T + p, "vision." + r) for p, r in CLIP_VISION_RULES]
 _DECODER_RULES = [(_L + p, "language." + r) for p, r in LLAMA_RULES]
@@ -140,3 +160,13 @@ ARCHITECTURES["paligemma"] = Architecture(
     + [(r"(?:model\.)?multi_modal_projector\.linear\.(weight|bias)", r"projector.linear.\1")],
     ignore=_IGNORE, note="image and text: the image and the prompt attend to each other both ways (a prefix)",
 )
+
+_IT, _IL = r"(?:model\.)?vision_model\.", r"(?:model\.)?text_model\.(?:model\.)?"
+ARCHITECTURES["idefics3"] = Architecture(
+    "idefics3", "image-text", VisionLanguage, _idefics3_config,
+    [(_IT + p, "vision." + r) for p, r in CLIP_VISION_RULES] + [(_IL + p, "language." + r) for p, r in LLAMA_RULES]
+    + _HEAD + [(r"(?:model\.)?connector\.modality_projection\.proj\.weight", "projector.proj.weight")],
+    ignore=(_IT + r"embeddings\.position_ids", _IL + r"rotary_emb\.inv_freq"),
+    note="image and text: a picture larger than one tile is read as tiles and a global view (SmolVLM, Idefics3)",
+)
+ARCHITECTURES["smolvlm"] = dataclasses.replace(ARCHITECTURES["idefics3"], family="smolvlm")
