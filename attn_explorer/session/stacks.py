@@ -41,8 +41,11 @@ class StackMaps:
 
 def short_kind(kind: str) -> str:
     """A layer kind as a grid row carries it: "local, window 512" -> "local 512", Llama 4's "local, chunk 8192"
-    -> "chunk 8192", "global" -> "global"; Gemma 4's ", keys and values of layer 13" -> ", k/v of L13"."""
+    -> "chunk 8192", "global" -> "global"; Gemma 4's ", keys and values of layer 13" -> ", k/v of L13"; a hybrid's
+    mixers (issue 25): "gated DeltaNet (implicit)" -> "DeltaNet", "Mamba-2 (implicit)" -> "Mamba-2", Qwen3.5's
+    "softmax, global" -> "softmax"."""
     short = kind.replace(", window", "").replace("local, chunk", "chunk")
+    short = short.replace(" (implicit)", "").replace("gated DeltaNet", "DeltaNet").replace("softmax, global", "softmax")
     return short.replace("keys and values of layer ", "k/v of L")
 
 

@@ -13,6 +13,7 @@ from PySide6.QtCore import QRectF
 from attn_explorer.gui.analysis.common import AnalysisPage, cell_plot, label_cells
 from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
 from attn_explorer.session.analysis import findings, head_stats_job, long_head_stats_job
+from attn_explorer.session.mixers import NOT_PROBABILITIES, head_exists, is_recurrent, overview_note, softmax_only
 from attn_explorer.session.state import SessionState
 
 GRIDS = ("entropy", "sink", "distance", "prev", "next")
@@ -128,13 +129,14 @@ class HeadOverviewPage(AnalysisPage):
 
     # ------------------------------------------------------------------------------- drawing
     def _draw(self) -> None:
-        s = self.stats
         self.stack.show_canvas()
-        L, H = s.entropy.shape
+        L, H = self.stats.entropy.shape
+        # a hybrid's recurrent layers and padded heads: blank, and never named below (issue 25)
+        s, picks = softmax_only(self.stats, self.state.info)
         cmap = colormap(self.state.colormap)
         for name in GRIDS:
             v = s.get(name)
-            hi = float(v.max()) if name in ("entropy", "distance") else 1.0
+            hi = float(np.nanmax(v)) if name in ("entropy", "distance") and np.isfinite(v).any() else 1.0
             levels = (0.0, hi if hi > 0 else 1.0)
             self.images[name].setImage(v.astype(np.float32), levels=levels, autoLevels=False)
             self.images[name].setRect(QRectF(0, 0, H, L))
@@ -147,7 +149,7 @@ class HeadOverviewPage(AnalysisPage):
         self._draw_learned(L, H, cmap)
         self._mark()
         lines = [f"<a href='{f.layer},{f.head}'>{f.text}</a>" if f.layer >= 0 else f.text
-                 for f in findings(s)]
+                 for f in findings(picks)]
         if self.learned is not None:
             l, h = np.unravel_index(int(np.argmax(self.learned)), self.learned.shape)
             lines.append(f"the learned sinks take {float(self.learned.mean()):.0%} of the weight on average, most in "
@@ -157,6 +159,7 @@ class HeadOverviewPage(AnalysisPage):
         r = self._for
         how = (f" Measured exactly in tiles from each layer's q and k ({r.num_tokens:,} tokens: no maps kept)."
                if r is not None and r.is_lazy else "")
+        how += overview_note(info, L)
         self.caption.setText("<b>Head overview</b> — " + "; ".join(lines) + "." + how + tag)
 
     def _draw_learned(self, L: int, H: int, cmap) -> None:
@@ -201,6 +204,10 @@ class HeadOverviewPage(AnalysisPage):
 
     def describe(self, name: str, l: int, h: int) -> str:
         s = self.stats
+        if not head_exists(self.state.info, l, h):
+            return f"L{l} H{h}: no such head (this layer has fewer heads)"
+        if is_recurrent(self.state.info, l):
+            return f"L{l} H{h}: {NOT_PROBABILITIES}"
         parts = [f"entropy {s.entropy[l, h]:.2f} bits", f"sink {s.sink[l, h]:.0%}",
                  f"distance {s.distance[l, h]:.1f} {s.distance_unit}", f"previous {s.prev[l, h]:.0%}",
                  f"next {s.next[l, h]:.0%}"]

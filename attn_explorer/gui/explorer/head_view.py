@@ -26,6 +26,9 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        cell_under, follow_loading, set_bar_label, style_colorbar)
 from attn_explorer.gui.explorer.colour_key import ColourScaleBox, scale_text
+from attn_explorer.gui.explorer.mixer_marks import diverging_colormap
+from attn_explorer.gui.widgets.heatmap import colormap
+from attn_explorer.session import mixers as mx
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.gui.explorer.goto_box import GoToBox, view_around
 from attn_explorer.gui.explorer.head_maps import AXIS_TITLES, common_prefix, shown_count, stack_matrix, with_sink
@@ -197,6 +200,8 @@ class HeadView(LazyPage, QWidget):
                                       self.shown_rows)
         self.sink.set(sink)
         self._head = (result_tag(st.result), l, h)
+        if m.stack == "encoder" and not mx.head_exists(st.info, l, h):  # a padded head: blank, not zeros
+            self.matrix = mx.absent_map(self.matrix.shape)
         self._set_axes(rows, cols)
         self._paint()
 
@@ -225,7 +230,10 @@ class HeadView(LazyPage, QWidget):
         st = self.state
         mode, log = st.colour_scale, st.log_scale
         if self.matrix is not None:
-            top = self.sink.paint(self.matrix, mode, log, st.colormap) or colour_scale(self.matrix, mode, log)
+            signed = self.signed_label()  # a recurrent layer's implicit map: diverging, centred at 0 (issue 25)
+            self.colorbar.setColorMap(diverging_colormap() if signed else colormap(st.colormap))
+            top = (mx.signed_scaled(self.matrix, signed) if signed else
+                   self.sink.paint(self.matrix, mode, log, st.colormap) or colour_scale(self.matrix, mode, log))
             self.image.setImage(top.values, levels=top.levels, autoLevels=False)
             R, C = self.matrix.shape
             self.image.setRect(QRectF(0, 0, C, R))
@@ -237,6 +245,12 @@ class HeadView(LazyPage, QWidget):
             self._scale_shown(*painted)
         else:
             self.scale_label.setText("Computing the map from q and k…")
+
+    def signed_label(self) -> str:
+        """"implicit attention (Gated DeltaNet)" while a recurrent layer's head is drawn, else ""."""
+        if self._head is None or self.stack_shown != "encoder":
+            return ""
+        return mx.mixer_label(self.state.info, self._head[1])
 
     def _scale_shown(self, scaled: Scaled, win: Window | None = None) -> None:
         """The colour bar's levels and title, and the label that says which colour scale is on."""
@@ -282,7 +296,7 @@ class HeadView(LazyPage, QWidget):
                 return
             strip = strip_of_row(self.matrix[int(at[0])], self.strip.width_px(), result_tag(r), l, h, q)
             self.strip.show_strip(strip, self.col_tokens, st.colormap, st.colour_scale, st.log_scale,
-                                  self._sink_where(int(at[0])))
+                                  self._sink_where(int(at[0])), signed=self.signed_label())
             self.strip.mark_window(*self.plot.vb.viewRange()[0])
             return
         self.strip.clear(f"Strip: computing query {q:,}'s row over all {r.num_tokens:,} keys…")
@@ -359,6 +373,11 @@ class HeadView(LazyPage, QWidget):
         q = int(np.flatnonzero(self.shown_rows == st.query)[0]) if (self.shown_rows == st.query).any() else None
         sink = sink_text(self.sink.values, q, self.tokens[q] if q is not None and q < len(self.tokens) else "")
         sink = f"<br>Sink (left column): {html.escape(sink)}." if sink else ""
+        if m.stack == "encoder" and not mx.head_exists(info, l, h):
+            sink += f"<br><b>Head {h} does not exist in layer {l}</b>: {mx.ABSENT}; drawn blank."
+        elif m.stack == "encoder" and mx.is_recurrent(info, l):
+            sink += (f"<br>{html.escape(mx.mixer_label(info, l))}: row t holds the weights A[t, s] with output t = "
+                     "Σ_s A[t, s]·v_s — signed, rows need not sum to 1 (blue &lt; 0 &lt; red).")
         self.title.setText(f"{html.escape(what)}<b>Layer {l}{kind}, head {h}</b> — {count}, "
                            f"dk scale {r.dk_scale:.2f}×{causal}{tag}{sink}")
 
@@ -380,6 +399,9 @@ class HeadView(LazyPage, QWidget):
     # --------------------------------------------------------------------------------- pointer
     def describe(self, i: int, j: int) -> str:
         """`query "it" → key "animal": 0.43` for row i, column j (of the dense map drawn)."""
+        if self.signed_label():
+            return (f'query "{self.tokens[i]}" → key "{self.col_tokens[j]}": '
+                    + mx.value_text(float(self.matrix[i, j]), True))
         return cell_text(self.tokens, self.col_tokens, self.matrix, i, j)
 
     def describe_long(self, i: int, j: int) -> str | None:

@@ -15,7 +15,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from attn_explorer.gui.explorer.mixer_marks import diverging_colormap
 from attn_explorer.gui.widgets.heatmap import colormap
+from attn_explorer.session.mixers import signed_scaled, value_text
 from attn_explorer.gui.widgets.heatmap import short as short_token
 from attn_explorer.session.long_view import Strip, colour_scale
 
@@ -69,19 +71,23 @@ class QueryStrip(QWidget):
         self.query_tick.setData([], [])
         self.readout.setText(message)
 
-    def show_strip(self, strip: Strip, tokens: list[str], cmap: str, scale: str, log: bool, where: str = "") -> None:
-        """Draw `strip` (query strip.query's row; tokens name the keys) in the colour scale given."""
+    def show_strip(self, strip: Strip, tokens: list[str], cmap: str, scale: str, log: bool, where: str = "",
+                   signed: str = "") -> None:
+        """Draw `strip` (query strip.query's row; tokens name the keys) in the colour scale given; `signed` (a
+        recurrent layer's "implicit attention (...)") draws it on the diverging scale, values with their sign."""
         self.strip = strip
         n = self._n = strip.total
-        scaled = colour_scale(strip.values[None, :], scale, log)
+        scaled = (signed_scaled(strip.values[None, :], signed) if signed
+                  else colour_scale(strip.values[None, :], scale, log))
         self.shown_values = scaled.values[0]
-        self.image.setLookupTable(colormap(cmap).getLookupTable(0.0, 1.0, 256))
+        self.image.setLookupTable((diverging_colormap() if signed else colormap(cmap)).getLookupTable(0.0, 1.0, 256))
         self.image.setImage(scaled.values, levels=scaled.levels, autoLevels=False)
         self.image.setRect(QRectF(0, 0, max(n, 1), 1))
         self.plot.setRange(xRange=(0, max(n, 1)), yRange=(0, 1), padding=0)
         q = strip.query + 0.5
         self.query_tick.setData([q, q], [0.0, 0.35])
-        best = " · ".join(f'"{html.escape(short_token(tokens[j]))}" ({j:,}) <b>{w:.2f}</b>' for j, w in strip.top
+        best = " · ".join(f'"{html.escape(short_token(tokens[j]))}" ({j:,}) <b>{value_text(w, bool(signed))}</b>'
+                          for j, w in strip.top
                           if j < len(tokens))
         pooled = (f"each of its {len(strip.values):,} cells the largest weight of about "
                   f"{n / max(1, len(strip.values)):.0f} keys" if len(strip.values) < n else "one cell a key")

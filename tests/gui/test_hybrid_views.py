@@ -1,0 +1,152 @@
+"""A hybrid model's layers in the window (issue 25 B), on a tiny random Qwen3.5 (3 Gated DeltaNet layers of 4 heads,
+1 softmax layer of 6) and a tiny Granite 4 hybrid (Mamba-2, softmax, Mamba-2): the grid marks each row by its mixer
+and draws the recurrent rows on a diverging scale centred at 0 (white = 0), the padded heads grey; the head page
+colours a recurrent head's map with symmetric levels and a diverging colour bar titled "implicit attention
+(...)", its read-out and the query strip's show signed values; the overview leaves recurrent rows and padded heads
+blank and says why; a padded head is drawn blank, never as zeros."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF
+
+pytest.importorskip("transformers")
+pytest.importorskip("transformers.models.qwen3_5")
+
+from attn_explorer.session import mixers as mx  # noqa: E402
+from tests.hub import test_parity_mamba_hybrids as granite  # noqa: E402
+from tests.hub import test_parity_qwen35 as qwen  # noqa: E402
+
+TEXT = "The cat sat on the mat because it was tired."
+
+
+@pytest.fixture(scope="module")
+def qwen_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen35_gui")
+    qwen.make_folder(folder, "qwen3_5")
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def granite_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("granite4_gui")
+    granite.make(folder, "granite4")
+    return str(folder)
+
+
+def _white(rgba):
+    return tuple(int(x) for x in rgba[:3]) == (247, 247, 247)
+
+
+def test_the_diverging_scale_is_centred_at_zero():
+    lut = mx.diverging_lut()
+    assert len(lut) % 2 and _white(lut[len(lut) // 2])
+    assert lut[0][2] > lut[0][0] and lut[-1][0] > lut[-1][2]  # blue below, red above
+    assert mx.signed_levels(np.array([[-0.3, 0.1]])) == pytest.approx((-0.3, 0.3))
+    px = mx.diverging_rgba(np.array([[0.0, -0.3, 0.3]]), (-0.3, 0.3))[0]
+    assert _white(px[0]) and px[1][2] > px[1][0] and px[2][0] > px[2][2]
+    pooled = mx.signed_pool(np.array([[0.1, -0.9], [0.2, 0.3]]), 1, 1)
+    assert pooled[0, 0] == pytest.approx(-0.9)  # the sign of the largest magnitude survives pooling
+
+
+@pytest.mark.parametrize("which", ["qwen", "granite"])
+def test_the_grid_marks_each_row_by_its_mixer(make_window, qtbot, qwen_folder, granite_folder, which):
+    folder = qwen_folder if which == "qwen" else granite_folder
+    w = make_window(model=folder, text=TEXT, view="grid")
+    st, gv = w.state, w.grid
+    qtbot.waitUntil(lambda: st.grid_image is not None and gv.mixers.rgba is not None, timeout=30000)
+    info, r, g = st.info, st.result, st.grid_image
+    L, H = g.layers, g.heads
+    word = "DeltaNet" if which == "qwen" else "Mamba-2"
+    labels = [gv.row_label(l) for l in range(L)]
+    for l in range(L):
+        assert labels[l] == f"L{l} · {word if info.mixers[l] != 'softmax' else labels[l].split(' · ')[1]}"
+        assert ("softmax" in labels[l] or "global" in labels[l]) == (info.mixers[l] == "softmax")
+    c = g.cell
+    rgba = gv.mixers.rgba
+    assert rgba.shape == (L * c, H * c, 4)
+    for l in range(L):
+        for h in range(H):
+            tile = rgba[l * c:(l + 1) * c, h * c:(h + 1) * c]
+            a = r.attentions[l, h]
+            if h >= info.layer_heads[l]:  # a padded head: grey, not the colour of zero
+                assert (tile == mx.ABSENT_RGBA).all()
+            elif info.mixers[l] == "softmax":
+                assert (tile[..., 3] == 0).all()  # the softmax mosaic shows through
+            else:
+                assert (tile[..., 3] == 255).all()
+                assert all(_white(tile[i, j]) for i, j in zip(*np.nonzero(a == 0)))  # 0 is white
+                top = np.abs(r.attentions[l, :info.layer_heads[l]]).max()  # the layer's scale
+                neg, pos = np.argwhere(a < -0.02 * top), np.argwhere(a > 0.02 * top)
+                assert all(tile[i, j][2] > tile[i, j][0] for i, j in neg)  # blue below 0
+                assert all(tile[i, j][0] > tile[i, j][2] for i, j in pos)  # red above
+    assert (r.attentions[[l for l in range(L) if info.mixers[l] != "softmax"]] < 0).any()  # signed maps indeed
+    assert gv.mixers.bar.isVisible() and f"implicit attention ({'Gated DeltaNet' if which == 'qwen' else 'Mamba-2'})" \
+        in gv.mixers.label
+    text = gv.title.text()
+    assert f"Rows marked {word}" in text and "not probabilities" in text and "grey cells" in text
+
+
+def test_a_softmax_only_model_has_no_overlay(make_window, qtbot):
+    w = make_window(text=TEXT, view="grid")
+    qtbot.waitUntil(lambda: w.state.grid_image is not None, timeout=30000)
+    assert w.grid.mixers.rgba is None and not w.grid.mixers.bar.isVisible()
+    assert "Rows marked" not in w.grid.title.text()
+
+
+def test_the_head_page_draws_a_recurrent_head_signed(make_window, qtbot, qwen_folder):
+    w = make_window(model=qwen_folder, text=TEXT, view="head")
+    st, hv = w.state, w.head_view
+    st.select(1, 2)  # a DeltaNet layer
+    qtbot.waitUntil(lambda: hv._head is not None and hv._head[1:] == (1, 2) and hv.matrix is not None)
+    a = st.result.attentions[1, 2]
+    np.testing.assert_array_equal(hv.matrix, a)
+    lo, hi = hv.colorbar.levels()
+    top = float(np.abs(a).max())
+    assert (lo, hi) == pytest.approx((-top, top))  # centred at 0
+    lut = hv.colorbar.colorMap().getLookupTable(0.0, 1.0, 257, alpha=False)
+    assert np.abs(lut[128].astype(int) - 247).max() <= 1  # white at 0
+    assert "implicit attention (Gated DeltaNet)" in hv.colorbar.axis.labelText
+    assert "implicit attention (Gated DeltaNet)" in hv.title.text() and "signed" in hv.title.text()
+    i, j = np.unravel_index(int(np.argmin(a)), a.shape)  # the most negative weight
+    assert a[i, j] < 0
+    hv._hovered(hv.plot.vb.mapViewToScene(QPointF(j + 0.5, i + 0.5)))
+    assert hv.readout.text().endswith(f"{a[i, j]:+.3f} (signed)")
+    st.set_query(int(i))
+    qtbot.waitUntil(lambda: hv.strip.strip is not None and hv.strip.strip.query == int(i))
+    assert "(signed)" in hv.strip.readout.text() and "implicit attention" in hv.strip.readout.text()
+    st.select(3, 2)  # back to the softmax layer: the session's colour map and 0..1 again
+    qtbot.waitUntil(lambda: hv._head is not None and hv._head[1:] == (3, 2))
+    assert hv.colorbar.levels() == pytest.approx((0.0, 1.0))
+    assert "implicit" not in hv.colorbar.axis.labelText
+    hv._hovered(hv.plot.vb.mapViewToScene(QPointF(0.5, 5.5)))
+    assert "(signed)" not in hv.readout.text()
+
+
+def test_a_padded_head_is_drawn_blank_not_as_zeros(make_window, qtbot, qwen_folder):
+    w = make_window(model=qwen_folder, text=TEXT, view="head")
+    st, hv = w.state, w.head_view
+    assert st.info.layer_heads[0] == 4 and st.info.num_heads == 6
+    st.select(0, 5)
+    qtbot.waitUntil(lambda: hv._head is not None and hv._head[1:] == (0, 5))
+    assert (st.result.attentions[0, 5] == 0).all()  # the run pads it with zeros
+    assert np.isnan(hv.matrix).all()  # the page draws nothing there
+    assert "does not exist" in hv.title.text()
+
+
+@pytest.mark.parametrize("which", ["qwen", "granite"])
+def test_the_overview_says_its_statistics_do_not_apply(make_window, qtbot, qwen_folder, granite_folder, which):
+    w = make_window(model=qwen_folder if which == "qwen" else granite_folder, text=TEXT, view="overview")
+    page = w.pages["overview"]
+    qtbot.waitUntil(lambda: page.stats is not None, timeout=30000)
+    info = w.state.info
+    rec = [l for l, k in enumerate(info.mixers) if k != "softmax"]
+    soft = [l for l, k in enumerate(info.mixers) if k == "softmax"]
+    img = page.images["entropy"].image
+    assert np.isnan(img[rec]).all() and np.isfinite(img[soft][:, :info.layer_heads[soft[0]]]).all()
+    assert "do not apply" in page.caption.text() and f"Layers {', '.join(map(str, rec))}" in page.caption.text()
+    assert "do not apply" in page.describe("entropy", rec[0], 0)
+    assert "entropy" in page.describe("entropy", soft[0], 0) and "do not apply" not in page.describe("entropy",
+                                                                                                    soft[0], 0)
+    for link in page.caption.text().split("href='")[1:]:  # no finding names a recurrent layer
+        assert int(link.split(",")[0]) in soft
