@@ -292,7 +292,9 @@ class MultiHeadAttention(nn.Module):
         if self.output_gate:  # per head [q_h, gate_h]: the gate waits for _finish
             B, N, _ = q.shape
             q, gate = q.reshape(B, N, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
-            q, self._gate = q.reshape(B, N, -1), gate.transpose(1, 2)  # gate (B, H, N, d_k)
+            # sigmoid(gate) on a contiguous (B, N, H·d_k) copy, as transformers takes it (the same rounding)
+            sig = torch.sigmoid(gate.reshape(B, N, -1))
+            q, self._gate = q.reshape(B, N, -1), sig.view(B, N, self.num_heads, -1).transpose(1, 2)  # (B, H, N, d_k)
         q = self._split(q, self.num_heads)  # (B, H, N, d_k)
         k = self._split(k, self.num_kv_heads)  # (B, H_kv, N, d_k)
         v = self._split(v, self.num_kv_heads)
@@ -368,7 +370,7 @@ class MultiHeadAttention(nn.Module):
         """ctx (B, H, N, d_v), every head's output -> the layer's output (B, N, D) through W_O, after the
         block's attn.hook_z (if any); with output_gate, times sigmoid(gate) first (z is what W_O reads)."""
         if self.output_gate:
-            ctx, self._gate = ctx * torch.sigmoid(self._gate), None
+            ctx, self._gate = ctx * self._gate, None
         if lh is not None:
             ctx = lh("attn.hook_z", ctx)
         out = ctx.transpose(1, 2).reshape(B, N, self.num_heads * self.head_dim)  # (B, N, H*d_k)

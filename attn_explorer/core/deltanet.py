@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attn_explorer.core.linear import Linear
+from torch.nn import Linear  # torch's F.linear: transformers' rounding (the decay is exp'd over many tokens)
 from attn_explorer.core.recurrent import RecurrentMixer, RecurrentState
 
 
@@ -210,12 +210,13 @@ class GatedDeltaNet(RecurrentMixer):
         beta = b.sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
         r = c.num_v_heads // c.num_k_heads
-        q, k, v, beta, g = (t.transpose(1, 2).float() for t in (q, k, v, beta, g))
+        if r > 1:  # key heads repeated to the value heads first, in transformers' order (the same rounding)
+            q, k = q.repeat_interleave(r, dim=2), k.repeat_interleave(r, dim=2)
+        q, k, v, beta, g = (t.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+                            for t in (q, k, v, beta, g))
         q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6)
         k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
         q = q * c.head_k_dim ** -0.5
-        if r > 1:
-            q, k = q.repeat_interleave(r, dim=1), k.repeat_interleave(r, dim=1)
         return q, k, v, g, beta, z, conv
 
     def forward(self, x: torch.Tensor, opts=None):
@@ -237,14 +238,18 @@ class GatedDeltaNet(RecurrentMixer):
             g = lh("attn.hook_decay", g.transpose(1, 2)).transpose(1, 2)
         want_maps = bool(getattr(opts, "need_weights", False)) or (lh is not None and lh.wants("attn.hook_pattern"))
         state = None if cache is None else cache.state
+        past = cache.kept if cache is not None and cache.length else ()
+        if cache is not None:  # every token's q, k, g, β: the rows of a later step's map are exact
+            cache.kept = tuple(torch.cat([a, b], dim=2) for a, b in zip(past, (q, k, g, beta))) if past else \
+                (q, k, g, beta)
         maps = None
-        if want_maps:
-            if state is not None and cache.length:
-                raise ValueError(f"{self.c.family}: the implicit maps of new tokens after a recurrent cache are not "
-                                 "kept (the earlier tokens' keys are gone); run the whole text")
-            maps = implicit_map(q, k, g, beta, self.c.chunk)
+        if want_maps:  # with a cache: the map over every token so far, the new tokens' rows
+            maps = implicit_map(*(cache.kept if past else (q, k, g, beta)), self.c.chunk)[:, :, -N:]
         if maps is not None and lh is not None and lh.wants("attn.hook_pattern"):
             new = lh("attn.hook_pattern", maps)
+            if new is not maps and past:
+                raise ValueError(f"{self.c.family}: a replaced implicit map after a recurrent cache has no earlier "
+                                 "values to weigh; run the whole text")
             if new is not maps:  # a replaced map weighs the values: the output is A' @ V
                 maps = new
                 o = maps.float() @ v

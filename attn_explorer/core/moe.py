@@ -178,7 +178,7 @@ class MoE(nn.Module):
         else:
             self.experts = nn.ModuleList(Expert(dim, cfg.hidden, cfg.expert_bias) for _ in range(cfg.num_experts))
         self.shared = SwiGLU(dim, cfg.shared_hidden) if cfg.shared_hidden else None
-        self.shared_gate = Linear(dim, 1, bias=False) if cfg.shared_gate else None  # Qwen3-Next
+        self.shared_gate = nn.Linear(dim, 1, bias=False) if cfg.shared_gate else None  # Qwen3-Next (F.linear)
 
     def forward(self, x: torch.Tensor, hooks=None) -> torch.Tensor:
         """x (..., D) -> (..., D). hooks (core.hooks.LayerHooks or None): its mlp.hook_expert_indices and

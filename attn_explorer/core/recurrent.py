@@ -60,6 +60,9 @@ class RecurrentState:
         self.conv: torch.Tensor | None = None
         self.state: torch.Tensor | None = None
         self.length = 0
+        # per-token quantities a mixer keeps (O(n), like a KV cache) so a step's map rows stay exact (DeltaNet:
+        # q, k, g, β, each (B, H, n, ...)); empty where it keeps none
+        self.kept: tuple = ()
 
     def advance(self, conv: torch.Tensor | None, state: torch.Tensor | None, n: int) -> None:
         self.conv, self.state, self.length = conv, state, self.length + n
