@@ -40,16 +40,20 @@ CASES = {
     "idefics3": ("Idefics3Config", "Idefics3ForConditionalGeneration",
                  dict(vision_config=dict(SIGLIP, model_type="idefics3_vision"), text_config=dict(TEXT, model_type="llama"),
                       scale_factor=2, image_token_id=IMAGE_ID, tie_word_embeddings=False)),
+    "smolvlm": ("SmolVLMConfig", "SmolVLMForConditionalGeneration",
+                dict(vision_config=dict(SIGLIP, model_type="smolvlm_vision"), text_config=dict(TEXT, model_type="llama"),
+                     scale_factor=2, image_token_id=IMAGE_ID, tie_word_embeddings=False)),
     "paligemma": ("PaliGemmaConfig", "PaliGemmaForConditionalGeneration",
                   dict(vision_config=SIGLIP, image_token_index=IMAGE_ID, projection_dim=48, vocab_size=304,
                        text_config=dict(TEXT, model_type="gemma", head_dim=8, num_key_value_heads=1))),
 }
 PROMPTS = {"llava": "USER: <image>\nthe cat sat ASSISTANT:", "llava-qwen2-full": "the cat", "paligemma": "caption the cat",
-           "idefics3": "User:<image>the cat sat<end_of_utterance>\nAssistant:"}
+           "idefics3": "User:<image>the cat sat<end_of_utterance>\nAssistant:", "smolvlm": "<image>Can you describe"}
 # image tokens, and the labels of the last two
 IMAGE_TOKENS = {"llava": (16, ["<image r3c2>", "<image r3c3>"]), "llava-qwen2-full": (17, ["<image r3c2>", "<image r3c3>"]),
                 "paligemma": (16, ["<image r3c2>", "<image r3c3>"]),
                 "idefics3": (20, ["<image global r1c0>", "<image global r1c1>"])}
+IMAGE_TOKENS["smolvlm"] = IMAGE_TOKENS["idefics3"]
 
 
 def tokenizer():
@@ -74,7 +78,7 @@ def make(folder, name):
             p.add_(torch.randn_like(p) * 0.1)
     hf.save_pretrained(folder, safe_serialization=True)
     tokenizer().save(str(folder / "tokenizer.json"))
-    if name == "idefics3":  # tiles of 32 px from a picture whose longer side is made 64 px: 2 × 2 tiles
+    if name in ("idefics3", "smolvlm"):  # tiles of 32 px from a picture whose longer side is made 64 px: 2 × 2 tiles
         (folder / "preprocessor_config.json").write_text(json.dumps(
             {"size": {"longest_edge": 64}, "do_image_splitting": True, "resample": 1, "image_mean": [0.5] * 3,
              "image_std": [0.5] * 3}))
@@ -102,7 +106,7 @@ def expected_text(name, prompt, n):
     """The processors' documented expansion (LlavaProcessor, PaliGemmaProcessor)."""
     if name == "paligemma":
         return "<image>" * n + "<s>" + prompt + "\n"
-    if name == "idefics3":  # Idefics3Processor: 2 × 2 tiles, 4 tokens each, then the global view
+    if name in ("idefics3", "smolvlm"):  # Idefics3Processor, SmolVLMProcessor: 2 × 2 tiles, 4 tokens each, then the global view
         fake, view = "<fake_token_around_image>", "<image>" * 4
         tiles = "".join("".join(f"{fake}<row_{r}_col_{c}>{view}" for c in (1, 2)) + "\n" for r in (1, 2))
         return prompt.replace("<image>", tiles + f"\n{fake}<global-img>{view}{fake}")
@@ -126,7 +130,7 @@ def test_vlm_parity_with_transformers(built, name):
 
     r = m.run(picture(), text=prompt, hidden=True)
     extra = {"token_type_ids": torch.zeros_like(ids)} if name == "paligemma" else {}
-    hf_pixels = pixels[None] if name == "idefics3" else pixels  # Idefics3: (batch, views, C, H, W)
+    hf_pixels = pixels[None] if name in ("idefics3", "smolvlm") else pixels  # Idefics3: (batch, views, C, H, W)
     with torch.no_grad():
         ref = hf.model(input_ids=ids, pixel_values=hf_pixels, output_attentions=True, **extra)
         tower = getattr(hf.model, "vision_tower", None) or hf.model.vision_model
@@ -140,7 +144,7 @@ def test_vlm_parity_with_transformers(built, name):
     pos = r.image_token_positions
     assert pos.shape == (n, 5) and (ids[0, pos[:, 0]] == IMAGE_ID).all()
     assert [r.tokens[i] for i in pos[-2:, 0]] == IMAGE_TOKENS[name][1]
-    if name == "idefics3":
+    if name in ("idefics3", "smolvlm"):
         assert r.image_tiles == (2, 2) and r.vision_attentions.shape[0] == 5 and pos[:, 1].tolist() == sum(
             ([t] * 4 for t in range(5)), []) and (pos[:, 4] == 2).all()
     if name == "paligemma":  # the whole prompt sees itself both ways: an image token reads the last text token
