@@ -49,17 +49,10 @@ class HeadOverviewPage(AnalysisPage):
             bar.axis.enableAutoSIPrefix(False)
             set_bar_label(bar, "")  # the plot's title names the unit
             self.plots[name], self.images[name], self.bars[name] = p, img, bar
-        p = cell_plot(self.canvas, 1, 2)  # shown only for a model with learned sinks (gpt-oss)
-        p.setLabel("bottom", "head")
-        img = pg.ImageItem(axisOrder="row-major")
-        p.addItem(img)
-        bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap("viridis"), interactive=False, width=10)
-        bar.setImageItem(img, insert_in=p)
-        bar.axis.enableAutoSIPrefix(False)
-        set_bar_label(bar, "")
-        self.learned_plot, self.learned_image, self.learned_bar = p, img, bar
+        # gpt-oss: the sixth grid, made the first time a model with learned sinks is measured (never hidden after:
+        # a hidden plot's axes crashed pyqtgraph at exit), emptied for a model without them
+        self.learned_plot = self.learned_image = self.learned_bar = None
         self.learned: np.ndarray | None = None  # (L, H) each head's mean sink share, or None
-        p.hide()
         self.sel_box = pg.PlotCurveItem(pen=pg.mkPen("#ff3b30", width=2))
         self._measuring = None  # the long result being measured now, or the one whose measuring was stopped
         self.readout.setText(HINT)
@@ -166,17 +159,31 @@ class HeadOverviewPage(AnalysisPage):
         """gpt-oss: each head's mean share of a row given to its learned sink (RunResult.sinks), else hidden."""
         sinks = getattr(self._for, "sinks", None)
         self.learned = None if sinks is None else np.asarray(sinks, dtype=np.float32).mean(axis=-1)
-        p = self.learned_plot
         if self.learned is None:
-            p.hide()
+            if self.learned_plot is not None:
+                self.learned_image.clear()
+                self.learned_plot.setTitle("(no learned sinks)", size="9pt")
             return
-        p.show()
+        if self.learned_plot is None:
+            self._make_learned_plot()
+        p = self.learned_plot
         self.learned_image.setImage(self.learned, levels=(0.0, 1.0), autoLevels=False)
         self.learned_image.setRect(QRectF(0, 0, H, L))
         self.learned_bar.setColorMap(cmap)
         p.setTitle(LEARNED + " (share)", size="9pt")
         p.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
         label_cells(p, L, H)
+
+    def _make_learned_plot(self) -> None:
+        p = cell_plot(self.canvas, 1, 2)
+        p.setLabel("bottom", "head")
+        img = pg.ImageItem(axisOrder="row-major")
+        p.addItem(img)
+        bar = pg.ColorBarItem(values=(0, 1), colorMap=colormap("viridis"), interactive=False, width=10)
+        bar.setImageItem(img, insert_in=p)
+        bar.axis.enableAutoSIPrefix(False)
+        set_bar_label(bar, "")
+        self.learned_plot, self.learned_image, self.learned_bar = p, img, bar
 
     def _mark(self) -> None:
         if self.stats is None:
