@@ -73,6 +73,13 @@ class VisionLanguageModel(Model):
         out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, Hooks(table) if table else None)
         return self._vlm_result(out, ms, prep, dk_scale, kw.get("hidden", False))
 
+    def trace(self, *_a, **_kw):
+        """Analyses (interventions' scans and patching, relevance, the logit lens, probes, norms) build on
+        trace(prepare(x)) with text-or-image inputs: refused in one line for the picture-and-prompt input."""
+        raise UserError(f"{self.info.family}: this analysis (interventions' scans and patching, relevance, the logit "
+                        "lens, probes) is not supported yet for vision-language models; run(image, text=..., "
+                        "ablate={(layer, head): 'zero'}) and run_with_hooks / run_with_cache are")
+
     def prepare(self, x, max_tokens: int | None = None, image_size: int | None = None, text: str | None = None
                 ) -> Prepared:
         """The picture's pixels and the prompt's ids with the placeholder expanded (the module's inputs)."""

@@ -113,6 +113,10 @@ class VisionLanguage(nn.Module):
         return self.language.embed_tokens
 
     @property
+    def norm(self):
+        return self.language.norm
+
+    @property
     def can_generate(self) -> bool:
         return self.language.can_generate
 

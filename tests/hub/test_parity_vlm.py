@@ -208,3 +208,27 @@ def test_vlm_export_cli(built, tmp_path, capsys):
         assert main(["export", *argv, "--device", "cpu", "--out", str(tmp_path / "bad.npz")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
+
+
+def test_vlm_hooks_ablation_and_refusals(built):
+    """Part C: the decoder's hook points, run_with_cache, ablation; lazy maps, prefix reuse and the analyses
+    built on trace refuse in one line naming the family."""
+    from attn_explorer.analysis import interventions, lens
+
+    _, folder = built("paligemma")
+    m = ax.load_model(str(folder), device="cpu")
+    names = m.hook_names()
+    assert "blocks.2.attn.hook_pattern" in names and "hook_logits" in names
+    r, cache = m.run_with_cache(picture(), text="cat", names=["blocks.1.attn.hook_pattern", "blocks.0.hook_resid_post"])
+    assert np.allclose(cache["blocks.1.attn.hook_pattern"][0].numpy(), r.attentions[1], atol=1e-7)
+    off = m.run(picture(), text="cat", ablate={(0, 1): "zero"}, hidden=True)
+    assert np.array_equal(off.attentions[0], r.attentions[0])  # layer 0's maps come before its W_O
+    assert np.abs(off.attentions[1] - r.attentions[1]).max() > 1e-4
+    for kw, words in ((dict(lazy=True), "paligemma: lazy is not supported yet"),
+                      (dict(reuse_prefix=True), "paligemma: reuse_prefix is not supported yet")):
+        with pytest.raises(UserError, match=words):
+            m.run(picture(), text="cat", **kw)
+    with pytest.raises(UserError, match="paligemma: this analysis"):
+        interventions.ablation_scan(m, picture())
+    with pytest.raises(UserError, match="paligemma: this analysis"):
+        lens.logit_lens(m, picture())
