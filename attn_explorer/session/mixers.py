@@ -160,3 +160,29 @@ def overview_note(info, layers: int) -> str:
         return ""
     kinds = sorted({MIXER_SHORT.get(mixer_of(info, l), mixer_of(info, l)) for l in rec})
     return (f" Layers {', '.join(map(str, rec))} ({' / '.join(kinds)}) are left blank: {NOT_PROBABILITIES}.")
+
+
+def rows_overlay(rows: np.ndarray, info, layers: int, heads: int) -> np.ndarray | None:
+    """The token page's (L·H, K) rows (one query's row per head): (L·H, K, 4) uint8 RGBA, transparent on softmax
+    rows, recurrent rows on the diverging scale (symmetric per layer), padded heads grey; None where nothing is."""
+    if rows.shape[0] != layers * heads:
+        return None
+    ok = probability_heads(info, layers, heads)
+    if ok.all():
+        return None
+    out = np.zeros(rows.shape + (4,), np.uint8)
+    for l in range(layers):
+        real = [h for h in range(heads) if head_exists(info, l, h)]
+        if is_recurrent(info, l) and real:
+            levels = signed_levels(rows[[l * heads + h for h in real]])
+            for h in real:
+                out[l * heads + h] = diverging_rgba(rows[None, l * heads + h], levels)[0]
+        for h in range(heads):
+            if not head_exists(info, l, h):
+                out[l * heads + h] = ABSENT_RGBA
+    return out
+
+
+def signed_shade(values: np.ndarray) -> np.ndarray:
+    """(K,) signed weights -> (K, 3) uint8 colours on the diverging scale (symmetric around 0)."""
+    return diverging_rgba(np.asarray(values, np.float32)[None], signed_levels(values))[0, :, :3]

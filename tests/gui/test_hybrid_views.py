@@ -150,3 +150,39 @@ def test_the_overview_says_its_statistics_do_not_apply(make_window, qtbot, qwen_
                                                                                                     soft[0], 0)
     for link in page.caption.text().split("href='")[1:]:  # no finding names a recurrent layer
         assert int(link.split(",")[0]) in soft
+
+
+def test_the_token_page_draws_recurrent_rows_signed(make_window, qtbot, qwen_folder):
+    w = make_window(model=qwen_folder, text=TEXT, view="tokens")
+    st, tv = w.state, w.token_view
+    st.select(0, 1)
+    st.set_query(6)
+    qtbot.waitUntil(lambda: tv.mixers.rgba is not None and tv.rows is not None, timeout=30000)
+    info, H = st.info, st.info.num_heads
+    rgba = tv.mixers.rgba
+    assert rgba.shape[:2] == tv.rows.shape
+    for l, kind in enumerate(info.mixers):
+        for h in range(H):
+            row = rgba[l * H + h]
+            if h >= info.layer_heads[l]:
+                assert (row == mx.ABSENT_RGBA).all()
+            elif kind == "softmax":
+                assert (row[:, 3] == 0).all()
+            else:
+                assert all(_white(c) for c, v in zip(row, tv.rows[l * H + h]) if v == 0)  # above the query: 0
+    assert "signed implicit maps" in tv.caption.text() and "grey rows" in tv.caption.text()
+    assert "implicit attention (Gated DeltaNet), signed" in tv.sentence.text()
+
+
+def test_a_long_recurrent_map_is_painted_signed(make_window, qtbot, qwen_folder, monkeypatch):
+    from attn_explorer.session import long_view
+
+    monkeypatch.setattr(long_view, "WINDOWED_FROM", 4)  # this short input goes through the window lane
+    w = make_window(model=qwen_folder, text=TEXT, view="head")
+    st, hv = w.state, w.head_view
+    st.select(2, 1)
+    qtbot.waitUntil(lambda: hv.long and (hv.long_map.window or hv.long_map.base) is not None and hv._head is not None
+                    and hv._head[1:] == (2, 1), timeout=30000)
+    qtbot.waitUntil(lambda: "implicit attention (Gated DeltaNet)" in hv.colorbar.axis.labelText)
+    lo, hi = hv.colorbar.levels()
+    assert lo == pytest.approx(-hi) and hi > 0

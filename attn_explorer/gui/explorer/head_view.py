@@ -239,7 +239,9 @@ class HeadView(LazyPage, QWidget):
             self.image.setRect(QRectF(0, 0, C, R))
             self._scale_shown(top)
             return
-        painted = self.long_map.paint(mode, log, st.colormap)
+        signed = self.signed_label()
+        self.colorbar.setColorMap(diverging_colormap() if signed else colormap(st.colormap))
+        painted = self.long_map.paint(mode, log, st.colormap, signed)
         if painted is not None:
             self.sink.paint(None, mode, log, st.colormap, levels=painted[0].levels)
             self._scale_shown(*painted)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, QRectF, QTimer, Signal
 
+from attn_explorer.gui.explorer.mixer_marks import diverging_colormap
 from attn_explorer.gui.widgets.heatmap import colormap
+from attn_explorer.session.mixers import signed_scaled
 from attn_explorer.session.long_view import (WINDOW_LANE, Scaled, Window, WindowAsk, colour_scale, result_tag,
                                              visible_ask, window_job)
 from attn_explorer.session.state import SessionState
@@ -124,16 +126,18 @@ class LongMap(QObject):
             return  # the view moved on since it was asked
         self.changed.emit()
 
-    def paint(self, mode: str, log: bool, cmap: str) -> tuple[Scaled, Window] | None:
+    def paint(self, mode: str, log: bool, cmap: str, signed: str = "") -> tuple[Scaled, Window] | None:
         """Colour the base and the window by this colour scale (one colour bar: the window's levels for both).
-        Returns the top one's scaled values and the window they came from; None while neither has come."""
+        Returns the top one's scaled values and the window they came from; None while neither has come.
+        `signed` (a recurrent layer's "implicit attention (...)"): the diverging scale, symmetric around 0."""
         top = None
         for win, item in ((self.base, self.base_image), (self.window, self.image)):
             if win is None:
                 continue
-            scaled = colour_scale(win.values, mode, log)
+            scaled = (signed_scaled(win.values, signed + ("; a pooled cell shows its block's max" if win.pooled else ""))
+                      if signed else colour_scale(win.values, mode, log))
             top = scaled
-            item.setLookupTable(colormap(cmap).getLookupTable(0.0, 1.0, 256))
+            item.setLookupTable((diverging_colormap() if signed else colormap(cmap)).getLookupTable(0.0, 1.0, 256))
             item.setImage(scaled.values, levels=scaled.levels, autoLevels=False)
             a, b = win.ask.rows
             c, d = win.ask.cols

@@ -36,15 +36,18 @@ class MixerOverlay:
         rgba = None
         if encoder and attentions is not None and grid is not None and info is not None:
             rgba = grid_overlay(attentions, info, grid.cell, getattr(grid, "cell_cols", 0))
+        self.show(rgba, QRectF(0, 0, grid.heads, grid.layers), info)
+
+    def show(self, rgba: np.ndarray | None, rect: QRectF, info) -> None:
+        """Draw an overlay made by session.mixers (None: nothing) over `rect` of the plot."""
         self.rgba = rgba
         if rgba is None:
             self.image.clear()
             self.image.hide()
             self.bar.hide()
             return
-        L, H = grid.layers, grid.heads
         self.image.setImage(rgba, autoLevels=False)
-        self.image.setRect(QRectF(0, 0, H, L))
+        self.image.setRect(rect)
         self.image.show()
         kinds = sorted({k for k in info.mixers if k != "softmax"})
         self.label = " / ".join(MIXER_LABELS.get(k, k) for k in kinds) + " ÷ its layer's max |A|"

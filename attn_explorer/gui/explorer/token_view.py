@@ -23,6 +23,8 @@ from superqt.utils import signals_blocked
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
                                        display_values, follow_loading, lut_rgb, style_colorbar)
 from attn_explorer.gui.explorer.controls import StackSwitch
+from attn_explorer.gui.explorer.mixer_marks import MixerOverlay
+from attn_explorer.session import mixers as mx
 from attn_explorer.gui.explorer.sink_column import SinkColumn
 from attn_explorer.maths import kept_tokens, rows_without_specials
 from attn_explorer.session.long_view import FOCUS_LANE, query_rows_job, result_tag
@@ -109,6 +111,7 @@ class TokenFocusView(LazyPage, QWidget):
         self.plot.setLabel("left", "layer (one row per head)")
         self.plot.setLabel("bottom", "key")
         self.image, self.colorbar = add_heat_image(self.plot, state.colormap)
+        self.mixers = MixerOverlay(self.plot)  # a hybrid's recurrent rows (signed) and absent heads (issue 25)
         self.separators = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen("w", width=2))
         self.plot.addItem(self.separators)
         self.sink = SinkColumn(self.plot, self.bottom_axis)  # gpt-oss: each head's sink share of the query's row
@@ -212,6 +215,9 @@ class TokenFocusView(LazyPage, QWidget):
         self.image.setImage(values, levels=levels, autoLevels=False)
         K = len(keys)
         self.image.setRect(QRectF(0, 0, K, L * H))
+        info = self.state.info if m.stack == "encoder" and self.state.info is not None else None
+        self.mixers.show(mx.rows_overlay(rows, info, L, H) if info is not None else None,
+                         QRectF(0, 0, K, L * H), info)
         labels = [m.cols[k] for k in keys]
         if labels != self._key_labels:  # measuring 512 labels and relaying the axis out is not free
             self._key_labels = labels
@@ -248,6 +254,9 @@ class TokenFocusView(LazyPage, QWidget):
                                 if K > FOCUS_WINDOW else "")
                              + (f" The left column is each head's learned <b>sink</b>: the share of the row it takes "
                                 f"(the red box's: {float(sink[sel]):.0%})." if sink is not None else ""))
+        if self.mixers.rgba is not None:
+            self.caption.setText(self.caption.text() + " Recurrent layers' rows are signed implicit maps (blue &lt; 0 "
+                                 "&lt; red, white = 0); grey rows: heads a layer does not have.")
         self._shade_sentence(m, rows[sel], keys, at)
 
     def _with_sink(self, r, m, q: int, rows: np.ndarray, keys: np.ndarray):
@@ -306,8 +315,10 @@ class TokenFocusView(LazyPage, QWidget):
         peak = float(row.max()) if row.size else 1.0
         lo, hi = key_window(len(keys), at, 2 * SENTENCE_SPAN + 1)
         parts = ["…"] if lo > 0 else []
-        for w, k in zip(row[lo:hi], keys[lo:hi]):
-            c = lut[int(np.clip(w / peak if peak > 0 else 0, 0, 1) * 255)]
+        signed = m.stack == "encoder" and mx.is_recurrent(self.state.info, self.state.layer)
+        shades = mx.signed_shade(row[lo:hi]) if signed else None
+        for i, (w, k) in enumerate(zip(row[lo:hi], keys[lo:hi])):
+            c = shades[i] if signed else lut[int(np.clip(w / peak if peak > 0 else 0, 0, 1) * 255)]
             light = (0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]) > 140
             fg = "#000" if light else "#fff"
             parts.append(f'<span style="background-color: rgb({c[0]},{c[1]},{c[2]}); color: {fg};">'
@@ -315,5 +326,6 @@ class TokenFocusView(LazyPage, QWidget):
         if hi < len(keys):
             parts.append("…")
         where = f" (tokens {keys[lo]}–{keys[hi - 1]} of {len(m.cols)})" if lo > 0 or hi < len(keys) else ""
-        self.sentence.setText(f"L{self.state.layer} H{self.state.head}, shaded by weight (darkest = 0, "
-                              f"brightest = {peak:.2f}){where}: " + " ".join(parts))
+        how = (f"{mx.mixer_label(self.state.info, self.state.layer)}, signed: blue &lt; 0 (white) &lt; red"
+               if signed else f"shaded by weight (darkest = 0, brightest = {peak:.2f})")
+        self.sentence.setText(f"L{self.state.layer} H{self.state.head}, {how}{where}: " + " ".join(parts))
