@@ -122,3 +122,21 @@ def test_the_query_strip_says_what_the_sink_takes(make_window, qtbot, gpt_oss_fo
     st.set_query(6)
     qtbot.waitUntil(lambda: "query 6 " in hv.strip.readout.text())
     assert f"the sink takes {float(st.result.sinks[st.layer, st.head, 6]):.2f}" in hv.strip.readout.text()
+
+
+def test_the_sink_is_coloured_on_the_maps_own_scale():
+    """session.long_view.sink_colours: "weight" as is; "row" each row with its sink over their joint max; "clip"
+    the map's own clip, a sink above it drawn at the top."""
+    from attn_explorer.session.long_view import colour_scale, sink_colours
+
+    a = np.array([[0.1, 0.0], [0.2, 0.3]], dtype=np.float32)
+    s = np.array([0.9, 0.5], dtype=np.float32)
+    scaled, v = sink_colours(s, a, "weight", False)
+    np.testing.assert_allclose(v, s)
+    np.testing.assert_allclose(scaled.values, a)
+    scaled, v = sink_colours(s, a, "row", False)
+    np.testing.assert_allclose(v, [1.0, 1.0])
+    np.testing.assert_allclose(scaled.values, [[0.1 / 0.9, 0.0], [0.4, 0.6]], rtol=1e-6)
+    scaled, v = sink_colours(s, a, "clip", False)
+    assert scaled.levels == colour_scale(a, "clip", False).levels
+    np.testing.assert_allclose(v, np.minimum(s, scaled.levels[1]))
