@@ -36,12 +36,29 @@ class LazyLayer:
         t = [self.q, self.k, self.lse] + ([self.options.mask] if self.options.mask is not None else [])
         return sum(x.numel() * x.element_size() for x in t)
 
+    # what LazyAttention asks of every kept layer (a hybrid's recurrent layers keep other things: core.mamba2's
+    # KeptMamba has the same heads / n / m / tensors() and computes its views itself, `tile` and `pooled`)
+    @property
+    def heads(self) -> int:
+        return int(self.q.shape[1])
+
+    @property
+    def n(self) -> int:
+        return int(self.q.shape[-2])
+
+    @property
+    def m(self) -> int:
+        return int(self.k.shape[-2])
+
+    def tensors(self) -> list:
+        return [self.q, self.k, self.lse, self.options.mask]
+
 
 def _tensor_bytes(layers) -> int:
     """Bytes held, counting a tensor shared by several layers (a padding mask) once."""
     seen, total = set(), 0
     for layer in layers:
-        for t in (layer.q, layer.k, layer.lse, layer.options.mask):
+        for t in layer.tensors():
             if t is not None and id(t) not in seen:
                 seen.add(id(t))
                 total += t.numel() * t.element_size()
@@ -65,7 +82,7 @@ class LazyAttention:
     @classmethod
     def from_kept(cls, kept: dict) -> "LazyAttention":
         """From a lazy forward's {layer: core.hooks.KeptLayer} (core.hooks.Hooks(keep=True).kept)."""
-        return cls([LazyLayer(c.q, c.k, c.lse, c.options) for _, c in sorted(kept.items())])
+        return cls([LazyLayer(c.q, c.k, c.lse, c.options) if hasattr(c, "lse") else c for _, c in sorted(kept.items())])
 
     @property
     def num_layers(self) -> int:
@@ -73,13 +90,13 @@ class LazyAttention:
 
     @property
     def num_heads(self) -> int:
-        return int(self.layers[0].q.shape[1])
+        return max(layer.heads for layer in self.layers)  # a hybrid's layers may have fewer
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
         """(L, H, N, M): the shape the dense maps would have."""
         first = self.layers[0]
-        return (self.num_layers, self.num_heads, int(first.q.shape[-2]), int(first.k.shape[-2]))
+        return (self.num_layers, self.num_heads, first.n, first.m)
 
     @property
     def bytes_kept(self) -> int:
@@ -94,7 +111,8 @@ class LazyAttention:
 
     def window(self, layer: int) -> int | None:
         """The layer's sliding window (a local layer sees only its last `window` tokens), or None."""
-        return self._layer(layer).options.window
+        options = getattr(self._layer(layer), "options", None)
+        return None if options is None else options.window
 
     def _layer(self, layer: int) -> LazyLayer:
         L, H, _, _ = self.shape
@@ -104,7 +122,7 @@ class LazyAttention:
 
     def _check(self, layer: int, head: int) -> LazyLayer:
         L, H, _, _ = self.shape
-        existing_head(layer, head, L, H, "the run")
+        existing_head(layer, head, L, self.layers[int(layer)].heads if 0 <= int(layer) < L else H, "the run")
         return self.layers[int(layer)]
 
     def attention(self, layer: int, head: int, rows=None, cols=None, pool=None, reduce: str = "max",
@@ -119,9 +137,11 @@ class LazyAttention:
         A full-resolution request is refused in one line when it would not fit in memory."""
         lz = self._check(layer, head)
         h = int(head)
-        N, M = int(lz.q.shape[-2]), int(lz.k.shape[-2])
+        N, M = lz.n, lz.m
         if reduce not in ("max", "mean"):
             raise UserError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+        if not isinstance(lz, LazyLayer):  # a recurrent layer (core.mamba2.KeptMamba): its signed map's tiles
+            return _recurrent_view(lz, h, rows, cols, pool, reduce, stop)
         with torch.inference_mode():
             if isinstance(rows, (int, np.integer)):
                 one_col = isinstance(cols, (int, np.integer))  # one weight: only its own key is computed
@@ -144,6 +164,29 @@ class LazyAttention:
 
         L, H, N, M = self.shape
         return f"LazyAttention(L={L}, H={H}, N={N}, kept {human_bytes(self.bytes_kept)})"
+
+
+def _recurrent_view(lz, h: int, rows, cols, pool, reduce: str, stop) -> np.ndarray:
+    """A recurrent layer's view (LazyAttention.attention's rules) from its `tile` and `pooled`."""
+    from attn_explorer.maths import pool_edges
+
+    N, M = lz.n, lz.m
+    one_row, one_col = isinstance(rows, (int, np.integer)), isinstance(cols, (int, np.integer))
+    r = slice(*_one(rows, N, "row")) if one_row else core_lazy._span(_span(rows), N)
+    c = slice(*_one(cols, M, "column")) if one_col else core_lazy._span(_span(cols), M)
+    with torch.inference_mode():
+        if pool is None or one_row or one_col:
+            _fits((r.stop - r.start) * (c.stop - c.start) * 4, lz.dt.device)
+            a = lz.tile(h, r, c)
+            return _numpy(a[0, 0] if one_row and one_col else a[0] if one_row else a[:, 0] if one_col else a)
+        cr, cc = _cells(pool)
+
+        def check():
+            core_lazy._check_stop()  # the thread's watcher (a long run the user stops)
+            if stop is not None and stop():
+                raise core_lazy.Stopped("stopped")
+        return _numpy(lz.pooled(h, pool_edges(max(1, r.stop - r.start), cr), pool_edges(max(1, c.stop - c.start), cc),
+                                reduce, r, c, check))
 
 
 def _span(x):

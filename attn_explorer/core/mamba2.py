@@ -291,7 +291,6 @@ class Mamba2Mixer(RecurrentMixer):
         state = getattr(opts, "kv", None)
         lh = getattr(opts, "hooks", None)
         real = self.real_tokens(opts, N)
-        self.refuse_lazy(opts, self.cfg.family)
         fresh = state is None or state.state is None
         z, xs, dt, B, C, conv_state = self.project(x, state, real)
         if lh is not None:  # head-major at the hooks: C and B per group, x per head
@@ -299,6 +298,11 @@ class Mamba2Mixer(RecurrentMixer):
             B = lh("attn.hook_k", B.transpose(1, 2)).transpose(1, 2)
             xs = lh("attn.hook_v", xs.transpose(1, 2)).transpose(1, 2)
             dt = lh("attn.hook_dt", dt)
+        if lh is not None and lh.keep:  # a lazy run: keep B, C, dt and A, from which any tile is exact
+            if not fresh or (lh is not None and lh.wants("attn.hook_pattern")):
+                raise ValueError(f"{self.cfg.family}: a lazy run of its Mamba-2 layers needs one pass from a fresh "
+                                 "state and no hook on attn.hook_pattern; pass lazy=False")
+            lh.hooks.kept[lh.index] = KeptMamba(dt, self.A.detach(), B, C)
         want_map = getattr(opts, "need_weights", False) or (lh is not None and lh.wants("attn.hook_pattern"))
         amap = None
         if state is not None:  # the past tokens' B and dt, so a generation step's row reaches back to them
@@ -334,3 +338,59 @@ class Mamba2Mixer(RecurrentMixer):
         if self.cfg.out_scale != 1.0:
             out = out * self.cfg.out_scale
         return out, self.hand_out(amap, opts) if amap is not None and getattr(opts, "need_weights", False) else None
+
+
+class KeptMamba:
+    """What a lazy run keeps of one Mamba-2 layer instead of its maps (core.hooks.Hooks.kept[layer]): dt (B, N, H),
+    A (H,), B and C (B, N, G, S): O(n) numbers, from which `view` computes any part of any head's map exactly
+    (batch row 0). The maps are signed: a pooled cell's "max" is its entry of largest magnitude, sign kept."""
+
+    kind = "mamba2"
+
+    def __init__(self, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+        self.dt, self.A, self.B, self.C = dt, A, B, C
+
+    @property
+    def heads(self) -> int:
+        return int(self.dt.shape[-1])
+
+    @property
+    def n(self) -> int:
+        return int(self.dt.shape[1])
+
+    m = n  # keys: the same tokens
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.dt, self.A, self.B, self.C]
+
+    def tile(self, head: int, rows: slice, cols: slice) -> torch.Tensor:
+        """Head `head`'s A[rows, cols] (len(rows), len(cols)), float32."""
+        g = head // (self.heads // self.B.shape[2])
+        one = slice(head, head + 1)
+        return implicit_tile(self.dt[:1, :, one], self.A[one], self.B[:1, :, g:g + 1], self.C[:1, :, g:g + 1],
+                             rows, cols)[0, 0]
+
+    def pooled(self, head: int, row_edges, col_edges, reduce: str, rows: slice, cols: slice, check=None,
+               block: int = 1 << 20) -> torch.Tensor:
+        """(len(row_edges) - 1, len(col_edges) - 1) cells over A[rows, cols], each the mean or the signed entry of
+        largest magnitude ("max") of its block; computed a band of rows at a time (about `block` entries)."""
+        r_cells, c_cells = len(row_edges) - 1, len(col_edges) - 1
+        out = torch.empty(r_cells, c_cells)
+        width = cols.stop - cols.start
+        ce = torch.as_tensor(col_edges)
+        for i in range(r_cells):
+            r0, r1 = rows.start + int(row_edges[i]), rows.start + int(row_edges[i + 1])
+            acc = []
+            for s in range(r0, r1, max(1, block // max(1, width))):
+                band = self.tile(head, slice(s, min(r1, s + max(1, block // max(1, width)))), cols)
+                acc.append(band.mean(0) * band.shape[0] if reduce == "mean" else band.gather(
+                    0, band.abs().argmax(0, keepdim=True))[0])
+                if check is not None:
+                    check()
+            stack = torch.stack(acc)
+            col = stack.sum(0) / (r1 - r0) if reduce == "mean" else stack.gather(
+                0, stack.abs().argmax(0, keepdim=True))[0]
+            for j in range(c_cells):
+                seg = col[int(ce[j]):int(ce[j + 1])]
+                out[i, j] = seg.mean() if reduce == "mean" else seg[seg.abs().argmax()]
+        return out

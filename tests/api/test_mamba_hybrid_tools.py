@@ -1,7 +1,7 @@
 """Issue 25 part C on the Mamba-2 hybrids (tiny random folders, as tests/hub/test_parity_mamba_hybrids builds them):
 Granite 4 hybrid (Mamba-2, attention, Mamba-2; MoE) and Falcon-H1 (attention and Mamba-2 in every layer). The
-hook points, run_with_cache, the implicit map at hook_pattern, lazy attention (refused in one line on Granite's
-recurrent layers; Falcon-H1's maps are its softmax attention's and run lazily), prefix reuse, ablation of a
+hook points, run_with_cache, the implicit map at hook_pattern, lazy attention (exact tiles of the signed maps from
+the kept B, C, dt and A; Falcon-H1's maps are its softmax attention's), prefix reuse, ablation of a
 Mamba-2 head through attn.hook_z, patching, relevance; the logit lens refused in one line naming the family."""
 from __future__ import annotations
 
@@ -57,14 +57,32 @@ def test_hook_names_and_run_with_cache(m):
 
 
 def test_lazy(m):
-    if _granite(m):
-        with pytest.raises((UserError, ValueError), match="granitemoehybrid") as e:
-            m.run(TEXT, lazy=True)
-        assert "\n" not in str(e.value)
-        return
+    """A lazy run keeps the Mamba-2 layers' B, C, dt and A (O(n)) and computes any tile of their signed maps
+    exactly: full maps, one row, one column, pooled means and signed maxima equal the dense run's."""
+    from attn_explorer.maths import pool2d
     dense, lazy = m.run(TEXT), m.run(TEXT, lazy=True)
+    assert lazy.is_lazy
+    n = len(dense.tokens)
     for layer in range(3):
-        np.testing.assert_allclose(lazy.attention(layer, 2), dense.attentions[layer, 2], atol=1e-6, rtol=1e-5)
+        for head in range(m.info.layer_heads[layer] if m.info.layer_heads else 6):
+            want = dense.attentions[layer, head]
+            tol = 2e-6 * max(1.0, np.abs(want).max())
+            np.testing.assert_allclose(lazy.attention(layer, head), want, atol=tol, rtol=0)
+    want = dense.attentions[0, 1]
+    tol = 2e-6 * max(1.0, np.abs(want).max())
+    np.testing.assert_allclose(lazy.attention(0, 1, rows=7), want[7], atol=tol, rtol=0)
+    np.testing.assert_allclose(lazy.attention(0, 1, cols=3), want[:, 3], atol=tol, rtol=0)
+    np.testing.assert_allclose(lazy.attention(0, 1, rows=(9, 20), cols=(2, 12)), want[9:20, 2:12], atol=tol, rtol=0)
+    assert lazy.attention(0, 1, rows=7, cols=3) == pytest.approx(float(want[7, 3]), abs=tol)
+    np.testing.assert_allclose(lazy.attention(0, 1, pool=5, reduce="mean"), pool2d(want, 5, 5, "mean"), atol=tol)
+    if _granite(m):  # a signed map's pooled "max" keeps the entry of largest magnitude, its sign too
+        big = lazy.attention(0, 1, pool=(n, 4))
+        for j, (a, b) in enumerate(zip(*[np.linspace(0, n, 5).astype(int)[k:k + 4 + (1 - k)] for k in (0, 1)])):
+            block = want[:, a:b]
+            np.testing.assert_allclose(big[:, j], block[np.arange(n), np.abs(block).argmax(1)], atol=tol)
+        with pytest.raises(UserError, match="no head L0 H5.*heads 0..3") as e:
+            lazy.attention(0, 5)
+        assert "\n" not in str(e.value)
 
 
 def test_prefix_reuse(m):
