@@ -282,4 +282,8 @@ def layers_of(store) -> list[LayerQK]:
     items = list(store) if isinstance(store, (list, tuple)) else list(store.layers)
     if all(isinstance(l, LayerQK) for l in items):
         return items
+    recurrent = [getattr(l, "kind", "") for l in items if not hasattr(l, "lse") and not isinstance(l, LayerQK)]
+    if recurrent:  # a hybrid's recurrent layers (core.mamba2.KeptMamba): signed maps, no softmax rows
+        raise UserError(f"the long-input head statistics and rollout need softmax maps; this run's "
+                        f"{recurrent[0]} layers hold signed implicit maps (their tiles are served by RunResult.attention)")
     return [LayerQK(l.q, l.k, l.lse, l.options, int(l.q.shape[-1])) for l in items]

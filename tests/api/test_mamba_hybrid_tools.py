@@ -145,3 +145,19 @@ def test_the_lens_refuses_in_one_line(m):
     with pytest.raises(UserError, match=m.info.family) as e:
         lens.logit_attribution(m, TEXT)
     assert "\n" not in str(e.value)
+
+
+def test_long_input_statistics_refuse_a_recurrent_store_in_one_line():
+    """The long-input head statistics and rollout read softmax rows (q, k, lse): a store with a Mamba-2 layer's
+    kept B, C, dt says so in one line instead of failing on a missing q."""
+    from attn_explorer.analysis import long
+    from attn_explorer.api.lazy import LazyAttention
+    from attn_explorer.core.mamba2 import KeptMamba
+    g = torch.Generator().manual_seed(0)
+    kept = KeptMamba(torch.rand(1, 9, 4, generator=g), -torch.rand(4, generator=g), torch.randn(1, 9, 2, 3, generator=g),
+                     torch.randn(1, 9, 2, 3, generator=g))
+    store = LazyAttention([kept])
+    assert store.shape == (1, 4, 9, 9) and store.attention(0, 3).shape == (9, 9)
+    with pytest.raises(UserError, match="mamba2") as e:
+        long.layers_of(store)
+    assert "\n" not in str(e.value)
