@@ -17,6 +17,7 @@ LESSONS: dict[str, str] = {
     "block": "7. The Transformer block",
     "coreference": "8. Finding the 'it' head",
     "train-vit": "9. Train a tiny ViT",
+    "no-softmax": "10. Attention without a softmax",
 }
 
 

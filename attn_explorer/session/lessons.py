@@ -19,13 +19,13 @@ import numpy as np
 
 from attn_explorer.api.probe import head_trace as _head_trace
 from attn_explorer.lessons import (LESSONS, block, by_hand, coreference, inside_a_head, lesson_names, multi_head,
-                                   order, projections, scaling, train_vit)
+                                   no_softmax, order, projections, scaling, train_vit)
 
 __all__ = ["LESSONS", "lesson_names", "block", "by_hand", "coreference", "inside_a_head", "multi_head", "order",
            "projections", "scaling", "train_vit", "head_trace", "hand_steps", "word_matrix", "project",
            "split_heads", "shuffle_check", "encoding", "scaling_curves", "trace_block", "stream_norms",
            "find_heads", "TrainControl", "Paused", "Resumed", "Finished", "new_run", "train", "save_trained",
-           "load_trained", "trainer_of"]
+           "load_trained", "trainer_of", "no_softmax", "no_softmax_compare", "no_softmax_costs"]
 
 
 # ------------------------------------------------------------------------------------- 1. by hand
@@ -220,3 +220,14 @@ def load_trained(run: int, path: str, settings, replaces: int | None = None):
     trainer, record = train_vit.load_trained(path, settings)
     _keep(run, trainer, replaces)  # only a good file replaces the model on screen
     return bool(trainer.trained), record
+
+
+# ------------------------------------------------------------------------------------- 10. without a softmax
+def no_softmax_compare(text: str, decay: float, beta: float | None, seed: int):
+    """One softmax head and one Gated DeltaNet head on the same q, k, v (lessons.no_softmax.Comparison)."""
+    return no_softmax.compare(text, decay=decay, beta=beta, seed=seed)
+
+
+def no_softmax_costs():
+    """The cost table's rows (plain numbers, no torch)."""
+    return no_softmax.cost_table()

@@ -10,12 +10,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
-from attn_explorer.session.mixers import ABSENT, MIXER_LABELS, diverging_lut, grid_overlay, head_exists, is_recurrent
+from attn_explorer.gui.widgets.diverging import diverging_colormap
+from attn_explorer.session.mixers import ABSENT, MIXER_LABELS, grid_overlay, head_exists, is_recurrent
 
-
-def diverging_colormap() -> pg.ColorMap:
-    lut = diverging_lut()
-    return pg.ColorMap(np.linspace(0.0, 1.0, len(lut)), lut)
+__all__ = ["MixerOverlay", "diverging_colormap", "grid_note"]
 
 
 class MixerOverlay:

@@ -74,6 +74,12 @@ def _train_vit():
     return TrainViTLesson
 
 
+def _no_softmax():
+    from attn_explorer.gui.lessons.no_softmax import NoSoftmaxLesson
+
+    return NoSoftmaxLesson
+
+
 # lesson name -> its page's class, imported when asked (plain imports, so import-linter sees them)
 LESSON_CLASSES: dict[str, Callable[[], type[QWidget]]] = {
     "by-hand": _by_hand,
@@ -85,6 +91,7 @@ LESSON_CLASSES: dict[str, Callable[[], type[QWidget]]] = {
     "block": _block,
     "coreference": _coreference,
     "train-vit": _train_vit,
+    "no-softmax": _no_softmax,
 }
 
 

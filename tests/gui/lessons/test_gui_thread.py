@@ -138,9 +138,17 @@ def _train_vit(p, qtbot, window, tmp_path):
     _settle(qtbot, window, p)
 
 
+def _no_softmax(p, qtbot, window, tmp_path):
+    p.decay.setValue(0.5)
+    p.fixed_beta.setChecked(True)
+    p.seed.setValue(2)
+    _settle(qtbot, window, p)
+    assert p.result is not None and p.result.seed == 2 and p.result.decay == 0.5
+
+
 EXERCISES = {"by-hand": _by_hand, "inside-a-head": _inside_a_head, "projections": _projections,
              "multi-head": _multi_head, "order": _order, "scaling": _scaling, "block": _block,
-             "coreference": _coreference, "train-vit": _train_vit}
+             "coreference": _coreference, "train-vit": _train_vit, "no-softmax": _no_softmax}
 
 
 def test_every_lesson_is_exercised_here():
