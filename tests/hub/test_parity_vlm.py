@@ -232,3 +232,104 @@ def test_vlm_hooks_ablation_and_refusals(built):
         interventions.ablation_scan(m, picture())
     with pytest.raises(UserError, match="paligemma: this analysis"):
         lens.logit_lens(m, picture())
+
+
+# Part D: config.json as the hub's checkpoints ship it (llava-hf/llava-1.5-7b-hf, google/paligemma-3b-pt-224):
+# the sizes text_config leaves out are transformers' defaults
+LLAVA_15 = {"architectures": ["LlavaForConditionalGeneration"], "ignore_index": -100, "image_token_index": 32000,
+            "model_type": "llava", "pad_token_id": 32001, "projector_hidden_act": "gelu",
+            "text_config": {"_name_or_path": "lmsys/vicuna-7b-v1.5", "architectures": ["LlamaForCausalLM"],
+                            "max_position_embeddings": 4096, "model_type": "llama", "rms_norm_eps": 1e-05,
+                            "torch_dtype": "float16", "vocab_size": 32064},
+            "tie_word_embeddings": False, "torch_dtype": "float16", "transformers_version": "4.36.0.dev0",
+            "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096,
+                              "model_type": "clip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 24,
+                              "patch_size": 14, "projection_dim": 768, "vocab_size": 32000},
+            "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "vocab_size": 32064}
+PALIGEMMA_3B = {"architectures": ["PaliGemmaForConditionalGeneration"], "bos_token_id": 2, "eos_token_id": 1,
+                "hidden_size": 2048, "ignore_index": -100, "image_token_index": 257152, "model_type": "paligemma",
+                "pad_token_id": 0, "projection_dim": 2048,
+                "text_config": {"hidden_size": 2048, "intermediate_size": 16384, "model_type": "gemma",
+                                "num_attention_heads": 8, "num_hidden_layers": 18, "num_image_tokens": 256,
+                                "num_key_value_heads": 1, "torch_dtype": "float32", "vocab_size": 257216},
+                "torch_dtype": "float32", "transformers_version": "4.41.0.dev0",
+                "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+                                  "num_attention_heads": 16, "num_hidden_layers": 27, "num_image_tokens": 256,
+                                  "patch_size": 14, "projection_dim": 2048, "projector_hidden_act": "gelu_fast",
+                                  "vision_use_head": False},
+                "vocab_size": 257216}
+
+
+@pytest.mark.parametrize("real", ["llava-1.5-7b", "paligemma-3b"])
+def test_vlm_real_config_json(real):
+    real_config_checked(real)
+
+
+def real_config_checked(real) -> dict:
+    """The real config.json read as transformers reads it (sizes, image tokens, feature layer), then a shrunk copy
+    with the same keys (sizes made tiny), a tiny state dict in the checkpoint's own key layout, loaded and run."""
+    from attn_explorer.hub.convert import architecture_for, translate_config
+
+    raw = LLAVA_15 if real.startswith("llava") else PALIGEMMA_3B
+    cfg = translate_config(architecture_for(raw, real), raw, real)
+    hf_cfg = getattr(transformers, "LlavaConfig" if real.startswith("llava") else "PaliGemmaConfig")(**raw)
+    t, v = hf_cfg.text_config, hf_cfg.vision_config
+    assert (cfg.text.dim, cfg.text.num_layers, cfg.text.num_heads, cfg.text.num_kv_heads, cfg.text.mlp_hidden,
+            cfg.text.vocab_size, cfg.text.eps) == (t.hidden_size, t.num_hidden_layers, t.num_attention_heads,
+                                                   t.num_key_value_heads, t.intermediate_size, t.vocab_size,
+                                                   t.rms_norm_eps)
+    assert (cfg.vision.dim, cfg.vision.num_layers, cfg.vision.image_size, cfg.vision.patch_size) == (
+        v.hidden_size, v.num_hidden_layers, v.image_size, v.patch_size)
+    assert cfg.image_tokens == (576 if real.startswith("llava") else 256)
+    assert cfg.feature_depth == (23 if real.startswith("llava") else 27) and cfg.image_token_id == hf_cfg.image_token_id
+    assert cfg.text_bos == (1 if real.startswith("llava") else 2) or real.startswith("llava")
+    # shrunk: the same keys, tiny sizes (text_config gains the size keys it left to the defaults), float16 tensors
+    # under the checkpoint's own names (vision_tower.vision_model.*, language_model.model.*)
+    tiny = json.loads(json.dumps(raw))
+    tiny["text_config"].update(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+                               num_key_value_heads=2, vocab_size=304, max_position_embeddings=256, head_dim=8)
+    tiny["vision_config"].update(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+                                 image_size=32, patch_size=8)
+    tiny.update(vocab_size=304, image_token_index=IMAGE_ID, **({"projection_dim": 48, "hidden_size": 48}
+                                                              if "projection_dim" in tiny else {}))
+    return tiny
+
+
+def legacy_name(key: str) -> str:
+    for ours, theirs in (("model.vision_tower.", "vision_tower.vision_model."), ("model.language_model.",
+                         "language_model.model."), ("model.multi_modal_projector.", "multi_modal_projector."),
+                         ("lm_head.", "language_model.lm_head.")):
+        if key.startswith(ours):
+            return theirs + key[len(ours):]
+    return key
+
+
+@pytest.mark.parametrize("real", ["llava-1.5-7b", "paligemma-3b"])
+def test_vlm_real_config_shrunk_loads(real, tmp_path):
+    from safetensors.torch import save_file
+
+    tiny = real_config_checked(real)
+    is_llava = real.startswith("llava")
+    torch.manual_seed(5)
+    hf = getattr(transformers, "LlavaForConditionalGeneration" if is_llava else "PaliGemmaForConditionalGeneration")(
+        getattr(transformers, "LlavaConfig" if is_llava else "PaliGemmaConfig")(**tiny)).float().eval()
+    hf.set_attn_implementation("eager")  # .float(): text_config's torch_dtype float16 builds that part in float16
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_((p + torch.randn_like(p) * 0.1).half().float())  # what float16 tensors hold
+    sd = {legacy_name(k): v.half().contiguous() for k, v in hf.state_dict().items()
+          if not (k == "lm_head.weight" and not is_llava)}  # PaliGemma ties its head: the checkpoint has none
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(tiny))
+    tokenizer().save(str(tmp_path / "tokenizer.json"))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    prep = m.prepare(picture(), text="the cat")
+    ids, pixels = prep.inputs["input_ids"], prep.inputs["pixels"]
+    r = m.run(picture(), text="the cat", hidden=True)
+    extra = {} if is_llava else {"token_type_ids": torch.zeros_like(ids)}
+    with torch.no_grad():
+        ref = hf.model(input_ids=ids, pixel_values=pixels, output_attentions=True, **extra)
+    dec = max(np.abs(r.attentions[i] - a[0].numpy()).max() for i, a in enumerate(ref.attentions))
+    hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
+    print(f"{real} (shrunk, float16 tensors): decoder maps {dec:.2e} hidden {hid:.2e}")
+    assert dec <= TOL and hid <= TOL

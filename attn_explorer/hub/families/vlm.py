@@ -66,9 +66,25 @@ def _gemma1_config(t: dict) -> LlamaConfig:
     )
 
 
+# transformers' defaults of the decoders' sizes, which the hub's image-text checkpoints leave out of text_config
+# where they equal them (llava-1.5-7b's text_config names only its vocabulary, positions and epsilon);
+# PaliGemma's are its own sub-config defaults
+_LLAMA_SIZES = dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                    vocab_size=32000, max_position_embeddings=2048, rms_norm_eps=1e-6, hidden_act="silu")
+_TEXT_DEFAULTS = {
+    "llama": _LLAMA_SIZES,
+    "qwen2": dict(_LLAMA_SIZES, intermediate_size=22016, vocab_size=151936, max_position_embeddings=32768),
+    "mistral": dict(_LLAMA_SIZES, intermediate_size=14336, num_key_value_heads=8, max_position_embeddings=131072,
+                    head_dim=128),
+    "gemma": dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=18, num_attention_heads=8,
+                  num_key_value_heads=1, vocab_size=257152, max_position_embeddings=8192),
+}
+
+
 def _decoder(cfg: dict, family: str, default_type: str) -> LlamaConfig:
     t = _sub(cfg, "text_config", family, default_type)
     mt = t["model_type"]
+    t = {**_TEXT_DEFAULTS.get(mt, {}), **{k: v for k, v in t.items() if v is not None}}
     if mt == "gemma":
         text = _gemma1_config(t)
     elif mt in ("llama", "qwen2", "mistral") and family in ("llava", "idefics3"):
