@@ -257,6 +257,12 @@ class Model:
                                 "encoder-decoders (BART): use fewer tokens")
             self._check_memory(prep)
             return False
+        if any(k != "softmax" for k in self.info.mixers):  # hybrids (core.recurrent): no lazy store for them yet
+            if lazy:
+                raise UserError(f"{self.info.family}: lazy attention is not supported yet for its recurrent layers "
+                                "(their maps are computed whole); pass lazy=False or use fewer tokens")
+            self._check_memory(prep)
+            return False
         n = self.token_count(prep)
         dense = self._dense_bytes(n)
         budget = default_budget(self.device)

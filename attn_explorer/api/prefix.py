@@ -117,7 +117,10 @@ def run(model, prep, dk_scale: float, dk_layers, hidden: bool, lazy: bool = Fals
         cache = kept.cache if p else model.module.new_cache()
         _kept = None  # the cache changes now: until this run succeeds there is nothing safe to reuse
         if p:
-            cache.truncate(p)
+            try:
+                cache.truncate(p)
+            except ValueError:  # hybrids (core.recurrent): a recurrent state cannot forget tokens; run them all
+                p, why, cache = 0, "a recurrent layer cannot go back to an earlier token", model.module.new_cache()
         t = model.trace({"input_ids": prep.inputs["input_ids"][:, p:], "cache": cache}, dk_scale=dk_scale,
                         dk_layers=dk_layers, attentions=not lazy, lazy=lazy)
         out, ms = t.out, t.ms
