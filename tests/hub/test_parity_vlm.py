@@ -144,6 +144,8 @@ def test_vlm_parity_with_transformers(built, name):
     pos = r.image_token_positions
     assert pos.shape == (n, 5) and (ids[0, pos[:, 0]] == IMAGE_ID).all()
     assert [r.tokens[i] for i in pos[-2:, 0]] == IMAGE_TOKENS[name][1]
+    if name.endswith("full"):  # the tower's class token is an image token with no place in the grid
+        assert r.tokens[pos[0, 0]] == "<image cls>" and pos[0, 2:4].tolist() == [-1, -1]
     if name in ("idefics3", "smolvlm"):
         assert r.image_tiles == (2, 2) and r.vision_attentions.shape[0] == 5 and pos[:, 1].tolist() == sum(
             ([t] * 4 for t in range(5)), []) and (pos[:, 4] == 2).all()
@@ -171,14 +173,20 @@ def test_vlm_refuses_unsupported_fields(built, tmp_path):
     _, folder = built("llava")
     cfg = json.loads((folder / "config.json").read_text())
     for key, value, words in (("vision_feature_layer", [-2, -1], "list of vision_feature_layer"),
-                              ("vision_feature_select_strategy", "cls", "vision_feature_select_strategy")):
+                              ("vision_feature_layer", -9, "vision_feature_layer must be a whole number from -4"),
+                              ("vision_feature_select_strategy", "cls", "vision_feature_select_strategy"),
+                              ("text_config", dict(cfg["text_config"], model_type="gemma2"),
+                               "llava: text_config.model_type 'gemma2' is not supported yet"),
+                              ("vision_config", dict(cfg["vision_config"], model_type="dinov2"),
+                               "llava: vision_config.model_type 'dinov2' is not supported"),
+                              ("image_token_index", 7, "the tokenizer has no <image> token with id 7")):
         bad = dict(cfg, **{key: value})
         (tmp_path / "config.json").write_text(json.dumps(bad))
         for f in folder.iterdir():
             if f.name != "config.json" and not (tmp_path / f.name).exists():
                 (tmp_path / f.name).symlink_to(f)
         with pytest.raises(UserError, match=words):
-            ax.load_model(str(tmp_path), device="cpu")
+            ax.load_model(str(tmp_path), device="cpu").run(picture(), text="hi")
 
 
 def test_vlm_export_cli(built, tmp_path, capsys):
