@@ -186,3 +186,14 @@ def test_a_long_recurrent_map_is_painted_signed(make_window, qtbot, qwen_folder,
     qtbot.waitUntil(lambda: "implicit attention (Gated DeltaNet)" in hv.colorbar.axis.labelText)
     lo, hi = hv.colorbar.levels()
     assert lo == pytest.approx(-hi) and hi > 0
+
+
+def test_the_dk_panel_says_entropy_does_not_apply_to_a_recurrent_layer(make_window, qtbot, qwen_folder):
+    w = make_window(model=qwen_folder, text=TEXT, view="grid")
+    st, panel = w.state, w.dk_panel
+    st.select(0, 1)
+    qtbot.waitUntil(lambda: "do not apply" in panel.readout.text())
+    assert panel.entropy is None and "Gated DeltaNet" in panel.readout.text()
+    st.select(3, 1)  # the softmax layer: its entropy as before
+    qtbot.waitUntil(lambda: panel.entropy is not None)
+    assert "mean row entropy" in panel.readout.text()

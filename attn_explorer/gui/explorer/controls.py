@@ -4,6 +4,7 @@ Each panel gets the session state, forwards what the user does, and redraws from
 """
 from __future__ import annotations
 
+import html
 import math
 from pathlib import Path
 from typing import Callable
@@ -17,6 +18,7 @@ from superqt.utils import signals_blocked
 
 from attn_explorer.gui.widgets.heatmap import follow_loading
 from attn_explorer.gui.widgets.stats import head_entropy_and_peak
+from attn_explorer.session import mixers
 from attn_explorer.session.stacks import STACK_NAMES, STACKS
 from attn_explorer.session.state import DK_MAX, DK_MIN, SessionState, sample_images
 
@@ -302,6 +304,13 @@ class DkPanel(QGroupBox):
             self.readout.setText(f"{N:,} tokens: the maps are computed from q and k when a view asks, so this "
                                  "panel's per-head entropy is not drawn (the Analyses compute head statistics "
                                  "in tiles). The slider still rescales every map.")
+            return
+        if maps.stack == "encoder" and mixers.is_recurrent(st.info, st.layer):  # a hybrid's recurrent layer
+            self.plot.hide()
+            self.entropy = self.peak = None
+            self.readout.setText(f"Layer {st.layer} ({html.escape(mixers.mixer_label(st.info, st.layer))}): "
+                                 f"{mixers.NOT_PROBABILITIES}. It has no softmax, so this slider does not reach "
+                                 "it (it scales the softmax layers' scores only).")
             return
         self.plot.show()
         self.entropy, self.peak = head_entropy_and_peak(maps.attentions[st.layer])
