@@ -172,3 +172,43 @@ class VisionLanguageModel(Model):
                 break
             feed = {"input_ids": torch.tensor([[chosen]], device=self.device)}
         return gen
+
+
+@dataclass
+class ImageOverlay:
+    """One query token's attention to the picture's tokens, put back in place (merges undone: each patch shows the
+    weight of the image token it belongs to). views: float32 (T, rows, cols) per view in patch units; picture: the
+    tiles assembled as the picture was cut (T - 1 tiles and the global view) or the one view; global_view: the
+    global view (Idefics3 / SmolVLM) or None; cls: the weight on a tower's class token (0 when it has none)."""
+
+    views: np.ndarray
+    picture: np.ndarray
+    global_view: np.ndarray | None
+    cls: float = 0.0
+
+
+def image_overlay(r: RunResult, query: int, layer: int | None = None, head: int | None = None) -> ImageOverlay:
+    """Where token `query` of a vision-language run looks in the picture: in `layer`'s `head`, or averaged over
+    the heads (head None) and the layers (layer None). Reads r.attention, so it serves dense and lazy runs."""
+    pos = r.image_token_positions
+    if pos is None:
+        raise UserError("this run has no image tokens (run a vision-language model on a picture and a prompt)")
+    n = r.num_tokens
+    if not isinstance(query, (int, np.integer)) or not -n <= query < n:
+        raise UserError(f"query must be a token index from 0 to {n - 1}, got {query!r}")
+    L, H = r.attentions.shape[:2]
+    layers = range(L) if layer is None else [layer]
+    heads = range(H) if head is None else [head]
+    row = np.mean([r.attention(i, h, rows=int(query) % n) for i in layers for h in heads], axis=0)
+    merge = int(pos[0, 4])
+    placed = pos[pos[:, 2] >= 0]
+    T, R, C = int(pos[:, 1].max()) + 1, int(placed[:, 2].max()) + 1, int(placed[:, 3].max()) + 1
+    tokens = np.zeros((T, R, C), np.float32)
+    tokens[placed[:, 1], placed[:, 2], placed[:, 3]] = row[placed[:, 0]]
+    views = tokens.repeat(merge, axis=1).repeat(merge, axis=2)
+    cls = float(row[pos[pos[:, 2] < 0, 0]].sum())
+    if r.image_tiles is None:
+        return ImageOverlay(views, views[0], None, cls)
+    tr, tc = r.image_tiles
+    grid = views[:-1].reshape(tr, tc, *views.shape[1:]).transpose(0, 2, 1, 3).reshape(tr * views.shape[1], -1)
+    return ImageOverlay(views, grid, views[-1], cls)

@@ -341,3 +341,28 @@ def test_vlm_real_config_shrunk_loads(real, tmp_path):
     hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
     print(f"{real} (shrunk, float16 tensors): decoder maps {dec:.2e} hidden {hid:.2e}")
     assert dec <= TOL and hid <= TOL
+
+
+@pytest.mark.parametrize("name", ["llava-qwen2-full", "idefics3"])
+def test_image_overlay(built, name):
+    """One text token's attention put back on the picture: tiles assembled, merges undone, the class token apart."""
+    from attn_explorer.api.vlm import image_overlay
+
+    _, folder = built(name)
+    r = ax.load_model(str(folder), device="cpu").run(picture(), text=PROMPTS[name])
+    pos = r.image_token_positions
+    o = image_overlay(r, -1, layer=1, head=2)
+    row = r.attentions[1, 2, -1]
+    if name == "idefics3":  # 2 × 2 tiles of 2 × 2 tokens, each token 2 × 2 patches: an 8 × 8 picture, a 4 × 4 global view
+        assert o.views.shape == (5, 4, 4) and o.picture.shape == (8, 8) and o.global_view.shape == (4, 4)
+        t1 = pos[(pos[:, 1] == 1) & (pos[:, 2] == 1) & (pos[:, 3] == 0), 0][0]  # tile 1 (top right), token row 1, col 0
+        assert o.picture[2:4, 4:6].tolist() == [[row[t1]] * 2] * 2 and o.cls == 0
+        assert np.isclose(o.picture.sum() / 4 + o.global_view.sum() / 4, row[pos[:, 0]].sum())
+    else:
+        assert o.views.shape == (1, 4, 4) and o.global_view is None and np.isclose(o.cls, row[pos[0, 0]])
+        assert np.allclose(o.picture.ravel(), row[pos[1:, 0]])
+    mean = image_overlay(r, -1)  # every layer and head
+    L, H = r.attentions.shape[:2]
+    each = [image_overlay(r, -1, layer=i, head=h) for i in range(L) for h in range(H)]
+    assert np.allclose(mean.views, np.mean([e.views for e in each], axis=0), atol=1e-7)
+    assert np.isclose(mean.cls, np.mean([e.cls for e in each]))
