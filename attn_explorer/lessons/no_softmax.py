@@ -42,7 +42,7 @@ class Comparison:
     seed: int
     reproduces: float  # max |A @ V - the delta rule's output| (the map is exact)
     distance: np.ndarray  # (n,) t - s for the last query's row
-    last_row: np.ndarray  # (n,) |A[n-1, s]| ordered by distance 0..n-1
+    last_row: np.ndarray  # (n,) |A[n-1, s]| ÷ |q_{n-1}| ordered by distance 0..n-1: at most β_s · envelope
     envelope: np.ndarray  # (n,) decay ** distance
     row_sums: np.ndarray  # (n,) Σ_s A[t, s] (1 for every softmax row; anything here)
     negative: float  # the share of the map's weight (Σ|A|) that is negative
@@ -94,7 +94,9 @@ def compare(text: str = PRIMER_SENTENCE, decay: float = 0.9, beta: float | None 
     A = a[0, 0].numpy()
     reproduces = float((a @ v - out).abs().max())
     dist = np.arange(n)
-    last = np.abs(A[n - 1, ::-1])  # distance 0 (itself) first
+    # |A[t, s]| = β_s |k_sᵀ P(s, t) q_t| <= β_s · decay^(t-s) · |q_t|: |k_s| = 1 and each factor (I - β k kᵀ) of P
+    # has norm <= 1 (core.recurrent's derivation), so divided by |q_t| the row sits under β_s · decay^(t-s)
+    last = np.abs(A[n - 1, ::-1]) / float(qn[0, 0, n - 1].norm())  # distance 0 (itself) first
     total = float(np.abs(A).sum())
     return Comparison(words, probs[0, 0].numpy(), A, b[0, 0].numpy(), float(decay), seed, reproduces, dist, last,
                       float(decay) ** dist.astype(float), A.sum(-1),

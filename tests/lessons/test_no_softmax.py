@@ -38,6 +38,13 @@ def test_the_map_is_the_plain_recurrence_run_on_one_hot_values():
     np.testing.assert_allclose(c.deltanet, a[0, 0].numpy(), atol=1e-12)
 
 
+@pytest.mark.parametrize("decay, beta", [(0.9, None), (0.5, 1.0), (1.0, 0.3)])
+def test_the_last_row_sits_under_the_bound(decay, beta):
+    c = ns.compare(decay=decay, beta=beta, seed=1)
+    b = c.beta[::-1]  # by distance: the key s = n-1-distance
+    assert (c.last_row <= b * c.envelope + 1e-12).all()
+
+
 def test_the_decay_bounds_the_reach():
     fast, slow = ns.compare(decay=0.3, beta=1.0), ns.compare(decay=1.0, beta=1.0)
     np.testing.assert_allclose(fast.envelope, 0.3 ** fast.distance)

@@ -14,8 +14,8 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtWidgets import (QAbstractItemView, QAbstractScrollArea, QCheckBox, QDoubleSpinBox, QHBoxLayout,
-                               QHeaderView, QLineEdit, QSpinBox, QTableWidget, QTableWidgetItem, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QAbstractScrollArea, QBoxLayout, QCheckBox, QDoubleSpinBox,
+                               QHBoxLayout, QHeaderView, QLineEdit, QSpinBox, QTableWidget, QTableWidgetItem, QWidget)
 
 from attn_explorer.gui.widgets.diverging import diverging_colormap
 from attn_explorer.gui.widgets.heatmap import colormap
@@ -33,12 +33,13 @@ INTRO = (
     "<i>output<sub>t</sub> = Σ<sub>s</sub> A[t, s]·v<sub>s</sub></i>: an implicit attention map. Below, the same "
     "q, k and v go through both heads.<br><b>Untrained model (random, seeded weights)</b>: the patterns mean "
     "nothing; the mechanics are the real ones (core's own attention and delta-rule code).")
+SIDE_BY_SIDE_PX = 760  # narrower: the two maps one above the other
 COLUMNS = ["n", "softmax work", "softmax memory", "DeltaNet work", "DeltaNet memory", "map cells (n×n, lower half)"]
 
 
 def _map_plot(title: str) -> tuple[pg.PlotWidget, pg.ImageItem, pg.ColorBarItem]:
     w = pg.PlotWidget(title=title)
-    w.setMinimumSize(300, 300)
+    w.setMinimumSize(260, 300)
     p = w.getPlotItem()
     p.invertY(True)
     p.setAspectLocked(True)
@@ -72,6 +73,7 @@ class NoSoftmaxLesson(QWidget):
         knobs = QHBoxLayout()
         self.text = QLineEdit(L.no_softmax.PRIMER_SENTENCE)
         self.text.setToolTip("The sentence (words and punctuation are the tokens)")
+        self.text.setCursorPosition(0)  # its start shows, not its end
         self.decay = QDoubleSpinBox()
         self.decay.setRange(0.05, 1.0)
         self.decay.setSingleStep(0.05)
@@ -94,12 +96,12 @@ class NoSoftmaxLesson(QWidget):
         self.message = message_label()
         lay.addWidget(self.message)
 
-        maps = QHBoxLayout()
-        self.soft_plot, self.soft_img, self.soft_bar = _map_plot("softmax head: probabilities (rows sum to 1)")
-        self.delta_plot, self.delta_img, self.delta_bar = _map_plot("Gated DeltaNet head: implicit attention A")
+        maps = self.maps = QBoxLayout(QBoxLayout.TopToBottom)
+        self.soft_plot, self.soft_img, self.soft_bar = _map_plot("softmax head: probabilities")
+        self.delta_plot, self.delta_img, self.delta_bar = _map_plot("Gated DeltaNet head: implicit A")
         self.delta_bar.setColorMap(diverging_colormap())
         self.delta_bar.axis.setLabel("implicit attention (Gated DeltaNet), signed")
-        self.soft_bar.axis.setLabel("weight")
+        self.soft_bar.axis.setLabel("weight (rows sum to 1)")
         maps.addWidget(self.soft_plot)
         maps.addWidget(self.delta_plot)
         lay.addLayout(maps)
@@ -111,7 +113,7 @@ class NoSoftmaxLesson(QWidget):
         self.decay_plot.setMaximumHeight(300)
         dp = self.decay_plot.getPlotItem()
         dp.setLabel("bottom", "distance t − s (tokens back)")
-        dp.setLabel("left", "|A[t, s]|  (÷ its largest)")
+        dp.setLabel("left", "|A[t, s]| ÷ |q_t|")
         dp.addLegend(offset=(-8, 8), labelTextSize="8pt")
         dp.setMouseEnabled(False, False)
         dp.hideButtons()
@@ -153,6 +155,11 @@ class NoSoftmaxLesson(QWidget):
         self._fill_table(L.no_softmax_costs())
         self.recompute()
 
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        wide = event.size().width() >= SIDE_BY_SIDE_PX
+        self.maps.setDirection(QBoxLayout.LeftToRight if wide else QBoxLayout.TopToBottom)
+
     def _beta_toggled(self, on: bool) -> None:
         self.beta.setEnabled(on)
         self.recompute()
@@ -172,6 +179,8 @@ class NoSoftmaxLesson(QWidget):
         self.message.setText("")
         n = len(c.tokens)
         ticks = [[(i + 0.5, t) for i, t in enumerate(c.tokens)], []]
+        step = max(1, -(-n // 8))  # the keys' axis: token numbers, every step-th (words would overlap)
+        numbers = [[(i + 0.5, str(i)) for i in range(0, n, step)], []]
         for plot, img, bar, values, levels in (
                 (self.soft_plot, self.soft_img, self.soft_bar, c.softmax, (0.0, 1.0)),
                 (self.delta_plot, self.delta_img, self.delta_bar, c.deltanet, signed_levels(c.deltanet))):
@@ -180,7 +189,8 @@ class NoSoftmaxLesson(QWidget):
             bar.setLevels(values=levels)
             p = plot.getPlotItem()
             p.getAxis("left").setTicks(ticks)
-            p.getAxis("bottom").setTicks(ticks)
+            p.getAxis("bottom").setTicks(numbers)
+            p.setLabel("bottom", "key (column): token number")
             p.setRange(xRange=(0, n), yRange=(0, n), padding=0)
         self.soft_bar.setColorMap(colormap(self.state.colormap))
         beta = (f"β = {float(c.beta[0]):.2f} for every token" if np.ptp(c.beta) == 0
@@ -197,18 +207,21 @@ class NoSoftmaxLesson(QWidget):
         p = self.decay_plot.getPlotItem()
         p.clear()
         p.legend.clear()
-        top = float(c.last_row.max()) or 1.0
-        p.plot(c.distance.astype(float), c.last_row / top, pen=pg.mkPen("#b2182b", width=2), symbol="o",
+        p.plot(c.distance.astype(float), c.last_row, pen=pg.mkPen("#b2182b", width=2), symbol="o",
                symbolSize=6, symbolBrush="#b2182b", symbolPen=None, name=f'|A| of "{html.escape(c.tokens[-1])}"')
         p.plot(c.distance.astype(float), c.envelope, pen=pg.mkPen("#555", width=1.5, style=Qt.DashLine),
-               name=f"decay^(t−s) = {c.decay:g}^(t−s)")
+               name=f"bound: decay^(t−s) = {c.decay:g}^(t−s)")
         p.setYRange(0, 1.05, padding=0)
         far = int(np.argmax(c.envelope < 0.05)) if (c.envelope < 0.05).any() else None
         self.decay_note.setText(
             f"Each token keeps {c.decay:g} of the state, so a token s steps back reaches the last query through at "
-            f"most {c.decay:g}^s of its write (the dashed line), less where later writes erased it (β). "
+            f"most {c.decay:g}^s of its write (the dashed line: |A[t, s]| ≤ β_s·decay^(t−s)·|q_t|, since |k| = 1 "
+            "and erasing never enlarges the state), less where β was small or later writes erased it. "
             + (f"Past about {far} tokens back less than 5 % is left: this head keeps the recent words."
-               if far is not None else "With no decay, only the delta rule's erasing makes old tokens fade."))
+               if far is not None else
+               f"Under 5 % would be left only about {np.log(0.05) / np.log(c.decay):.0f} tokens back, beyond this "
+               "sentence: here the erasing (β) does more than the decay." if c.decay < 1 else
+               "With no decay, only the delta rule's erasing makes old tokens fade."))
 
     def _fill_table(self, rows) -> None:
         self.table.setRowCount(len(rows))

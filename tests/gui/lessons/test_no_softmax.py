@@ -36,8 +36,12 @@ def test_the_decay_slider_moves_the_reach(page, settle):
     assert c.decay == pytest.approx(0.3) and np.ptp(c.beta) == 0
     items = page.decay_plot.getPlotItem().listDataItems()
     np.testing.assert_allclose(items[1].yData, 0.3 ** c.distance)
-    np.testing.assert_allclose(items[0].yData, c.last_row / c.last_row.max())
+    np.testing.assert_allclose(items[0].yData, c.last_row)
+    assert (items[0].yData <= items[1].yData + 1e-9).all()  # under the bound (β = 1 here)
     assert "Past about" in page.decay_note.text()
+    page.decay.setValue(0.95)
+    settle(page)
+    assert "about 58 tokens back" in page.decay_note.text()  # ln 0.05 / ln 0.95, past this sentence
     page.decay.setValue(1.0)
     settle(page)
     assert "With no decay" in page.decay_note.text()
