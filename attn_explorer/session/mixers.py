@@ -115,8 +115,8 @@ def grid_overlay(attentions: np.ndarray, info, cell: int, cell_cols: int = 0) ->
 
 
 def value_text(value: float, recurrent: bool) -> str:
-    """A map's cell as a read-out shows it: "0.43" (a softmax weight), "-0.127 (signed)" (an implicit one)."""
-    return f"{value:+.3f} (signed)" if recurrent else f"{value:.2f}"
+    """A map's cell as a read-out shows it: "0.43" (a softmax weight), "-0.0127 (signed)" (an implicit one: 3 digits)."""
+    return f"{value:+.3g} (signed)" if recurrent else f"{value:.2f}"
 
 
 def signed_scaled(values: np.ndarray, label: str):
@@ -186,3 +186,17 @@ def rows_overlay(rows: np.ndarray, info, layers: int, heads: int) -> np.ndarray 
 def signed_shade(values: np.ndarray) -> np.ndarray:
     """(K,) signed weights -> (K, 3) uint8 colours on the diverging scale (symmetric around 0)."""
     return diverging_rgba(np.asarray(values, np.float32)[None], signed_levels(values))[0, :, :3]
+
+
+def signed_strip(row: np.ndarray, width: int, tag: int, layer: int, head: int, query: int, top: int = 6):
+    """long_view.strip_of_row for a signed row: each pooled cell keeps the value of largest magnitude (its sign
+    too), and the keys it reads most are those of largest |A| (a max would name tiny positives)."""
+    from attn_explorer.maths import pool_edges
+    from attn_explorer.session.long_view import Strip
+    row = np.asarray(row, dtype=np.float32)
+    n = row.shape[0]
+    edges = pool_edges(n, max(1, int(width)))
+    values = np.array([row[a:b][int(np.argmax(np.abs(row[a:b])))] for a, b in zip(edges[:-1], edges[1:])],
+                      np.float32) if n else row
+    best = np.argsort(-np.abs(row), kind="stable")[:min(top, n)]
+    return Strip(tag, int(layer), int(head), int(query), values, edges, [(int(j), float(row[j])) for j in best], n)

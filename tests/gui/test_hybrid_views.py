@@ -111,10 +111,14 @@ def test_the_head_page_draws_a_recurrent_head_signed(make_window, qtbot, qwen_fo
     i, j = np.unravel_index(int(np.argmin(a)), a.shape)  # the most negative weight
     assert a[i, j] < 0
     hv._hovered(hv.plot.vb.mapViewToScene(QPointF(j + 0.5, i + 0.5)))
-    assert hv.readout.text().endswith(f"{a[i, j]:+.3f} (signed)")
+    assert hv.readout.text().endswith(f"{a[i, j]:+.3g} (signed)")
     st.set_query(int(i))
     qtbot.waitUntil(lambda: hv.strip.strip is not None and hv.strip.strip.query == int(i))
     assert "(signed)" in hv.strip.readout.text() and "implicit attention" in hv.strip.readout.text()
+    row = a[i]
+    first = int(np.argmax(np.abs(row)))  # the key read most is the one of largest |A|, with its sign
+    assert hv.strip.strip.top[0] == (first, pytest.approx(float(row[first])))
+    assert f"({first:,}) <b>{float(row[first]):+.3g} (signed)</b>" in hv.strip.readout.text()
     st.select(3, 2)  # back to the softmax layer: the session's colour map and 0..1 again
     qtbot.waitUntil(lambda: hv._head is not None and hv._head[1:] == (3, 2))
     assert hv.colorbar.levels() == pytest.approx((0.0, 1.0))

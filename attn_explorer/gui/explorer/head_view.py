@@ -296,7 +296,8 @@ class HeadView(LazyPage, QWidget):
             if not at.size:
                 self.strip.clear(f"The query, token {q}, is hidden (a special token).")
                 return
-            strip = strip_of_row(self.matrix[int(at[0])], self.strip.width_px(), result_tag(r), l, h, q)
+            make = mx.signed_strip if self.signed_label() else strip_of_row  # by |A| on a recurrent layer
+            strip = make(self.matrix[int(at[0])], self.strip.width_px(), result_tag(r), l, h, q)
             self.strip.show_strip(strip, self.col_tokens, st.colormap, st.colour_scale, st.log_scale,
                                   self._sink_where(int(at[0])), signed=self.signed_label())
             self.strip.mark_window(*self.plot.vb.viewRange()[0])
