@@ -14,7 +14,7 @@ import numpy as np
 class ModelInfo:
     name: str  # what the user asked for: "minilm", a folder, a hub id
     family: str  # "bert", "roberta", "gpt2", "vit", "deit", "dinov2", "textbook"
-    modality: str  # "text" or "image"
+    modality: str  # "text", "image" or "image-text" (vision-language: api.vlm.VisionLanguageModel, run(image, text=...))
     num_layers: int  # L
     num_heads: int  # H
     hidden_size: int  # D
