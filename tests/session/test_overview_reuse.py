@@ -55,7 +55,7 @@ def test_an_edit_with_a_reused_prefix_recomputes_only_the_changed_rows(model):
     want = _last(overview_job(full, cell))[2]
     part = Counting(b)
     got = _last(overview_job(part, cell, previous=(before, a.num_tokens)))[2]
-    np.testing.assert_array_equal(got.weights, want.weights)
+    np.testing.assert_allclose(got.weights, want.weights, rtol=1e-5, atol=1e-8)  # tiles of other shapes: rounding
     L, H = b.lazy.shape[:2]
     assert full.rows == L * H * n
     first = int(np.searchsorted(np.arange(cell + 1) * n // cell, p, side="right")) - 1  # the cell p falls in

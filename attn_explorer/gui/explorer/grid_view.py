@@ -27,7 +27,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QHBoxLayout, QLabel, QProgressB
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
                                        style_colorbar, waiting_for_input)
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
-from attn_explorer.session.long_view import GRID_LANE, overview_job, result_tag
+from attn_explorer.session.long_view import GRID_LANE, overview_job, result_tag, reused_prefix
 from attn_explorer.gui.explorer.mixer_marks import MixerOverlay, grid_note
 from attn_explorer.session.stacks import STACK_NAMES, short_kind, stack_maps
 from attn_explorer.session.state import SessionState
@@ -93,6 +93,7 @@ class HeadGridView(LazyPage, QWidget):
         self.filling.hide()
         self._overview: tuple | None = None  # (run tag, GridImage so far, heads done, heads in all)
         self._filling_tag: int | None = None  # the run whose overview is being filled in
+        self._complete: tuple | None = None  # (GridImage, n, tokens, model, dk) of the last overview filled in
         lay = titled_page(self, self.title, self.stack_switch)
         lay.addWidget(self.filling)
         lay.addWidget(self.stack, 1)
@@ -169,9 +170,21 @@ class HeadGridView(LazyPage, QWidget):
         self.progress.setFormat(f"filling in every head from q and k: 0 of {L * H}")
         self.fill_button.setText("Stop")
         self.filling.show()
-        self.state.submit(overview_job, r, key=GRID_LANE, uses_model=False,
+        # an edit that reused the prefix: the cells above it come from the last complete overview (issue 24)
+        previous = self._previous_overview(r)
+        self.state.submit(overview_job, r, 128, "encoder", previous, key=GRID_LANE, uses_model=False,
                           on_yield=lambda part: self._filled(tag, part), on_result=lambda _: self._fill_ended(tag),
                           on_error=lambda msg: self._fill_failed(tag, msg))
+
+    def _previous_overview(self, r) -> tuple | None:
+        """(GridImage, tokens) of the last complete overview when r reused a prefix that overview's run shares
+        (same model, d_k and first p tokens: a causal model's rows before p are then the same), else None."""
+        p, done = reused_prefix(r), self._complete
+        if p <= 0 or done is None:
+            return None
+        grid, n, tokens, model, dk = done
+        same = model == r.model and dk == float(r.dk_scale) and tokens[:p] == list(r.tokens[:p])
+        return (grid, n) if same else None
 
     def _filled(self, tag: int, part) -> None:
         """A part of the overview arrived: draw it if it is still the run on screen."""
@@ -185,6 +198,7 @@ class HeadGridView(LazyPage, QWidget):
         if done >= total:
             self.filling.hide()
             self._filling_tag = None
+            self._complete = (grid, r.num_tokens, list(r.tokens), r.model, float(r.dk_scale))
         self.show_result(r, grid)
 
     def _fill_ended(self, tag: int) -> None:
