@@ -14,6 +14,7 @@ and encoder-decoder targets are refused in one line; hooks (run_with_hooks, run_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -84,7 +85,8 @@ class VisionLanguageModel(Model):
                 ) -> Prepared:
         """The picture's pixels and the prompt's ids with the placeholder expanded (the module's inputs)."""
         name = self.info.family
-        if x is None or (isinstance(x, str) and not x.strip()):
+        given_text_only = text is None and isinstance(x, str) and not Path(x).exists()  # run("a prompt")
+        if x is None or (isinstance(x, str) and not x.strip()) or given_text_only:
             raise UserError(f"{name} is a vision-language model: give it an image (and a prompt: text=...)")
         text = "" if text is None else text
         if not isinstance(text, str):

@@ -163,6 +163,8 @@ def test_vlm_bad_inputs(built):
     m = ax.load_model(str(folder), device="cpu")
     with pytest.raises(UserError, match="give it an image"):
         m.run(None, text="hi")
+    with pytest.raises(UserError, match="llava is a vision-language model: give it an image"):
+        m.run("what is on the mat?")  # a prompt alone, as a text model's run takes it
     with pytest.raises(UserError, match="2 <image> placeholders for 1 image"):
         m.run(picture(), text="<image> and <image>")
     with pytest.raises(UserError, match="lazy is not supported"):
