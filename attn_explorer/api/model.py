@@ -257,7 +257,8 @@ class Model:
                                 "encoder-decoders (BART): use fewer tokens")
             self._check_memory(prep)
             return False
-        if any(k != "softmax" for k in self.info.mixers):  # hybrids (core.recurrent): no lazy store for them yet
+        # Granite 4 hybrid / Falcon-H1: Mamba-2 layers keep B, C, dt and A in a lazy run (core.mamba2.KeptMamba)
+        if any(k not in ("softmax", "mamba2") for k in self.info.mixers):  # hybrids (core.recurrent): no lazy store
             if lazy:
                 raise UserError(f"{self.info.family}: lazy attention is not supported yet for its recurrent layers "
                                 "(their maps are computed whole); pass lazy=False or use fewer tokens")

@@ -158,6 +158,7 @@ def _spliced_store(old, new, p: int):
     forward's own (the cache's keys, every token's)."""
     if old is None:
         return new
-    return LazyAttention([LazyLayer(torch.cat([a.q[:, :, :p], b.q], dim=2), b.k,
+    return LazyAttention([b.splice(a, p) if hasattr(b, "splice") else  # a recurrent layer's (core.mamba2.KeptMamba)
+                          LazyLayer(torch.cat([a.q[:, :, :p], b.q], dim=2), b.k,
                                     torch.cat([a.lse[..., :p], b.lse], dim=-1), b.options)
                           for a, b in zip(old.layers, new.layers)])

@@ -298,17 +298,19 @@ class Mamba2Mixer(RecurrentMixer):
             B = lh("attn.hook_k", B.transpose(1, 2)).transpose(1, 2)
             xs = lh("attn.hook_v", xs.transpose(1, 2)).transpose(1, 2)
             dt = lh("attn.hook_dt", dt)
-        if lh is not None and lh.keep:  # a lazy run: keep B, C, dt and A, from which any tile is exact
-            if not fresh or (lh is not None and lh.wants("attn.hook_pattern")):
-                raise ValueError(f"{self.cfg.family}: a lazy run of its Mamba-2 layers needs one pass from a fresh "
-                                 "state and no hook on attn.hook_pattern; pass lazy=False")
-            lh.hooks.kept[lh.index] = KeptMamba(dt, self.A.detach(), B, C)
         want_map = getattr(opts, "need_weights", False) or (lh is not None and lh.wants("attn.hook_pattern"))
         amap = None
         if state is not None:  # the past tokens' B and dt, so a generation step's row reaches back to them
             past_B, past_dt = getattr(state, "keys_B", None), getattr(state, "keys_dt", None)
             state.keys_B = B if past_B is None else torch.cat([past_B, B], dim=1)
             state.keys_dt = dt if past_dt is None else torch.cat([past_dt, dt], dim=1)
+        if lh is not None and lh.keep:  # a lazy run: keep B, C, dt and A, from which any tile is exact
+            if lh.wants("attn.hook_pattern"):
+                raise ValueError(f"{self.cfg.family}: a lazy run keeps no map for a hook on attn.hook_pattern to "
+                                 "replace; pass lazy=False")
+            # after a kept prefix (prefix reuse): every token's B and dt, the new tokens' C (api.prefix splices)
+            every = (state.keys_dt, state.keys_B) if not fresh else (dt, B)
+            lh.hooks.kept[lh.index] = KeptMamba(every[0], self.A.detach(), every[1], C, first=every[0].shape[1] - N)
         if want_map and fresh:
             amap = implicit_map(dt, self.A, B, C)
             if lh is not None and lh.wants("attn.hook_pattern"):
@@ -347,8 +349,15 @@ class KeptMamba:
 
     kind = "mamba2"
 
-    def __init__(self, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+    def __init__(self, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, first: int = 0):
         self.dt, self.A, self.B, self.C = dt, A, B, C
+        self.first = first  # C holds the rows from token `first` on (a pass after a kept prefix; see splice)
+
+    def splice(self, old: "KeptMamba", p: int) -> "KeptMamba":
+        """Prefix reuse: the kept run's first p rows of C before this pass's (which began at token p)."""
+        if self.first != p:
+            raise ValueError(f"this pass began at token {self.first}, not {p}")
+        return KeptMamba(self.dt, self.A, self.B, torch.cat([old.C[:, :p], self.C], dim=1))
 
     @property
     def heads(self) -> int:

@@ -75,9 +75,11 @@ class MambaHybridConfig(LlamaConfig):
         return [self.mamba.num_heads if self.is_mamba(i) else self.num_heads for i in range(self.num_layers)]
 
     def layer_kinds(self) -> list[str]:
-        kinds = super().layer_kinds()
+        """Per layer, for people (the grid marks each row's mixer, as Qwen3.5's): "Mamba-2 (implicit)", "softmax,
+        global" (", no positions" without RoPE); Falcon-H1: "softmax, global + Mamba-2 (not drawn)"."""
+        kinds = [f"softmax, {k}" for k in super().layer_kinds()]
         if self.parallel_mamba:
-            return [f"{k} + Mamba-2 (no map)" for k in kinds]
+            return [f"{k} + Mamba-2 (not drawn)" for k in kinds]
         return [MIXER_WORDS["mamba2"] if self.is_mamba(i) else k for i, k in enumerate(kinds)]
 
 

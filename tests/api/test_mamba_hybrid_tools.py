@@ -38,10 +38,10 @@ def test_hook_names_and_run_with_cache(m):
     names = m.hook_names()
     if _granite(m):
         assert m.info.mixers == ("mamba2", "softmax", "mamba2")
-        assert m.info.layer_kinds == ("Mamba-2 (implicit)", "global", "Mamba-2 (implicit)")
+        assert m.info.layer_kinds == ("Mamba-2 (implicit)", "softmax, global", "Mamba-2 (implicit)")
         assert "blocks.0.attn.hook_dt" in names and "blocks.1.attn.hook_dt" not in names
     else:
-        assert m.info.layer_kinds[0] == "global + Mamba-2 (no map)"
+        assert m.info.layer_kinds[0] == "softmax, global + Mamba-2 (not drawn)"
     r, cache = m.run_with_cache(TEXT)
     assert set(names) - set(cache) == set()
     # layer 0's hook_pattern is the map the run returns: on Granite the signed implicit map of its Mamba-2 heads
@@ -85,18 +85,25 @@ def test_lazy(m):
         assert "\n" not in str(e.value)
 
 
-def test_prefix_reuse(m):
-    """Appending to the text reuses the whole state (equal to a fresh run); an edit inside it cannot go back."""
+@pytest.mark.parametrize("lazy", [False, True])
+def test_prefix_reuse(m, lazy):
+    """Appending to the text goes on from the kept recurrent states (equal to a fresh run: hidden states, and the
+    maps, lazy ones spliced from the kept C rows); an edit inside the text runs every token again and says why."""
     from attn_explorer.api import prefix
     prefix.forget()
-    m.run(TEXT, reuse_prefix=True, hidden=True)
+    m.run(TEXT, reuse_prefix=True, hidden=True, lazy=lazy)
     longer = TEXT + " is Madrid"
-    r = m.run(longer, reuse_prefix=True, hidden=True)
+    r = m.run(longer, reuse_prefix=True, hidden=True, lazy=lazy)
     assert r.reuse.startswith("reused ") and not r.reuse.startswith("reused 0")
-    np.testing.assert_allclose(r.hidden, m.run(longer, hidden=True).hidden, atol=1e-5)
-    with pytest.raises((UserError, ValueError), match="prefix reuse") as e:
-        m.run(TEXT.replace("Italy", "Japan"), reuse_prefix=True)
-    assert "\n" not in str(e.value)
+    fresh = m.run(longer, hidden=True)
+    np.testing.assert_allclose(r.hidden, fresh.hidden, atol=1e-5)
+    for layer in range(3):
+        want = fresh.attentions[layer, 1]
+        got = r.attention(layer, 1) if lazy else r.attentions[layer, 1]
+        np.testing.assert_allclose(got, want, atol=2e-6 * max(1.0, np.abs(want).max()))
+    edited = m.run(TEXT.replace("Italy", "Japan"), reuse_prefix=True, hidden=True, lazy=lazy)
+    assert edited.reuse.startswith("reused 0 of") and "cannot go back" in edited.reuse
+    np.testing.assert_allclose(edited.hidden, m.run(TEXT.replace("Italy", "Japan"), hidden=True).hidden, atol=1e-5)
     prefix.forget()
 
 

@@ -46,8 +46,9 @@ FALCON_H1_05B = dict(  # real: 36 layers of 1024, 8 heads of 64 (not 1024 / 8), 
     transformers_version="4.53.0.dev0", use_cache=True, vocab_size=VOCAB)
 ROWS = {
     "granite-4.0-h-tiny": Row("ibm-granite/granite-4.0-h-tiny", GRANITE4_H_TINY,
-                              ["Mamba-2 (implicit)"] * 2 + ["global, no positions", "Mamba-2 (implicit)"]),
-    "falcon-h1-0.5b": Row("tiiuae/Falcon-H1-0.5B-Instruct", FALCON_H1_05B, ["global + Mamba-2 (no map)"] * 3),
+                              ["Mamba-2 (implicit)"] * 2 + ["softmax, global, no positions", "Mamba-2 (implicit)"]),
+    "falcon-h1-0.5b": Row("tiiuae/Falcon-H1-0.5B-Instruct", FALCON_H1_05B,
+                          ["softmax, global + Mamba-2 (not drawn)"] * 3),
 }
 MINE = list(ROWS)
 
