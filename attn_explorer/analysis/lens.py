@@ -197,6 +197,8 @@ def attribution_of(run: ResidualRun, position: int, target_id: int):
         if bias is not None:
             biases += float(read(bias[0]))
     logit = float(unembed(parts, run.hidden[position].float())[target_id])
+    H = max(h.shape[0] for h in heads)  # hybrids: a layer with fewer heads has zeros past its own, as in the maps
+    heads = [torch.cat([h, h.new_zeros(H - h.shape[0], *h.shape[1:])]) if h.shape[0] < H else h for h in heads]
     return emb, torch.stack(heads).cpu().numpy(), torch.stack(mlps).cpu().numpy(), biases, logit
 
 

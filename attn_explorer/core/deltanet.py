@@ -150,7 +150,7 @@ class GatedDeltaNet(RecurrentMixer):
             raise ValueError(f"linear_num_value_heads={c.num_v_heads} is not a multiple of "
                              f"linear_num_key_heads={c.num_k_heads}")
         self.c = c
-        self.num_heads = c.num_v_heads
+        self.num_heads, self.head_dim = c.num_v_heads, c.head_v_dim  # the heads of hook_z and of the maps
         self.key_dim, self.value_dim = c.num_k_heads * c.head_k_dim, c.num_v_heads * c.head_v_dim
         conv_dim = 2 * self.key_dim + self.value_dim
         self.conv1d = nn.Conv1d(conv_dim, conv_dim, c.conv_kernel, groups=conv_dim, bias=False)
@@ -170,6 +170,11 @@ class GatedDeltaNet(RecurrentMixer):
         self.A_log = nn.Parameter(torch.zeros(c.num_v_heads))
         self.norm = GatedRMSNorm(c.head_v_dim, c.eps)
         self.out_proj = Linear(self.value_dim, dim, bias=False)
+
+    @property
+    def out(self) -> nn.Linear:
+        """out_proj under the name a softmax layer's W_O has (the analyses split it by head: hook_z is its input)."""
+        return self.out_proj
 
     def _project(self, x: torch.Tensor):
         """(qkv (B, N, conv_dim) in [q | k | v] order, z (B, N, H_v, d_v), b, a (B, N, H_v))."""
@@ -242,25 +247,27 @@ class GatedDeltaNet(RecurrentMixer):
         if cache is not None:  # every token's q, k, g, β: the rows of a later step's map are exact
             cache.kept = tuple(torch.cat([a, b], dim=2) for a, b in zip(past, (q, k, g, beta))) if past else \
                 (q, k, g, beta)
-        maps = None
+        maps, replaced = None, False
         if want_maps:  # with a cache: the map over every token so far, the new tokens' rows
             maps = implicit_map(*(cache.kept if past else (q, k, g, beta)), self.c.chunk)[:, :, -N:]
         if maps is not None and lh is not None and lh.wants("attn.hook_pattern"):
             new = lh("attn.hook_pattern", maps)
-            if new is not maps and past:
+            replaced, maps = new is not maps, new
+            if replaced and past:
                 raise ValueError(f"{self.c.family}: a replaced implicit map after a recurrent cache has no earlier "
                                  "values to weigh; run the whole text")
-            if new is not maps:  # a replaced map weighs the values: the output is A' @ V
-                maps = new
-                o = maps.float() @ v
+        # a replaced map weighs the values (the output is A' @ V); under autograd (gradient relevance) the output
+        # goes through A @ V too, so the maps are in the graph; otherwise the recurrence (the same numbers)
+        through_map = maps is not None and not past and (replaced or maps.requires_grad)
+        S = None
+        if through_map:
+            o = maps.float() @ v
+        if not through_map or cache is not None:
+            if N == 1 and state is not None:
+                o_rec, S = delta_rule(q, k, v, g, beta, state)
             else:
-                o, S = chunked_delta_rule(q, k, v, g, beta, state, self.c.chunk)
-            if cache is not None:
-                _, S = chunked_delta_rule(q, k, v, g, beta, state, self.c.chunk)
-        elif N == 1 and state is not None:
-            o, S = delta_rule(q, k, v, g, beta, state)
-        else:
-            o, S = chunked_delta_rule(q, k, v, g, beta, state, self.c.chunk)
+                o_rec, S = chunked_delta_rule(q, k, v, g, beta, state, self.c.chunk)
+            o = o if through_map else o_rec
         if cache is not None:
             cache.advance(conv, S, N)
         o = o.to(x.dtype).transpose(1, 2)  # (B, N, H_v, d_v)

@@ -106,3 +106,25 @@ def test_prefix_reuse_continues_the_recurrent_state_when_text_is_added(built):
     np.testing.assert_allclose(again.attentions[:, :, :n, :n], fresh.attentions[:, :, :n, :n], atol=1e-6)
     edited = m.run(longer.replace("cat", "cow"), reuse_prefix=True)
     assert edited.reuse.startswith("reused 0") and "recurrent" in edited.reuse, edited.reuse
+
+
+def test_direct_logit_attribution_splits_recurrent_heads_and_adds_up(model):
+    """A recurrent head's direct share is its z times its slice of out_proj (as W_O's for a softmax head); heads past
+    a layer's own are 0; the pieces add up to the logit."""
+    from attn_explorer.analysis import lens
+
+    a = lens.logit_attribution(model, TEXT)
+    assert a.heads.shape == (4, 6) and (a.heads[:3, 4:] == 0).all() and (a.heads[:3, :4] != 0).all()
+    total = a.embeddings + a.heads.sum() + a.mlps.sum() + a.biases
+    assert abs(total - a.logit) <= 1e-3 * max(1.0, abs(a.logit)), (total, a.logit)
+
+
+def test_relevance_methods_run_on_the_recurrent_maps(model):
+    """gradient_rollout reaches the recurrent layers' maps (the output goes through A @ V under autograd)."""
+    from attn_explorer.analysis.relevance import METHODS, explain
+
+    n = len(model.prepare(TEXT).tokens)
+    for method in METHODS:
+        r = explain(model, TEXT, method=method)
+        scores = np.asarray(r.scores if hasattr(r, "scores") else r)
+        assert scores.shape[-1] == n and np.isfinite(scores).all(), method
