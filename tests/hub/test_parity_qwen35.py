@@ -180,3 +180,36 @@ def test_the_multimodal_folder_loads_its_language_model(built, tmp_path):
     assert m.info.family == "qwen3_5_text" and "vision tower is not loaded" in m.info.note
     ref = ax.load_model(str(folder), device="cpu")
     np.testing.assert_array_equal(m.run("the cat sat").hidden, ref.run("the cat sat").hidden)
+
+
+def test_a_hub_shaped_qwen3_next_folder_loads_and_matches_transformers(built, tmp_path):
+    """Part D: config.json with the keys Qwen/Qwen3-Next-80B-A3B-Instruct ships (torch_dtype, rope_theta and
+    partial_rotary_factor at the top, no layer_types but full_attention_interval, no rope_parameters), shrunk, and
+    its multi-token-prediction tensors (mtp.*, which transformers leaves unread)."""
+    from safetensors.torch import load_file, save_file
+
+    _, folder = built("qwen3_next")
+    cfg = {"architectures": ["Qwen3NextForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+           "bos_token_id": 1, "decoder_sparse_step": 1, "eos_token_id": 2, "full_attention_interval": 4,
+           "head_dim": 16, "hidden_act": "silu", "hidden_size": 48, "initializer_range": 0.02,
+           "intermediate_size": 64, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 8, "linear_num_key_heads": 2,
+           "linear_num_value_heads": 4, "linear_value_head_dim": 12, "max_position_embeddings": 256,
+           "mlp_only_layers": [1], "model_type": "qwen3_next", "moe_intermediate_size": 32, "norm_topk_prob": True,
+           "num_attention_heads": 6, "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 4,
+           "num_key_value_heads": 2, "output_router_logits": False, "partial_rotary_factor": 0.25,
+           "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 10000000, "router_aux_loss_coef": 0.001,
+           "shared_expert_intermediate_size": 24, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "transformers_version": "4.57.0.dev0", "use_cache": True, "use_sliding_window": False, "vocab_size": VOCAB}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "tokenizer.json").write_text((folder / "tokenizer.json").read_text())
+    sd = load_file(str(folder / "model.safetensors"))
+    sd["mtp.fc.weight"] = torch.zeros(48, 96)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    m = ax.load_model(str(tmp_path), device="cpu", dtype="float32")
+    assert m.info.mixers == ("deltanet",) * 3 + ("softmax",) and m.module.cfg.rope_theta == 10000000
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32,
+                                                           attn_implementation="eager").eval()
+    ids = torch.randint(3, VOCAB, (1, N), generator=torch.Generator().manual_seed(9))
+    att, hidden, _ = differences(hf, m, ids)
+    print(f"qwen3_next hub-shaped: maps {att:.2e} hidden {hidden:.2e}")
+    assert att <= TOL and hidden <= TOL

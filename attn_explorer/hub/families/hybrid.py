@@ -96,15 +96,16 @@ QWEN3_NEXT_RULES = QWEN3_5_RULES + [
     (_LL + r"mlp\.shared_expert_gate\.weight", _B + r"mlp.shared_gate.weight"),
 ]
 
+_MTP = r"mtp\..*"  # the multi-token-prediction head the hub's checkpoints carry; transformers does not load it
 ARCHITECTURES.update({
     "qwen3_5_text": Architecture("qwen3_5_text", "text", HybridDecoder, _qwen3_5_config, QWEN3_5_RULES, ("model.",),
-                                 ignore=ROPE_BUFFERS),
+                                 ignore=(_MTP, *ROPE_BUFFERS)),
     # the multimodal checkpoint (Qwen3_5ForConditionalGeneration): its language model only
     "qwen3_5": Architecture(
         "qwen3_5_text", "text", HybridDecoder, _qwen3_5_config, QWEN3_5_RULES,
         ("model.language_model.", "language_model.model.", "language_model.", "model."),
-        ignore=(r"(model\.)?visual\..*", *ROPE_BUFFERS),
+        ignore=(r"(model\.)?visual\..*", _MTP, *ROPE_BUFFERS),
         note="Qwen3.5's language model only: the vision tower is not loaded"),
     "qwen3_next": Architecture("qwen3_next", "text", HybridDecoder, _qwen3_next_config, QWEN3_NEXT_RULES,
-                               ("model.",), ignore=ROPE_BUFFERS),
+                               ("model.",), ignore=(_MTP, *ROPE_BUFFERS)),
 })
