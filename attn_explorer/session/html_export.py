@@ -35,11 +35,24 @@ def page_options(state, page: str | None) -> dict:
         raise UserError("the HTML page shows the encoder's maps only: the decoder and cross-attention pages "
                         "are not supported yet (switch to Encoder to export)")
     info = getattr(state, "info", None)
+    refuse_signed(info)
     about = {} if info is None or info.name != r.model else dict(model_note=str(info.note or ""),
                                                                  trained=bool(info.trained))
     return dict(view=page_view(page, r.grid is not None), layer=int(state.layer), head=int(state.head),
                 query=int(state.query), hide_special=bool(state.hide_special), log_scale=bool(state.log_scale),
                 **about)
+
+
+def refuse_signed(info) -> None:
+    """The page quantises weights in 0..1 (api.html clips below 0): a hybrid's signed implicit maps would come
+    out wrong, so such a model's page is refused in one line (issue 25)."""
+    from attn_explorer.session.mixers import is_recurrent
+
+    layers = [l for l in range(len(getattr(info, "mixers", ()) or ())) if is_recurrent(info, l)]
+    if layers:
+        raise UserError(f"{getattr(info, 'family', '') or info.name}: the HTML page draws weights from 0 to 1 and "
+                        f"cannot show the signed implicit maps of its recurrent layers "
+                        f"{', '.join(map(str, layers))} yet; save the run as .npz instead")
 
 
 def html_page_job(result, path: str, options: dict, progress=None) -> Path:

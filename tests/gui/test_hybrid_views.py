@@ -201,3 +201,14 @@ def test_the_dk_panel_says_entropy_does_not_apply_to_a_recurrent_layer(make_wind
     st.select(3, 1)  # the softmax layer: its entropy as before
     qtbot.waitUntil(lambda: panel.entropy is not None)
     assert "mean row entropy" in panel.readout.text()
+
+
+def test_the_html_page_refuses_signed_maps_in_one_line(make_window, qtbot, qwen_folder):
+    """api.html quantises 0..1 weights (negatives clipped to 0): a hybrid's page would be silently wrong."""
+    from attn_explorer.errors import UserError
+    from attn_explorer.session.html_export import page_options
+
+    w = make_window(model=qwen_folder, text=TEXT, view="grid")
+    with pytest.raises(UserError, match=r"^qwen3_5_text: .*signed implicit maps of its recurrent layers 0, 1, 2") as e:
+        page_options(w.state, "grid")
+    assert "\n" not in str(e.value)
