@@ -168,3 +168,21 @@ def test_long_input_statistics_refuse_a_recurrent_store_in_one_line():
     with pytest.raises(UserError, match="mamba2") as e:
         long.layers_of(store)
     assert "\n" not in str(e.value)
+
+
+def test_a_long_lazy_run_keeps_a_sliver_of_the_maps(tmp_path):
+    """About 1,500 tokens on Granite 4, lazy: the store (the Mamba-2 layers' B, C, dt; the softmax layer's q, k,
+    lse) is under 1 % of the dense maps' bytes, and a pooled 64 × 64 view of a Mamba-2 head is the pooled mean of
+    its full map."""
+    from attn_explorer.maths import pool2d
+    from tests.hub.test_parity_rotary_families import COMMON
+    cfg, model, extra = CASES["granite4"]
+    make_folder(tmp_path, "long", cases={"long": (cfg, model, dict(extra, mamba_chunk_size=256))},
+                common=dict(COMMON, max_position_embeddings=4096))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    r = m.run(" ".join([TEXT] * 90), lazy=True)
+    n = len(r.tokens)
+    assert n > 1400 and r.lazy.bytes_kept < 0.01 * r.lazy.dense_bytes, (n, r.lazy.bytes_kept, r.lazy.dense_bytes)
+    full = r.attention(2, 3)
+    assert full.shape == (n, n)
+    np.testing.assert_allclose(r.attention(2, 3, pool=64, reduce="mean"), pool2d(full, 64, 64, "mean"), atol=1e-6)
