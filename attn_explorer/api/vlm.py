@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from attn_explorer.api.hooks import ablation_hooks, caching_hook, merge
-from attn_explorer.api.model import Model, Prepared
+from attn_explorer.api.model import DENSE_MAX_BYTES, Model, Prepared
+from attn_explorer.budget import default_budget, human_bytes
 from attn_explorer.api.result import RunResult
 from attn_explorer.core.hooks import Hooks
 from attn_explorer.errors import UserError
@@ -56,8 +57,8 @@ class VisionLanguageModel(Model):
         kw = dict(kw)
         text = kw.pop("text", None)
         name = self.info.family
-        for k, default in (("lazy", None), ("reuse_prefix", False), ("target", None), ("max_tokens", None),
-                           ("image_size", None)):
+        lazy = kw.pop("lazy", None)
+        for k, default in (("reuse_prefix", False), ("target", None), ("max_tokens", None), ("image_size", None)):
             if kw.pop(k, default) not in (default, False):
                 raise UserError(f"{name}: {k} is not supported yet for vision-language models")
         bad = set(kw) - {"dk_scale", "dk_layers", "hidden", "ablate"}
@@ -65,14 +66,31 @@ class VisionLanguageModel(Model):
             raise UserError(f"run takes no argument {sorted(bad)[0]!r}")
         dk_scale, dk_layers = self.check_dk(kw.get("dk_scale", 1.0), kw.get("dk_layers"))
         prep = self.prepare(x, text=text)
-        self._check_memory(prep)
+        hidden = kw.get("hidden", False)
+        keep = self._keep_lazily(prep, lazy, hidden, False)  # the decoder's maps, or its q, k and lse (api.lazy)
         table = merge(ablation_hooks(kw["ablate"], self.info) if kw.get("ablate") else None, *self._context_hooks,
                       hooks)
         if cache is not None:
-            names, store, _every = cache
-            table = merge(table, {n: caching_hook(store) for n in names})
-        out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, Hooks(table) if table else None)
-        return self._vlm_result(out, ms, prep, dk_scale, kw.get("hidden", False))
+            names, store, every = cache
+            if keep and any(n.endswith("attn.hook_pattern") for n in names) and not every:
+                raise UserError("this run is lazy (no maps are kept), so attn.hook_pattern is never made; read "
+                                "r.attention(layer, head, rows=..., cols=...) instead, or pass lazy=False")
+            table = merge(table, {n: caching_hook(store) for n in names if not (keep and n.endswith("hook_pattern"))})
+        vision_bytes = self.vision_maps_bytes(prep)
+        tower = vision_bytes <= min(default_budget(self.device), DENSE_MAX_BYTES)
+        if not tower:
+            prep.notes.append(f"the vision tower's maps ({human_bytes(vision_bytes)}) were not kept: too large")
+        prep.inputs["vision_maps"] = tower
+        out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, Hooks(table, keep=keep) if table or keep else None,
+                                   output_attentions=not keep)
+        return self._vlm_result(out, ms, prep, dk_scale, hidden)
+
+    def vision_maps_bytes(self, prep: Prepared) -> int:
+        """What the tower's float32 maps of this input take: views × layers × heads × tokens²."""
+        v = self.module.cfg.vision
+        T, _, h, w = prep.inputs["pixels"].shape
+        n = (h // v.patch_size) * (w // v.patch_size) + v.num_extra_tokens
+        return T * v.num_layers * v.num_heads * n * n * 4
 
     def trace(self, *_a, **_kw):
         """Analyses (interventions' scans and patching, relevance, the logit lens, probes, norms) build on

@@ -156,15 +156,17 @@ class VisionLanguage(nn.Module):
     def forward(self, input_ids: torch.Tensor, pixels: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, dk_scale: float = 1.0, dk_layers=None,
                 output_attentions: bool = False, hooks: Hooks | None = None, cache=None, prefix_len=None,
-                **_) -> ModelOutput:
+                vision_maps: bool | None = None, **_) -> ModelOutput:
         """input_ids (1, N) with the placeholder repeated once per image token; pixels (T, C, H, W), one row per
         picture or tile. prefix_len (PaliGemma): the tokens of the prompt, which see each other both ways.
+        vision_maps: whether the tower keeps its maps (None: as output_attentions; a lazy decoder may still want them).
         Returns the decoder's output with `vision_attentions` and the patch grid."""
         cfg = self.cfg
         x = self.language.embed(input_ids)
         vision_attn, grid = None, None
         if pixels is not None:
-            feats, vision_attn, grid = self.image_features(pixels, dk_scale, output_attentions)
+            feats, vision_attn, grid = self.image_features(pixels, dk_scale,
+                                                           output_attentions if vision_maps is None else vision_maps)
             place = input_ids == cfg.image_token_id
             if int(place.sum()) != feats.shape[0] * feats.shape[1]:
                 raise ValueError(f"{int(place.sum())} image placeholder tokens for {feats.shape[0] * feats.shape[1]} "

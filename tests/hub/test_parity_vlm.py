@@ -167,8 +167,6 @@ def test_vlm_bad_inputs(built):
         m.run("what is on the mat?")  # a prompt alone, as a text model's run takes it
     with pytest.raises(UserError, match="2 <image> placeholders for 1 image"):
         m.run(picture(), text="<image> and <image>")
-    with pytest.raises(UserError, match="lazy is not supported"):
-        m.run(picture(), text="hi", lazy=True)
 
 
 def test_vlm_refuses_unsupported_fields(built, tmp_path):
@@ -221,8 +219,8 @@ def test_vlm_export_cli(built, tmp_path, capsys):
 
 
 def test_vlm_hooks_ablation_and_refusals(built):
-    """Part C: the decoder's hook points, run_with_cache, ablation; lazy maps, prefix reuse and the analyses
-    built on trace refuse in one line naming the family."""
+    """Part C: the decoder's hook points, run_with_cache, ablation, lazy maps equal to the dense ones (PaliGemma's
+    two-way prompt mask too); prefix reuse and the analyses built on trace refuse in one line naming the family."""
     from attn_explorer.analysis import interventions, lens
 
     _, folder = built("paligemma")
@@ -234,10 +232,19 @@ def test_vlm_hooks_ablation_and_refusals(built):
     off = m.run(picture(), text="cat", ablate={(0, 1): "zero"}, hidden=True)
     assert np.array_equal(off.attentions[0], r.attentions[0])  # layer 0's maps come before its W_O
     assert np.abs(off.attentions[1] - r.attentions[1]).max() > 1e-4
-    for kw, words in ((dict(lazy=True), "paligemma: lazy is not supported yet"),
-                      (dict(reuse_prefix=True), "paligemma: reuse_prefix is not supported yet")):
-        with pytest.raises(UserError, match=words):
-            m.run(picture(), text="cat", **kw)
+    with pytest.raises(UserError, match="paligemma: reuse_prefix is not supported yet"):
+        m.run(picture(), text="cat", reuse_prefix=True)
+    # lazy: the decoder's q, k and row statistics instead of its maps, the prompt's two-way mask kept with them
+    from attn_explorer.api.vlm import image_overlay
+
+    lazy = m.run(picture(), text="cat", lazy=True)
+    assert lazy.is_lazy and np.array_equal(lazy.vision_attentions, r.vision_attentions)
+    L, H = r.attentions.shape[:2]
+    worst = max(np.abs(lazy.attention(i, h) - r.attentions[i, h]).max() for i in range(L) for h in range(H))
+    assert worst <= 1e-6, worst
+    assert np.allclose(image_overlay(lazy, -1).picture, image_overlay(r, -1).picture, atol=1e-6)
+    with pytest.raises(UserError, match="lazy"):
+        m.run_with_cache(picture(), text="cat", names=["blocks.1.attn.hook_pattern"], lazy=True)
     with pytest.raises(UserError, match="paligemma: this analysis"):
         interventions.ablation_scan(m, picture())
     with pytest.raises(UserError, match="paligemma: this analysis"):
@@ -368,3 +375,18 @@ def test_image_overlay(built, name):
     each = [image_overlay(r, -1, layer=i, head=h) for i in range(L) for h in range(H)]
     assert np.allclose(mean.views, np.mean([e.views for e in each], axis=0), atol=1e-7)
     assert np.isclose(mean.cls, np.mean([e.cls for e in each]))
+
+
+def test_vlm_tower_maps_too_large_are_left_out(built, monkeypatch):
+    """The tower's maps (views × layers × heads × tokens², SmolVLM's 13 tiles of 1,024 patches: 7.8 GB) are left
+    out with a note past DENSE_MAX_BYTES; the decoder's maps and the image tokens stay."""
+    import attn_explorer.api.vlm as vlm
+
+    _, folder = built("idefics3")
+    m = ax.load_model(str(folder), device="cpu")
+    full = m.run(picture(), text=PROMPTS["idefics3"])
+    assert m.vision_maps_bytes(m.prepare(picture(), text="x")) == full.vision_attentions.nbytes
+    monkeypatch.setattr(vlm, "DENSE_MAX_BYTES", full.vision_attentions.nbytes - 1)
+    r = m.run(picture(), text=PROMPTS["idefics3"])
+    assert r.vision_attentions is None and any("tower's maps" in n for n in r.notes)
+    assert np.allclose(r.attentions, full.attentions, atol=1e-6)  # the tower ran its fused path: rounding apart
