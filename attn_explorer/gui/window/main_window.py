@@ -174,7 +174,7 @@ class MainWindow(QMainWindow):
         from attn_explorer.gui.window.run_line import RunLine  # issue 24: the run in flight, and Stop (Esc)
 
         self.run_line = RunLine(self.state)
-        sb.insertPermanentWidget(0, self.run_line)  # permanent: a status message does not hide it
+        sb.insertPermanentWidget(0, self.run_line, 1)  # permanent: a status message does not hide it
         QShortcut(QKeySequence(Qt.Key_Escape), self, self.run_line.stop)
         for lab in self.status_labels.values():
             lab.setStyleSheet("padding: 0 6px;")
