@@ -200,3 +200,8 @@ def signed_strip(row: np.ndarray, width: int, tag: int, layer: int, head: int, q
                       np.float32) if n else row
     best = np.argsort(-np.abs(row), kind="stable")[:min(top, n)]
     return Strip(tag, int(layer), int(head), int(query), values, edges, [(int(j), float(row[j])) for j in best], n)
+
+
+def recurrent_layers(info) -> list[int]:
+    """The layers whose maps are signed implicit ones (empty for a softmax-only model)."""
+    return [l for l in range(len(getattr(info, "mixers", ()) or ())) if is_recurrent(info, l)]

@@ -212,3 +212,20 @@ def test_the_html_page_refuses_signed_maps_in_one_line(make_window, qtbot, qwen_
     with pytest.raises(UserError, match=r"^qwen3_5_text: .*signed implicit maps of its recurrent layers 0, 1, 2") as e:
         page_options(w.state, "grid")
     assert "\n" not in str(e.value)
+
+
+def test_head_search_ranks_softmax_heads_only_and_rollout_does_not_apply(make_window, qtbot, qwen_folder):
+    w = make_window(model=qwen_folder, text=TEXT, view="search")
+    page = w.pages["search"]
+    page.set_pattern("previous")
+    qtbot.waitUntil(lambda: bool(page.ranked) and page.pattern.currentData() == "previous", timeout=30000)
+    info = w.state.info
+    assert all(info.mixers[s.layer] == "softmax" for s in page.ranked) and len(page.ranked) == info.layer_heads[3]
+    assert np.isnan(page.scores[:3]).all() and np.isfinite(page.scores[3]).all()
+    assert "do not apply" in page.caption.text()
+    page._hovered(page.cell_center(0, 0))
+    assert "does not apply" in page.readout.text()
+    w.show_page("rollout")
+    roll = w.pages["rollout"]
+    qtbot.waitUntil(lambda: "does not apply" in roll.stack.placeholder.text(), timeout=30000)
+    assert "layers 0, 1, 2 are recurrent" in roll.stack.placeholder.text() and roll.layers is None

@@ -16,6 +16,7 @@ from attn_explorer.gui.widgets.heatmap import colormap, picture_panel, set_bar_l
 from attn_explorer.gui.widgets.overlay import blend, heat_label, heat_levels, patch_heat
 from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, rows_without_specials, without_specials
 from attn_explorer.session.analysis import FUSIONS, long_rollout_job, rollout_job
+from attn_explorer.session.mixers import recurrent_layers
 from attn_explorer.session.state import SessionState
 
 
@@ -66,6 +67,15 @@ class RolloutPage(AnalysisPage):
         self.readout.setText("")
         r = self.result_to_draw()
         if r is None:
+            return
+        rec = recurrent_layers(self.state.info) if self.state.info is not None and self.state.info.name == r.model else []
+        if rec:  # issue 25: rollout multiplies row-stochastic maps; a hybrid's recurrent layers are signed
+            self.progress.finish()
+            self.layers = self._for = None
+            self.caption.setText("")
+            self.stack.show_message(f"Attention rollout does not apply to this model: it multiplies each layer's "
+                                    f"maps as probabilities (rows summing to 1, none below 0), and layers "
+                                    f"{', '.join(map(str, rec))} are recurrent, with signed implicit maps.")
             return
         if r.is_lazy:
             self._roll_long(r)

@@ -16,6 +16,7 @@ from superqt.utils import signals_blocked
 from attn_explorer.gui.analysis.common import AnalysisPage, cell_plot, label_cells, untrained_tag
 from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
 from attn_explorer.session.analysis import search_job
+from attn_explorer.session.mixers import overview_note, probability_heads, recurrent_layers
 from attn_explorer.session.state import SessionState
 
 PATTERNS = [("pair", "query word → key word"), ("previous", "previous token"), ("next", "next token"),
@@ -114,7 +115,8 @@ class HeadSearchPage(AnalysisPage):
         self.caption.setText("")
         self.stack.show_message("Ranking the heads…")
         args = (r.attentions, r.special, list(r.tokens), self.pattern.currentData(), self.query_edit.text(),
-                self.key_edit.text(), int(self.offset.value()), TOP)
+                self.key_edit.text(), int(self.offset.value()),
+                TOP if not recurrent_layers(self.state.info) else int(np.prod(r.attentions.shape[:2])))
         self.state.submit(search_job, *args, key="analysis-search", on_result=lambda out: self._arrived(r, args[3:7], out),
                           on_error=self._failed, uses_model=False)
 
@@ -123,8 +125,15 @@ class HeadSearchPage(AnalysisPage):
         if r is not self.state.result or tuple(asked) != now:
             return
         _target, self.scores, self.ranked = out
-        self.stack.show_canvas()
         L, H = self.scores.shape
+        # issue 25: a hybrid's recurrent layers (signed maps: no share of weight) and padded heads stay blank
+        ok = probability_heads(self.state.info, L, H)
+        self.scores = np.where(ok, self.scores, np.nan)
+        self.ranked = [s for s in self.ranked if ok[s.layer, s.head]][:TOP]  # all were asked for on a hybrid
+        if not self.ranked:
+            self.stack.show_message("No softmax head to rank.")
+            return
+        self.stack.show_canvas()
         self.image.setImage(self.scores.astype(np.float32), levels=(0.0, 1.0), autoLevels=False)
         self.image.setRect(QRectF(0, 0, H, L))
         self.cbar.setColorMap(colormap(self.state.colormap))
@@ -136,7 +145,7 @@ class HeadSearchPage(AnalysisPage):
         best = self.ranked[0]
         self.caption.setText(f"<b>Head search</b> — best match: <b>L{best.layer} H{best.head}</b> puts {best.score:.0%} "
                              "of its weight where the pattern says (mean over the pattern's rows). Click a head to "
-                             "open it." + untrained_tag(self.state.info))
+                             "open it." + overview_note(self.state.info, L) + untrained_tag(self.state.info))
 
     def _failed(self, message: str) -> None:
         self.caption.setText(message)  # a word that is not in the input: say so here, where it was typed, once
@@ -151,7 +160,9 @@ class HeadSearchPage(AnalysisPage):
     def _hovered(self, pos) -> None:
         hit = self._cell(pos)
         if hit:
-            self.readout.setText(f"L{hit[0]} H{hit[1]}: score {self.scores[hit]:.3f}")
+            v = float(self.scores[hit])
+            self.readout.setText(f"L{hit[0]} H{hit[1]}: " + (f"score {v:.3f}" if np.isfinite(v) else
+                                                             "does not apply (a recurrent layer or absent head)"))
 
     def _clicked(self, ev) -> None:
         hit = self._cell(ev.scenePos())
