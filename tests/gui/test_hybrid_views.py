@@ -229,3 +229,18 @@ def test_head_search_ranks_softmax_heads_only_and_rollout_does_not_apply(make_wi
     roll = w.pages["rollout"]
     qtbot.waitUntil(lambda: "does not apply" in roll.stack.placeholder.text(), timeout=30000)
     assert "layers 0, 1, 2 are recurrent" in roll.stack.placeholder.text() and roll.layers is None
+
+
+def test_the_lines_page_draws_a_recurrent_layer_by_magnitude_and_says_so(make_window, qtbot, qwen_folder):
+    w = make_window(model=qwen_folder, text=TEXT, view="lines")
+    page = w.pages["lines"]
+    w.state.select(1, 0)
+    qtbot.waitUntil(lambda: page.att is not None and "Layer 1" in page.caption.text(), timeout=30000)
+    a = np.abs(w.state.result.attentions[1])
+    n = page.att.shape[-1]
+    np.testing.assert_allclose(page.att, (a / a.max())[:, :n, :n], rtol=1e-6)
+    assert "implicit attention (Gated DeltaNet)" in page.caption.text() and "|A|" in page.caption.text()
+    w.state.select(3, 0)
+    qtbot.waitUntil(lambda: "Layer 3" in page.caption.text(), timeout=30000)
+    assert "|A|" not in page.caption.text()
+    np.testing.assert_array_equal(page.att, w.state.result.attentions[3][:, :n, :n])

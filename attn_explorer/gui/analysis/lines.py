@@ -17,6 +17,7 @@ from superqt.utils import signals_blocked
 from attn_explorer.gui.analysis.common import AnalysisPage, untrained_tag
 from attn_explorer.gui.widgets.heatmap import short
 from attn_explorer.maths import kept_tokens, without_specials
+from attn_explorer.session.mixers import mixer_label
 from attn_explorer.session.state import SessionState
 
 MAX_TOKENS = 96  # beyond this the columns are too tall to read
@@ -209,7 +210,13 @@ class LinesPage(AnalysisPage):
         self.stack.show_canvas()
         layer = self.state.layer
         kept = kept_tokens(r.special, r.num_tokens, self.state.hide_special)
-        att = without_specials(r.attentions[layer], r.special) if len(kept) < r.num_tokens else r.attentions[layer]
+        signed = mixer_label(self.state.info, layer)  # issue 25: a recurrent layer's signed implicit map
+        if signed:  # opacity from |A| scaled to the layer's largest; specials dropped, rows not renormalised
+            a = np.abs(np.asarray(r.attentions[layer], dtype=np.float32))[:, kept][:, :, kept]
+            att = a / max(float(a.max()), 1e-30)
+        else:
+            att = (without_specials(r.attentions[layer], r.special) if len(kept) < r.num_tokens
+                   else r.attentions[layer])
         n = min(len(kept), MAX_TOKENS)
         self.att, self.tokens = att[:, :n, :n], [r.tokens[i] for i in kept[:n]]
         heads = self.heads()
@@ -218,11 +225,14 @@ class LinesPage(AnalysisPage):
         cut = (f" Showing the first {n} of {len(kept)} tokens (rows are not renormalised to the cut)."
                if n < len(kept) else "")
         if hidden:
-            cut += f" Special tokens hidden: {len(kept)} of {r.num_tokens} tokens, rows renormalised over them."
+            cut += (f" Special tokens hidden: {len(kept)} of {r.num_tokens} tokens"
+                    + (" (not renormalised: a signed map)." if signed else ", rows renormalised over them."))
         names = ", ".join(f"H{h}" for h in heads) or "none (tick a head above)"
         self.caption.setText(f"<b>Layer {layer}</b>, heads {names}: query tokens on the left, keys on the right; "
                              f"a line's opacity is its weight (lines below {MIN_WEIGHT}, and beyond each query's {TOP_PER_ROW} strongest "
                              f"keys, are not drawn).{cut}"
+                             + (f" <b>{signed}</b>: not probabilities; here a line's opacity is |A| ÷ the layer's "
+                                "largest |A| (the sign is not drawn: the head pages show it)." if signed else "")
                              + untrained_tag(self.state.info))
 
     def _hovered(self, side: str, i: int) -> None:
