@@ -4,13 +4,12 @@ names strictly (every key used or knowingly ignored, every shape checked)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from typing import Any
 
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families import ACTS, ARCHITECTURES, Architecture
-from attn_explorer.hub.families.common import json_kind
+from attn_explorer.hub.families import ARCHITECTURES, Architecture
+from attn_explorer.hub.families.common import check_config, json_kind  # noqa: F401 (check_config re-exported)
 
 # Our config field -> the name config.json uses, per config class: messages name what the user can fix.
 HF_NAMES = {
@@ -32,44 +31,6 @@ HF_NAMES = {
                     "num_kv_heads": "num_key_value_heads", "mlp_hidden": "intermediate_size",
                     "max_positions": "max_position_embeddings", "eps": "rms_norm_eps"},
 }
-# every other int is a count or size >= 1; type_vocab_size 0: no token types (DistilBERT); token ids start at 0
-_MAY_BE_ZERO = {"num_labels", "pad_token_id", "decoder_start_token_id", "position_offset", "type_vocab_size"}
-
-
-def check_config(cfg: Any, where: str, names: dict[str, str] | None = None) -> Any:
-    """cfg (one of our config dataclasses) unchanged, or one UserError line naming the field as the user
-    wrote it (names: our field -> theirs): whole numbers >= 1 for sizes and counts, finite non-negative
-    epsilons, real true/false flags, a width the heads divide, patches no larger than the image."""
-    names = names or {}
-    shown = lambda f: names.get(f, f)  # noqa: E731
-    for f in dataclasses.fields(cfg):
-        v, kind = getattr(cfg, f.name), f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-        if kind == "int":
-            low = 0 if f.name in _MAY_BE_ZERO else 1
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise UserError(f"{where}: {shown(f.name)} must be a whole number >= {low}, got {v!r}")
-        elif kind in ("float", "float | None"):
-            if v is None and kind == "float | None":
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise UserError(f"{where}: {shown(f.name)} must be a finite number >= 0, got {v!r}")
-        elif kind == "bool" and not isinstance(v, bool):
-            raise UserError(f"{where}: {shown(f.name)} must be true or false, got {v!r}")
-        elif kind == "str" and not isinstance(v, str):
-            raise UserError(f"{where}: {shown(f.name)} must be a string, got {v!r}")
-    if cfg.dim % cfg.num_heads:
-        raise UserError(f"{where}: {shown('dim')} {cfg.dim} is not divisible by {shown('num_heads')} {cfg.num_heads} "
-                        "(each head gets an equal share of the width)")
-    if getattr(cfg, "num_kv_heads", None) and cfg.num_heads % cfg.num_kv_heads:
-        raise UserError(f"{where}: {shown('num_heads')} {cfg.num_heads} is not a multiple of "
-                        f"{shown('num_kv_heads')} {cfg.num_kv_heads}")
-    if hasattr(cfg, "act") and cfg.act not in ACTS.values():
-        raise UserError(f"{where}: activation {cfg.act!r} is not supported (supported: {', '.join(sorted(set(ACTS.values())))})")
-    if hasattr(cfg, "patch_size") and cfg.patch_size > cfg.image_size:
-        raise UserError(f"{where}: patch_size {cfg.patch_size} is larger than image_size {cfg.image_size}")
-    return cfg
-
-
 def translate_config(arch: "Architecture", hf_cfg: dict, where: str) -> Any:
     """config.json (already read) -> our config for arch, checked; every failure one UserError line."""
     try:

@@ -11,7 +11,7 @@ from attn_explorer.core.vlm import VLMConfig, VisionLanguage
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.clip import (CLIP_VISION_DEFAULTS, CLIP_VISION_RULES, SIGLIP_VISION_DEFAULTS,
                                              _clip_vision_config, _siglip_vision_config)
-from attn_explorer.hub.families.common import ARCHITECTURES, ACTS, Architecture, act, norm_eps, rope
+from attn_explorer.hub.families.common import ARCHITECTURES, ACTS, Architecture, act, check_config, norm_eps, rope
 from attn_explorer.hub.families.decoders import LLAMA_RULES
 
 _TOWERS = {"clip_vision_model": (_clip_vision_config, CLIP_VISION_DEFAULTS),
@@ -22,11 +22,6 @@ _TOWERS = {"clip_vision_model": (_clip_vision_config, CLIP_VISION_DEFAULTS),
 _IDEFICS3_TOWER = dict(hidden_size=1152, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=16,
                        image_size=224, patch_size=32, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
 
-
-def check_config(cfg, where: str):
-    from attn_explorer.hub.convert import check_config as check  # convert imports this package's rows
-
-    return check(cfg, where)
 
 
 def _sub(cfg: dict, key: str, family: str, default_type: str) -> dict:
