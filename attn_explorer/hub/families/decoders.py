@@ -239,8 +239,6 @@ GPT_NEOX_RULES = [
     (r"final_layer_norm\.(weight|bias)", r"norm.\1"),
     (r"(?:embed_out|lm_head)\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
-# The old private names, kept until every family module imports the public ones
-_rotary_decoder, _ROPE_BUFFERS = rotary_decoder, ROPE_BUFFERS
 QWEN3_RULES = LLAMA_RULES + [(_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight")]
 PHI3_RULES = [  # fused: qkv_proj holds every q row, then k's, then v's; gate_up_proj the gate's rows, then up's
     (_LL + r"self_attn\.qkv_proj\.weight", _B + r"attn.qkv.weight"),

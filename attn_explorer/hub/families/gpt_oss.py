@@ -12,7 +12,7 @@ from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.moe import MoEConfig
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import ARCHITECTURES, B as _B, Architecture, layer_types, layer_windows, norm_eps, window
-from attn_explorer.hub.families.decoders import _ROPE_BUFFERS, _rotary_decoder
+from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
 FAMILY = "gpt_oss"
 # transformers' GptOssConfig when config.json names no RoPE: YaRN stretching 4,096 positions 32 times
@@ -60,7 +60,7 @@ def _gpt_oss_config(cfg: dict) -> LlamaConfig:
     types = layer_types(cfg, FAMILY, lambda n: ["sliding_attention" if (i + 1) % 2 else "full_attention"
                                                 for i in range(n)])
     windows = layer_windows(types, window(cfg, FAMILY, default=128))
-    return _rotary_decoder(cfg, FAMILY, rope_defaults=dict(theta=150000.0), eps=norm_eps(cfg, "rms_norm_eps", 1e-5),
+    return rotary_decoder(cfg, FAMILY, rope_defaults=dict(theta=150000.0), eps=norm_eps(cfg, "rms_norm_eps", 1e-5),
                            attention_bias=bool(cfg.get("attention_bias", True)), attn_sinks=True,
                            sliding_windows=windows if any(windows) else None, moe=_moe(cfg))
 
@@ -86,4 +86,4 @@ GPT_OSS_RULES = [
 ]
 
 ARCHITECTURES[FAMILY] = Architecture(FAMILY, "text", Llama, _gpt_oss_config, GPT_OSS_RULES, ("model.",),
-                                     ignore=_ROPE_BUFFERS)
+                                     ignore=ROPE_BUFFERS)

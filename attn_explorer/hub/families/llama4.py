@@ -13,7 +13,7 @@ from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.moe import MoEConfig
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import ARCHITECTURES, B as _B, Architecture
-from attn_explorer.hub.families.decoders import _ROPE_BUFFERS, _rotary_decoder
+from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
 F = "llama4"
 
@@ -99,7 +99,7 @@ def _llama4_config(cfg: dict) -> LlamaConfig:
     if cfg.get("attn_temperature_tuning", True):
         tuning = (_positive(cfg, "floor_scale", 8192), _positive(cfg, "attn_scale", 0.1))
     nope = [not r for r in rope_on]
-    return _rotary_decoder(
+    return rotary_decoder(
         {**cfg, "intermediate_size": cfg["intermediate_size_mlp"]}, F, rope_defaults=dict(theta=500000.0),
         attention_bias=bool(cfg.get("attention_bias", False)), rope_layout="pairs",
         nope_layers=nope if any(nope) else None, attention_chunk=chunk if any(chunked) else None,
@@ -127,10 +127,10 @@ LLAMA4_RULES = [
     (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
 ]
 ARCHITECTURES["llama4_text"] = Architecture("llama4_text", "text", Llama, _llama4_config, LLAMA4_RULES, ("model.",),
-                                            ignore=_ROPE_BUFFERS)
+                                            ignore=ROPE_BUFFERS)
 # the multimodal checkpoint (Llama4ForConditionalGeneration): its language model only
 ARCHITECTURES["llama4"] = Architecture(
     "llama4_text", "text", Llama, _llama4_config, LLAMA4_RULES, ("language_model.model.", "language_model.", "model."),
-    ignore=(r"vision_model\..*", r"multi_modal_projector\..*", *_ROPE_BUFFERS),
+    ignore=(r"vision_model\..*", r"multi_modal_projector\..*", *ROPE_BUFFERS),
     note="Llama 4's language model only: the vision tower and its projector are not loaded",
 )

@@ -140,7 +140,7 @@ _LL = r"layers\.(\d+)\."
 def _attention(prefix: str) -> list:
     names = {"q": "query", "k": "key", "v": "value", "o": "out"}
     return [(_LL + rf"self_attn\.{p}_proj\.(weight|bias)", _B + rf"attn.{ours}.\2") for p, ours in names.items()] + [
-        (_LL + rf"mamba\.(in_proj|out_proj|conv1d)\.(weight|bias)", _B + prefix + r"\2.\3"),
+        (_LL + r"mamba\.(in_proj|out_proj|conv1d)\.(weight|bias)", _B + prefix + r"\2.\3"),
         (_LL + r"mamba\.(A_log|D|dt_bias)", _B + prefix + r"\2"),
         (_LL + r"mamba\.norm\.weight", _B + prefix + "norm.weight"),
         (r"embed_tokens\.weight", "embed_tokens.weight"),

@@ -10,7 +10,7 @@ from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.moe import MoEConfig
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import ARCHITECTURES, B as _B, Architecture, json_kind, window
-from attn_explorer.hub.families.decoders import _ROPE_BUFFERS, QWEN3_RULES, _rotary_decoder
+from attn_explorer.hub.families.decoders import ROPE_BUFFERS, QWEN3_RULES, rotary_decoder
 
 
 def whole(cfg: dict, family: str, key: str, default=None, low: int = 1) -> int:
@@ -60,7 +60,7 @@ def _qwen3_moe_config(cfg: dict) -> LlamaConfig:
         step = whole(cfg, f, "decoder_sparse_step", 1)
         layers = moe_layers_every(cfg, f, step, cfg.get("mlp_only_layers") or [])
     w = window(cfg, f) if cfg.get("use_sliding_window") else None  # every layer's, where use_sliding_window
-    return _rotary_decoder(cfg, f, qk_norm=True, attention_bias=bool(cfg.get("attention_bias", False)),
+    return rotary_decoder(cfg, f, qk_norm=True, attention_bias=bool(cfg.get("attention_bias", False)),
                            sliding_windows=[w] * cfg["num_hidden_layers"] if w else None,
                            moe=moe if any(layers) else None, moe_layers=layers if any(layers) else None)
 
@@ -73,5 +73,5 @@ QWEN3_MOE_RULES = QWEN3_RULES + [
 
 ARCHITECTURES.update({
     "qwen3_moe": Architecture("qwen3_moe", "text", Llama, _qwen3_moe_config, QWEN3_MOE_RULES, ("model.",),
-                              ignore=_ROPE_BUFFERS),
+                              ignore=ROPE_BUFFERS),
 })
