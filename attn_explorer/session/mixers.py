@@ -205,3 +205,12 @@ def signed_strip(row: np.ndarray, width: int, tag: int, layer: int, head: int, q
 def recurrent_layers(info) -> list[int]:
     """The layers whose maps are signed implicit ones (empty for a softmax-only model)."""
     return [l for l in range(len(getattr(info, "mixers", ()) or ())) if is_recurrent(info, l)]
+
+
+def signed_without_specials(a: np.ndarray, special) -> np.ndarray:
+    """(..., N, N) signed map with the specials' rows and columns dropped as "hide special tokens" drops them,
+    NOT renormalised (a signed row has no sum to restore: output_t = Σ_s A[t, s] v_s over every s)."""
+    from attn_explorer.maths import kept_tokens
+    a = np.asarray(a)
+    keep = kept_tokens(special, a.shape[-1])
+    return a if len(keep) == a.shape[-1] else a[..., keep, :][..., keep]

@@ -244,3 +244,21 @@ def test_the_lines_page_draws_a_recurrent_layer_by_magnitude_and_says_so(make_wi
     qtbot.waitUntil(lambda: "Layer 3" in page.caption.text(), timeout=30000)
     assert "|A|" not in page.caption.text()
     np.testing.assert_array_equal(page.att, w.state.result.attentions[3][:, :n, :n])
+
+
+def test_hiding_specials_drops_them_from_a_signed_map_without_renormalising(make_window, qtbot, qwen_folder):
+    a = np.array([[0.5, 0.0, 0.0], [-0.2, 0.3, 0.0], [0.1, -0.4, 0.2]], np.float32)
+    np.testing.assert_array_equal(mx.signed_without_specials(a, np.array([True, False, False])), a[1:, 1:])
+    w = make_window(model=qwen_folder, text=TEXT, view="head")
+    st, hv = w.state, w.head_view
+    r = st.result
+    r.special[0] = True  # as if the first token were special (the tiny tokenizer adds none)
+    st.select(1, 0)
+    st.set_options(hide_special=True)
+    qtbot.waitUntil(lambda: hv._head is not None and hv._head[1:] == (1, 0) and hv.matrix is not None
+                    and hv.matrix.shape[0] == r.num_tokens - 1)
+    np.testing.assert_array_equal(hv.matrix, r.attentions[1, 0][1:, 1:])  # the signed weights as they are
+    w.show_page("grid")
+    qtbot.waitUntil(lambda: st.grid_image is not None and st.grid_image.hidden_specials
+                    and w.grid.mixers.rgba is not None and w.grid.mixers.rgba.shape[0] == 4 * (r.num_tokens - 1),
+                    timeout=30000)

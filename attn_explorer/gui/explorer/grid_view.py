@@ -138,7 +138,7 @@ class HeadGridView(LazyPage, QWidget):
         self.image.setImage(values, levels=levels, autoLevels=False)
         self.image.setRect(QRectF(0, 0, H, L))
         info = self.state.info if self.state.info is not None and self.state.info.name == r.model else None
-        self.mixers.paint(stack_maps(r, grid.stack).attentions, info, grid, grid.stack == "encoder")
+        self.mixers.paint(stack_maps(r, grid.stack).attentions, info, grid, grid.stack == "encoder", r.special)
         kinds = self.state.layer_kinds() if grid.stack == "encoder" else ()
         kinds = kinds if len(kinds) == L else ()
         if (L, H) != self._shape or kinds != self._kinds:

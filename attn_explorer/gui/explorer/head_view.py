@@ -202,6 +202,8 @@ class HeadView(LazyPage, QWidget):
         self._head = (result_tag(st.result), l, h)
         if m.stack == "encoder" and not mx.head_exists(st.info, l, h):  # a padded head: blank, not zeros
             self.matrix = mx.absent_map(self.matrix.shape)
+        elif m.stack == "encoder" and st.hide_special and mx.is_recurrent(st.info, l):  # signed: no renormalising
+            self.matrix = mx.signed_without_specials(m.attentions[l, h], m.row_special)
         self._set_axes(rows, cols)
         self._paint()
 

@@ -11,7 +11,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
 from attn_explorer.gui.widgets.diverging import diverging_colormap
-from attn_explorer.session.mixers import ABSENT, MIXER_LABELS, grid_overlay, head_exists, is_recurrent
+from attn_explorer.session.mixers import (ABSENT, MIXER_LABELS, grid_overlay, head_exists, is_recurrent,
+                                         signed_without_specials)
 
 __all__ = ["MixerOverlay", "diverging_colormap", "grid_note"]
 
@@ -29,10 +30,12 @@ class MixerOverlay:
         self.rgba: np.ndarray | None = None  # what is drawn (tests)
         self.label = ""  # the bar's title
 
-    def paint(self, attentions: np.ndarray | None, info, grid, encoder: bool) -> None:
+    def paint(self, attentions: np.ndarray | None, info, grid, encoder: bool, special=None) -> None:
         """Draw the recurrent rows and the absent heads of `attentions` (L, H, N, N) in the grid's cells."""
         rgba = None
         if encoder and attentions is not None and grid is not None and info is not None:
+            if getattr(grid, "hidden_specials", False) and special is not None:  # as the mosaic: specials out
+                attentions = signed_without_specials(attentions, special)
             rgba = grid_overlay(attentions, info, grid.cell, getattr(grid, "cell_cols", 0))
         self.show(rgba, QRectF(0, 0, grid.heads, grid.layers), info)
 
