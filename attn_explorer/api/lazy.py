@@ -37,7 +37,7 @@ class LazyLayer:
         return sum(x.numel() * x.element_size() for x in t)
 
     # what LazyAttention asks of every kept layer (a hybrid's recurrent layers keep other things: core.mamba2's
-    # KeptMamba has the same heads / n / m / tensors() and computes its views itself, `tile` and `pooled`)
+    # KeptMamba, core.deltanet's KeptDeltaNet have the same heads / n / m / tensors() and computes its views itself, `tile` and `pooled`)
     @property
     def heads(self) -> int:
         return int(self.q.shape[1])
@@ -176,7 +176,7 @@ def _recurrent_view(lz, h: int, rows, cols, pool, reduce: str, stop) -> np.ndarr
     c = slice(*_one(cols, M, "column")) if one_col else core_lazy._span(_span(cols), M)
     with torch.inference_mode():
         if pool is None or one_row or one_col:
-            _fits((r.stop - r.start) * (c.stop - c.start) * 4, lz.dt.device)
+            _fits((r.stop - r.start) * (c.stop - c.start) * 4, lz.tensors()[0].device)
             a = lz.tile(h, r, c)
             return _numpy(a[0, 0] if one_row and one_col else a[0] if one_row else a[:, 0] if one_col else a)
         cr, cc = _cells(pool)

@@ -258,7 +258,8 @@ class Model:
             self._check_memory(prep)
             return False
         # Granite 4 hybrid / Falcon-H1: Mamba-2 layers keep B, C, dt and A in a lazy run (core.mamba2.KeptMamba)
-        if any(k not in ("softmax", "mamba2") for k in self.info.mixers):  # hybrids (core.recurrent): no lazy store
+        # Qwen3.5 / Qwen3-Next: Gated DeltaNet layers keep q, k, g and β (core.deltanet.KeptDeltaNet)
+        if any(k not in ("softmax", "mamba2", "deltanet") for k in self.info.mixers):  # hybrids (core.recurrent): no lazy store
             if lazy:
                 raise UserError(f"{self.info.family}: lazy attention is not supported yet for its recurrent layers "
                                 "(their maps are computed whole); pass lazy=False or use fewer tokens")

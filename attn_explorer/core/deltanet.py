@@ -100,6 +100,121 @@ def map_tile(q, k, g, beta, rows: slice, cols: slice) -> torch.Tensor:
     return out.to(q.dtype)
 
 
+def map_bands(q, k, g, beta, rows: slice, cols: slice, block: int = 1 << 20, chunk: int = 64):
+    """Yield (t0, t1, A[..., t0:t1, cols]) in row order, bands covering `rows`, from the per-token quantities alone:
+    the recurrence from token cols.start on the one-hots of cols' tokens, its state (d_k × len(cols)) carried from
+    band to band, so a long map's rows never exist at once (about `block` entries a band). Float64, exact."""
+    s0, s1, t0, t1 = cols.start, cols.stop, rows.start, rows.stop
+    B, H, _, dk = q.shape
+    width = s1 - s0
+    span = max(chunk, (block // max(1, width)) // chunk * chunk)
+    if t1 <= s0:  # wholly above the diagonal
+        for a in range(t0, t1, span):
+            yield a, min(t1, a + span), q.new_zeros(B, H, min(t1, a + span) - a, width, dtype=torch.float64)
+        return
+    for a in range(t0, min(t1, s0), span):  # the rows before the first column's token: zero
+        yield a, min(t1, s0, a + span), q.new_zeros(B, H, min(t1, s0, a + span) - a, width, dtype=torch.float64)
+    S = q.new_zeros(B, H, dk, width, dtype=torch.float64)
+    for a in range(s0, t1, span):
+        b = min(t1, a + span)
+        onehot = torch.eye(b - s0, width, dtype=torch.float64, device=q.device)[a - s0:]  # (b - a, width)
+        part = slice(a, b)
+        out, S = chunked_delta_rule(*(t[:, :, part].double() for t in (q, k)), onehot.expand(B, H, -1, -1),
+                                    g[:, :, part].double(), beta[:, :, part].double(), S, chunk)
+        if b > t0:
+            lo = max(a, t0)
+            yield lo, b, out[:, :, lo - a:]
+
+
+class KeptDeltaNet:
+    """What a lazy run keeps of one Gated DeltaNet layer instead of its maps (core.hooks.Hooks.kept[layer]): q and k
+    per key head (B, H_k, n, d_k) (normed, q scaled), the decay g and β per value head (B, H_v, n), float32: O(n)
+    numbers, from which `tile` and `pooled` compute any part of any value head's map exactly (batch row 0, map_bands).
+    The maps are signed: a pooled cell's "max" is its entry of largest magnitude, sign kept."""
+
+    kind = "deltanet"
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, first: int = 0):
+        self.q, self.k, self.g, self.beta = q, k, g, beta
+        self.first = first  # this pass began at token `first` (prefix reuse; q, k, g, β are every token's: the cache's)
+
+    def splice(self, old: "KeptDeltaNet", p: int) -> "KeptDeltaNet":
+        """Prefix reuse: this pass already holds every token's quantities (the recurrent cache keeps them)."""
+        if self.first != p:
+            raise ValueError(f"this pass began at token {self.first}, not {p}")
+        return KeptDeltaNet(self.q, self.k, self.g, self.beta)
+
+    @property
+    def heads(self) -> int:
+        return int(self.g.shape[1])
+
+    @property
+    def n(self) -> int:
+        return int(self.g.shape[-1])
+
+    m = n  # keys: the same tokens
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.q, self.k, self.g, self.beta]
+
+    def _head(self, head: int):
+        kh = head // (self.heads // self.q.shape[1])  # value head h reads key head h // (H_v / H_k)
+        one, key = slice(head, head + 1), slice(kh, kh + 1)
+        return self.q[:1, key], self.k[:1, key], self.g[:1, one], self.beta[:1, one]
+
+    def bands(self, head: int, rows: slice, cols: slice, block: int = 1 << 20):
+        """Head `head`'s (t0, t1, A[t0:t1, cols]) float64 bands over rows (map_bands)."""
+        for a, b, band in map_bands(*self._head(head), rows, cols, block):
+            yield a, b, band[0, 0]
+
+    def tile(self, head: int, rows: slice, cols: slice) -> torch.Tensor:
+        """Head `head`'s A[rows, cols] (len(rows), len(cols)), float32."""
+        out = torch.zeros(rows.stop - rows.start, cols.stop - cols.start, dtype=torch.float32, device=self.device)
+        for a, b, band in self.bands(head, rows, cols):
+            out[a - rows.start:b - rows.start] = band
+        return out
+
+    def pooled(self, head: int, row_edges, col_edges, reduce: str, rows: slice, cols: slice, check=None,
+               block: int = 1 << 20) -> torch.Tensor:
+        """(len(row_edges) - 1, len(col_edges) - 1) cells over A[rows, cols], each the mean or the signed entry of
+        largest magnitude ("max") of its block; one pass of bands over the rows (about `block` entries each)."""
+        re = [rows.start + int(e) for e in row_edges]
+        ce = torch.as_tensor([int(e) for e in col_edges], device=self.device)
+        r_cells, c_cells = len(re) - 1, len(ce) - 1
+        seg = torch.repeat_interleave(torch.arange(c_cells, device=self.device), ce.diff())  # column -> its cell
+        total = torch.zeros(r_cells, c_cells, dtype=torch.float64, device=self.device)
+        best = torch.zeros(r_cells, c_cells, dtype=torch.float64, device=self.device)
+        seen = torch.zeros(r_cells, c_cells, dtype=torch.bool, device=self.device)
+        i = 0
+        for start, b, band in self.bands(head, rows, cols, block):
+            a = start
+            while a < b:
+                while re[i + 1] <= a:
+                    i += 1
+                e = min(b, re[i + 1])
+                part = band[a - start:e - start]
+                if reduce == "mean":
+                    total[i].index_add_(0, seg, part.sum(0))
+                else:  # the signed entry of largest magnitude: the cell's max or its min
+                    hi = part.new_full((c_cells,), -torch.inf).scatter_reduce(0, seg, part.amax(0), "amax")
+                    lo = part.new_full((c_cells,), torch.inf).scatter_reduce(0, seg, part.amin(0), "amin")
+                    cand = torch.where(hi.abs() >= lo.abs(), hi, lo)
+                    take = ~seen[i] | (cand.abs() > best[i].abs())
+                    best[i] = torch.where(take, cand, best[i])
+                    seen[i] = True
+                a = e
+            if check is not None:
+                check()
+        if reduce == "mean":
+            area = torch.as_tensor(re, dtype=torch.float64, device=self.device).diff()[:, None] * ce.diff()[None, :]
+            return (total / area).float()
+        return best.float()
+
+
 @dataclass(frozen=True)
 class DeltaNetConfig:
     """A Gated DeltaNet layer's sizes (linear_* in config.json); BlockConfig.mixer builds it."""
@@ -227,7 +342,6 @@ class GatedDeltaNet(RecurrentMixer):
     def forward(self, x: torch.Tensor, opts=None):
         """(B, N, D) -> (out (B, N, D), implicit maps (B, H_v, N, M) where asked, else None). See core.recurrent
         for the hooks, the cache (opts.kv, a RecurrentState) and the maps."""
-        self.refuse_lazy(opts, self.c.family)
         B, N, _ = x.shape
         cache = getattr(opts, "kv", None)
         if cache is not None and not isinstance(cache, RecurrentState):
@@ -247,6 +361,13 @@ class GatedDeltaNet(RecurrentMixer):
         if cache is not None:  # every token's q, k, g, β: the rows of a later step's map are exact
             cache.kept = tuple(torch.cat([a, b], dim=2) for a, b in zip(past, (q, k, g, beta))) if past else \
                 (q, k, g, beta)
+        if lh is not None and lh.keep:  # a lazy run: keep q, k (per key head), g and β, from which any tile is exact
+            if lh.wants("attn.hook_pattern"):
+                raise ValueError(f"{self.c.family}: a lazy run keeps no map for a hook on attn.hook_pattern to "
+                                 "replace; pass lazy=False")
+            every = cache.kept if cache is not None else (q, k, g, beta)  # after a kept prefix: every token's
+            lh.hooks.kept[lh.index] = KeptDeltaNet(every[0][:, ::r].contiguous(), every[1][:, ::r].contiguous(),
+                                                   every[2], every[3], first=every[2].shape[-1] - N)
         maps, replaced = None, False
         if want_maps:  # with a cache: the map over every token so far, the new tokens' rows
             maps = implicit_map(*(cache.kept if past else (q, k, g, beta)), self.c.chunk)[:, :, -N:]

@@ -24,7 +24,7 @@ fewer heads fills heads H_layer..H-1 with zeros (not NaN: every saved run, expor
 overflow), and those heads do not exist for anything else: ModelInfo.layer_heads says per layer how many are real
 (ablation and the head pickers check it), ModelInfo.mixers per layer which kind ("softmax", "deltanet", "mamba2"),
 and ModelInfo.layer_kinds the words for people ("gated DeltaNet (implicit)").
-Lazy runs keep nothing for a recurrent layer yet: a hybrid's lazy run is refused in one line naming the family.
+A lazy run keeps a recurrent layer's per-token quantities (core.mamba2.KeptMamba, core.deltanet.KeptDeltaNet).
 
 The implicit map, derived (Gated DeltaNet; core.deltanet; per value head, q_t already L2-normed and scaled):
     S_t = g_t · S_{t-1} (I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ,    o_t = S_t q_t          (S: d_v × d_k, S_0 = 0)
@@ -91,13 +91,6 @@ class RecurrentMixer(nn.Module):
         if m.dtype != torch.bool or m.dim() != 4 or m.shape[1] != 1 or m.shape[2] != 1:
             raise ValueError("a recurrent layer takes only a key padding mask (B, 1, 1, M), not a full mask")
         return m[:, 0, 0, -n:]
-
-    @staticmethod
-    def refuse_lazy(opts, family: str) -> None:
-        lh = getattr(opts, "hooks", None)
-        if lh is not None and lh.keep:
-            raise ValueError(f"{family}: lazy attention is not supported for its recurrent layers yet (their maps are "
-                             "exact from q, k, β and g, but nothing keeps them); pass lazy=False")
 
     @staticmethod
     def hand_out(maps: torch.Tensor, opts) -> torch.Tensor:

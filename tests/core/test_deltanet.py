@@ -1,6 +1,7 @@
 """Gated DeltaNet (core.deltanet): the chunked form equals the plain recurrence and transformers' torch functions,
 and the implicit map A (o_t = Σ_s A[t, s] v_s) reproduces the output within 1e-5 relative, also where the decay
-nearly vanishes (exp(g) ~ 1e-13) and β is near 1; its tiles equal the dense map's; the layer's hooks."""
+nearly vanishes (exp(g) ~ 1e-13) and β is near 1; its tiles equal the dense map's; the layer's hooks; a lazy pass
+keeps q, k, g, β and its views equal the dense map."""
 from __future__ import annotations
 
 import pytest
@@ -156,8 +157,35 @@ def test_the_recurrent_cache_gives_the_same_tokens_as_one_pass():
         state.truncate(10)
 
 
-def test_lazy_is_refused_in_one_line_naming_the_family():
+def test_a_lazy_pass_keeps_the_per_token_quantities_and_its_views_equal_the_dense_map():
+    """Hooks(keep=True): the layer keeps q, k per key head, g and β (no map); tiles, bands split over many pieces (the
+    state carried between them) and pooled means / signed maxima equal the dense map; hook_pattern is refused."""
+    from attn_explorer.core.deltanet import KeptDeltaNet, map_bands
     m = layer(family="qwen3_5_text")
-    with pytest.raises(ValueError) as e:
-        m(torch.randn(1, 5, 24), AttentionOptions(hooks=Hooks(keep=True).layer(0)))
-    assert "qwen3_5_text" in str(e.value) and "\n" not in str(e.value)
+    x = torch.randn(1, 150, 24)
+    with torch.no_grad():
+        _, dense = m(x, AttentionOptions(need_weights=True))
+        hooks = Hooks(keep=True)
+        m(x, AttentionOptions(hooks=hooks.layer(0)))
+    kept = hooks.kept[0]
+    assert isinstance(kept, KeptDeltaNet) and kept.heads == m.num_heads and kept.n == 150
+    assert kept.q.shape[1] == m.c.num_k_heads  # per key head: not repeated to the value heads
+    for h in range(kept.heads):
+        assert (kept.tile(h, slice(0, 150), slice(0, 150)) - dense[0, h]).abs().max() < 1e-6
+    h, A = 3, dense[0, 3].double()
+    assert (kept.tile(h, slice(70, 140), slice(65, 90)) - A[70:140, 65:90]).abs().max() < 1e-6
+    assert kept.tile(h, slice(0, 20), slice(30, 50)).abs().max() == 0  # above the diagonal
+    pieces = list(map_bands(*kept._head(h), slice(10, 150), slice(5, 120), block=64 * 115))
+    assert len(pieces) > 2 and pieces[0][0] == 10 and pieces[-1][1] == 150
+    assert (torch.cat([p[2][0, 0] for p in pieces]) - A[10:, 5:120]).abs().max() < 1e-6
+    re, ce = [0, 7, 40, 41, 100, 150], [0, 3, 60, 150]
+    got = kept.pooled(h, re, ce, "mean", slice(0, 150), slice(0, 150), block=150 * 64)
+    want = torch.tensor([[A[re[i]:re[i + 1], ce[j]:ce[j + 1]].mean() for j in range(3)] for i in range(5)])
+    assert (got - want).abs().max() < 1e-6
+    got = kept.pooled(h, re, ce, "max", slice(0, 150), slice(0, 150), block=150 * 64)
+    for i in range(5):
+        for j in range(3):
+            cell = A[re[i]:re[i + 1], ce[j]:ce[j + 1]].flatten()
+            assert abs(float(got[i, j]) - float(cell[cell.abs().argmax()])) < 1e-6
+    with pytest.raises(ValueError, match="lazy"):
+        m(x, AttentionOptions(hooks=Hooks(fns={"blocks.0.attn.hook_pattern": (lambda a, n: a,)}, keep=True).layer(0)))

@@ -1,6 +1,7 @@
 """Part C of issue 25 on the Gated DeltaNet hybrids (the tiny models of tests/hub/test_parity_qwen35.py): the hooks
 (a recurrent layer's q, k, v, β, decay, its implicit map at hook_pattern, its heads' z), ablation and patching of a
-recurrent head through hook_z, and what is refused in one line (lazy runs, prefix reuse)."""
+recurrent head through hook_z, lazy runs (exact views of the signed maps from the kept q, k, g, β), and prefix
+reuse."""
 from __future__ import annotations
 
 import numpy as np
@@ -70,10 +71,80 @@ def test_patching_a_recurrent_head_with_its_own_output_changes_nothing(model):
     np.testing.assert_allclose(patched.hidden, r.hidden, atol=1e-6)
 
 
-def test_lazy_runs_are_refused_in_one_line_naming_the_family(model):
-    with pytest.raises(UserError) as e:
-        model.run(TEXT, lazy=True)
-    assert "qwen3_5_text" in str(e.value) and "\n" not in str(e.value)
+def _signed_max(a: np.ndarray, re, ce) -> np.ndarray:
+    """Each cell's entry of largest magnitude, its sign kept (the pooled "max" of a signed map), by hand."""
+    out = np.zeros((len(re) - 1, len(ce) - 1), dtype=np.float32)
+    for i in range(len(re) - 1):
+        for j in range(len(ce) - 1):
+            cell = a[re[i]:re[i + 1], ce[j]:ce[j + 1]].ravel()
+            out[i, j] = cell[np.abs(cell).argmax()]
+    return out
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_next"])
+def test_lazy_equals_dense(built, name):
+    """A lazy run keeps the Gated DeltaNet layers' q, k (per key head), g and β (O(n)) and serves every view of their
+    signed maps exactly: whole maps, a row, a column, a window, pooled means and signed maxima equal the dense run's
+    within 1e-6, the softmax layers' too."""
+    from attn_explorer.maths import pool2d, pool_edges
+    m = ax.load_model(str(built(name)[1]), device="cpu")
+    text = " ".join([TEXT] * 8)  # past one 64-token chunk
+    dense, lazy = m.run(text), m.run(text, lazy=True)
+    assert lazy.is_lazy and "deltanet" in m.info.mixers
+    n = len(dense.tokens)
+    assert n > 64
+    for layer in range(m.info.num_layers):
+        for head in range(m.info.layer_heads[layer]):
+            np.testing.assert_allclose(lazy.attention(layer, head), dense.attentions[layer, head], atol=1e-6, rtol=0)
+    want = dense.attentions[1, 2]
+    assert np.abs(want).max() > 1e-2 and (want < -1e-4).any()  # a signed map, not zeros
+    np.testing.assert_allclose(lazy.attention(1, 2, rows=70), want[70], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(lazy.attention(1, 2, cols=3), want[:, 3], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(lazy.attention(1, 2, rows=(9, 80), cols=(2, 70)), want[9:80, 2:70], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(lazy.attention(1, 2, rows=(3, 9), cols=(20, 30)), 0.0, atol=0)  # above the diagonal
+    assert lazy.attention(1, 2, rows=70, cols=3) == pytest.approx(float(want[70, 3]), abs=1e-6)
+    np.testing.assert_allclose(lazy.attention(1, 2, pool=7, reduce="mean"), pool2d(want, 7, 7, "mean"), atol=1e-6)
+    np.testing.assert_allclose(lazy.attention(1, 2, pool=(9, 5)),
+                               _signed_max(want, pool_edges(n, 9), pool_edges(n, 5)), atol=1e-6)
+    # bands of a few rows that straddle the pooled cells (as a long map's bands do)
+    kept = lazy.lazy.layers[1]
+    re, ce = pool_edges(n, 6), pool_edges(n, 4)
+    for reduce, ref in (("mean", pool2d(want, 6, 4, "mean")), ("max", _signed_max(want, re, ce))):
+        got = kept.pooled(2, re, ce, reduce, slice(0, n), slice(0, n), block=5 * n).numpy()
+        np.testing.assert_allclose(got, ref, atol=1e-6)
+
+
+def test_lazy_prefix_reuse_serves_the_new_rows_exactly(built):
+    """Text added at the end of a lazy run with reuse_prefix: the store holds every token's q, k, g, β (the cache's),
+    and its maps equal a fresh dense run's (within the float32 continuation rounding), its first rows exactly."""
+    m = ax.load_model(str(built("qwen3_5")[1]), device="cpu")
+    m.run(TEXT, reuse_prefix=True, lazy=True)
+    longer = TEXT + " and the bird flew over the house"
+    again = m.run(longer, reuse_prefix=True, lazy=True)
+    assert again.is_lazy and again.reuse.startswith("reused") and not again.reuse.startswith("reused 0"), again.reuse
+    fresh = ax.load_model(str(built("qwen3_5")[1]), device="cpu").run(longer)
+    p = len(m.prepare(TEXT).tokens)
+    for layer in (0, 1, 3):
+        got = again.attention(layer, 1)
+        np.testing.assert_allclose(got, fresh.attentions[layer, 1], atol=1e-4)
+        np.testing.assert_allclose(got[:p, :p], fresh.attentions[layer, 1, :p, :p], atol=1e-6)
+
+
+def test_a_long_lazy_run_keeps_a_sliver_of_the_maps(tmp_path):
+    """About 1,500 tokens on Qwen3.5, lazy: the store (the DeltaNet layers' q, k, g, β; the softmax layer's q, k,
+    lse) is under 1 % of the dense maps' bytes, and a pooled 64 × 64 view of a DeltaNet head is its full map's."""
+    from attn_explorer.maths import pool2d
+    from tests.hub import test_parity_qwen35 as q35
+    from tests.hub import test_parity_rotary_families as rotary
+    q35_common = dict(q35.COMMON, max_position_embeddings=4096)
+    rotary.make_folder(tmp_path, "long", {"long": q35.CASES["qwen3_5"]}, q35_common, seed=300)
+    m = ax.load_model(str(tmp_path), device="cpu")
+    r = m.run(" ".join([TEXT] * 48), lazy=True)
+    n = len(r.tokens)
+    assert n > 1400 and r.lazy.bytes_kept < 0.01 * r.lazy.dense_bytes, (n, r.lazy.bytes_kept, r.lazy.dense_bytes)
+    full = r.attention(2, 3)
+    assert full.shape == (n, n) and np.abs(full).max() > 1e-2
+    np.testing.assert_allclose(r.attention(2, 3, pool=64, reduce="mean"), pool2d(full, 64, 64, "mean"), atol=1e-6)
 
 
 def test_prefix_reuse_equals_a_fresh_run_or_is_refused_in_one_line(model, built):
