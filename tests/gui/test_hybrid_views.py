@@ -262,3 +262,17 @@ def test_hiding_specials_drops_them_from_a_signed_map_without_renormalising(make
     qtbot.waitUntil(lambda: st.grid_image is not None and st.grid_image.hidden_specials
                     and w.grid.mixers.rgba is not None and w.grid.mixers.rgba.shape[0] == 4 * (r.num_tokens - 1),
                     timeout=30000)
+
+
+def test_the_token_page_keeps_signed_rows_unrenormalised_when_hiding_specials(make_window, qtbot, qwen_folder):
+    w = make_window(model=qwen_folder, text=TEXT, view="tokens")
+    st, tv = w.state, w.token_view
+    r = st.result
+    r.special[0] = True
+    st.set_query(6)
+    st.set_options(hide_special=True)
+    qtbot.waitUntil(lambda: tv.rows is not None and tv.rows.shape[1] == r.num_tokens - 1, timeout=30000)
+    H = st.info.num_heads
+    np.testing.assert_array_equal(tv.rows[H:2 * H], r.attentions[1, :, 6, 1:])  # DeltaNet layer 1 as it is
+    soft = r.attentions[3, :, 6, 1:]
+    np.testing.assert_allclose(tv.rows[3 * H:], soft / soft.sum(-1, keepdims=True), rtol=1e-5)  # softmax: renormalised

@@ -206,6 +206,9 @@ class TokenFocusView(LazyPage, QWidget):
                 rows, keys = rows_without_specials(rows, m.col_special), kept_tokens(m.col_special, N)
         else:
             rows, keys = focus_rows(m.attentions, q, m.col_special, self.state.hide_special)
+            if self.state.hide_special and m.stack == "encoder":  # a recurrent layer's signed rows: not renormalised
+                for l in mx.recurrent_layers(self.state.info):
+                    rows[l * H:(l + 1) * H] = m.attentions[l, :, q][:, keys]
         rows, sink = self._with_sink(r, m, q, rows, keys)
         self.rows, self.keys = rows, keys
         self.sink.set(sink)
