@@ -304,6 +304,9 @@ def follow_loading(state, show: Callable[[str], None]) -> None:
                                if state.result is None else None)
     state.model_loaded.connect(lambda info: show(f"Running {info.name} on the input…" if state.has_input
                                                  else waiting_for_input(info)) if state.result is None else None)
+    # a first run in flight (nothing drawn yet): what runs, layer by layer, not what to type (issue 24 D)
+    state.run_progressed.connect(lambda _done, _total, line: show(line[:1].upper() + line[1:])
+                                 if state.result is None and line else None)
     # the input was emptied: the maps go, and the page says what to do (InputState.input_cleared)
     state.input_cleared.connect(lambda: show(waiting_for_input(state.info)) if state.info is not None else None)
 

@@ -110,3 +110,23 @@ def test_a_model_switch_during_a_long_forward_stops_it_within_a_second(qtbot, lo
     qtbot.waitUntil(lambda: state.info.name == "textbook" and state.result is not None
                     and state.result.model == "textbook", timeout=30000)
     assert slow["last"] - asked < 1.0, f"the old forward ran on for {slow['last'] - asked:.2f} s"
+
+
+def test_a_first_run_after_an_empty_box_is_not_described_as_waiting_for_text(qtbot, long_window):
+    """The box was emptied (the page asks for text); a long text is pasted: while it runs, the page says what
+    runs, not "type or paste some text", and the status bar does not say "ready"."""
+    window, state, slow = long_window
+    from attn_explorer.gui.explorer.grid_view import HeadGridView
+
+    grid = window.findChild(HeadGridView)
+    state.set_text("")
+    qtbot.waitUntil(lambda: "type or paste" in grid.stack.placeholder.text() and not state.busy, timeout=5000)
+    slow["s"] = 0.25
+    state.set_text("The capital of Italy is Rome, and the capital of Spain is Madrid.")
+    qtbot.waitUntil(lambda: (state.run_status() or {}).get("layer", 0) >= 2, timeout=10000)
+    qtbot.wait(100)
+    shown = grid.stack.placeholder.text()
+    assert "type or paste" not in shown and shown.lower().startswith("running"), shown
+    assert window.statusBar().currentMessage() != "ready"
+    slow["s"] = 0.0
+    qtbot.waitUntil(lambda: state.result is not None and not state.busy, timeout=30000)
