@@ -117,13 +117,46 @@ def map_bands(q, k, g, beta, rows: slice, cols: slice, block: int = 1 << 20, chu
     S = q.new_zeros(B, H, dk, width, dtype=torch.float64)
     for a in range(s0, t1, span):
         b = min(t1, a + span)
-        onehot = torch.eye(b - s0, width, dtype=torch.float64, device=q.device)[a - s0:]  # (b - a, width)
-        part = slice(a, b)
-        out, S = chunked_delta_rule(*(t[:, :, part].double() for t in (q, k)), onehot.expand(B, H, -1, -1),
-                                    g[:, :, part].double(), beta[:, :, part].double(), S, chunk)
+        out, S = _onehot_rows(q, k, g, beta, a, b, s0, width, S, chunk)
         if b > t0:
             lo = max(a, t0)
             yield lo, b, out[:, :, lo - a:]
+
+
+def _onehot_rows(q, k, g, beta, a: int, b: int, s0: int, width: int, S, chunk: int):
+    """Rows a..b-1 of A[:, :, :, s0:s0 + width] and the state after them, from S (B, H, d_k, width): the one-hot
+    recurrence's state after token a - 1. chunked_delta_rule's chunk step, with the values one-hot: a chunk's writes
+    u = T⁻¹ diag(β) are nonzero only in its own tokens' columns, so with P = e^G q - inner·w, M = e^{G_last} I - kdᵀw,
+    rows = P·S + inner·u (in the chunk's columns) and S' = M·S + kdᵀ·u (there too): O(d_k · width) per token."""
+    B, H, _, dk = q.shape
+    n = b - a
+    pad = (chunk - n % chunk) % chunk
+    m = (n + pad) // chunk
+    qc, kc = (F.pad(t[:, :, a:b].double(), (0, 0, 0, pad)).reshape(B, H, m, chunk, dk) for t in (q, k))
+    gc, bc = (F.pad(t[:, :, a:b].double(), (0, pad)).reshape(B, H, m, chunk) for t in (g, beta))
+    G = gc.cumsum(-1)
+    upper = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).triu(1)
+    decay = (G[..., :, None] - G[..., None, :]).masked_fill(upper, float("-inf")).exp()
+    kb = kc * bc[..., None]
+    T = (kb @ kc.transpose(-1, -2)) * decay
+    u = torch.linalg.solve_triangular(T, torch.diag_embed(bc), upper=False, unitriangular=True)  # (.., C, C)
+    w = torch.linalg.solve_triangular(T, kb * G.exp()[..., None], upper=False, unitriangular=True)
+    inner = (qc @ kc.transpose(-1, -2)) * decay
+    kdT = (kc * (G[..., -1:] - G).exp()[..., None]).transpose(-1, -2)
+    P = qc * G.exp()[..., None] - inner @ w  # (B, H, m, C, d_k)
+    M = G[..., -1].exp()[..., None, None] * torch.eye(dk, dtype=torch.float64, device=q.device) - kdT @ w
+    Qu, Ru = inner @ u, kdT @ u  # the chunk's own columns: (.., C, C), (.., d_k, C)
+    out = q.new_empty(B, H, m * chunk, width, dtype=torch.float64)
+    for c in range(m):
+        rows = out[:, :, c * chunk:(c + 1) * chunk]
+        rows.copy_(P[:, :, c] @ S)
+        S = M[:, :, c] @ S
+        lo = a + c * chunk - s0
+        hi = min(width, lo + chunk)
+        if hi > lo:
+            rows[..., lo:hi] += Qu[:, :, c, :, :hi - lo]
+            S[..., lo:hi] += Ru[:, :, c, :, :hi - lo]
+    return out[:, :, :n], S
 
 
 class KeptDeltaNet:
