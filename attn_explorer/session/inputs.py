@@ -78,6 +78,12 @@ def read_text_for(path, info: ModelInfo | None, max_bytes: int | None = None) ->
 
 def default_query(r: RunResult) -> int:
     """The query shown before the user picks one: [CLS] for images, "it" or the first word for text."""
+    pos = getattr(r, "image_token_positions", None)
+    if pos is not None and len(pos):  # a picture and a prompt (issue 26 B): the prompt's last plain token asks
+        text = np.ones(r.num_tokens, bool)
+        text[pos[:, 0]] = False
+        text &= ~np.asarray(r.special, dtype=bool)
+        return int(np.flatnonzero(text)[-1]) if text.any() else r.num_tokens - 1
     if r.grid is not None:
         return 0
     for i, t in enumerate(r.tokens):
@@ -200,6 +206,9 @@ class InputState(QObject):
         kw: dict = {"dk_scale": self.dk_scale}
         if self.dk_layer_only and self.dk_scale != 1.0:
             kw["dk_layers"] = [self.layer]
+        if self.info is not None and self.info.modality == "image-text":  # issue 26 B: the picture and the prompt
+            kw["text"] = self.text
+            return self.image, kw
         if self.input_kind == "image":
             if self.image_size is not None:
                 kw["image_size"] = int(self.image_size)

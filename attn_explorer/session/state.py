@@ -229,10 +229,11 @@ class SessionState(QObject):
             self.error_raised.emit(f"{self.result_only} was opened without its model: choose a model to run "
                                    "the input again (d_k, the cut and a new input need it)")
             return
-        if what == "text" and self.info is not None and self.info.modality != "text" and not loading:
+        # a vision-language model (issue 26 B) reads the picture and the prompt: neither switches the model
+        if what == "text" and self.info is not None and self.info.modality not in ("text", "image-text") and not loading:
             self.load_model(self.last_text_model, want_image=False)
             return
-        if what == "image" and self.info is not None and self.info.modality != "image" and not loading:
+        if what == "image" and self.info is not None and self.info.modality not in ("image", "image-text") and not loading:
             self.load_model(None, want_image=True)
             return
         if what == "text" and not self.has_input:

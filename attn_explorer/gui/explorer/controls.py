@@ -202,7 +202,11 @@ class InputPanel(QGroupBox):
                 self.samples.setCurrentIndex(0)
             return
         shown = None
-        if r.grid is not None:
+        if getattr(r, "image_token_positions", None) is not None:  # a vision-language run (issue 26 B)
+            src = self.state.image
+            shown = str(Path(src).resolve()) if isinstance(src, str) else None
+            self.current.setText(vlm_counts(r, src))
+        elif r.grid is not None:
             src = self.state.image
             name = Path(src).name if isinstance(src, str) else "image"
             shown = str(Path(src).resolve()) if isinstance(src, str) else None
@@ -332,3 +336,15 @@ class DkPanel(QGroupBox):
             step = max(1, math.ceil(H / 12))
             self.plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(0, H, step)], []])
             self._ticked_heads = H
+
+
+def vlm_counts(r, src) -> str:
+    """Which tokens of a vision-language run are the picture's: "16 image tokens (4×4 patches) + 25 text tokens"."""
+    n_img = len(r.image_token_positions)
+    name = Path(src).name if isinstance(src, str) else "image"
+    tiles = getattr(r, "image_tiles", None)
+    where = f", {tiles[0]}×{tiles[1]} tiles and a global view" if tiles else ""
+    grid = f" ({r.grid[0]}×{r.grid[1]} patches{where})" if r.grid is not None else ""
+    first, last = int(r.image_token_positions[:, 0].min()), int(r.image_token_positions[:, 0].max())
+    return (f"Showing {name} and the prompt: {n_img:,} image tokens{grid} + {r.num_tokens - n_img:,} text tokens "
+            f"(the image is tokens {first}–{last}).")
