@@ -188,8 +188,14 @@ def overview_job(r: Any, cell_max: int = 128, stack: str = "encoder",
     w = c + lead
     edges = pool_edges(n, c)
     keep = _kept_cells(previous, mosaic.shape, n, c, reused_prefix(r), edges) if stack == "encoder" else 0
+    store = getattr(r, "lazy", None)  # issue 25: a hybrid's narrower layers have fewer heads (left NaN: blank)
     for layer in range(L):
         for head in range(H):
+            if store is not None and head >= getattr(store.layers[layer], "heads", H):
+                done += 1
+                if done == total:
+                    yield done, total, image()
+                continue
             if lead:
                 mosaic[layer * c:(layer + 1) * c, head * w] = pool2d(sinks[layer, head][:, None], c, 1, "max")[:, 0]
             cells = mosaic[layer * c:(layer + 1) * c, head * w + lead:(head + 1) * w]

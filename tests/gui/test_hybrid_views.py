@@ -276,3 +276,24 @@ def test_the_token_page_keeps_signed_rows_unrenormalised_when_hiding_specials(ma
     np.testing.assert_array_equal(tv.rows[H:2 * H], r.attentions[1, :, 6, 1:])  # DeltaNet layer 1 as it is
     soft = r.attentions[3, :, 6, 1:]
     np.testing.assert_allclose(tv.rows[3 * H:], soft / soft.sum(-1, keepdims=True), rtol=1e-5)  # softmax: renormalised
+
+
+def test_a_lazy_hybrid_run_colours_the_overviews_cells(make_window, qtbot, qwen_folder):
+    """A long input's run keeps no maps (r.attentions refuses): the grid colours its pooled overview instead."""
+    w = make_window(model=qwen_folder, text=TEXT, view="grid")
+    st, gv = w.state, w.grid
+    lazy = st._model.run(TEXT, lazy=True)
+    assert lazy.is_lazy
+    st.result = lazy
+    st.attention_ready.emit(lazy)
+    qtbot.waitUntil(lambda: gv._overview is not None and gv._overview[2] >= gv._overview[3], timeout=60000)
+    qtbot.waitUntil(lambda: gv.mixers.rgba is not None, timeout=30000)
+    grid = gv._overview[1]
+    c = grid.cell
+    cells = grid.weights.reshape(grid.layers, c, grid.heads, c).transpose(0, 2, 1, 3)
+    tile = gv.mixers.rgba[c:2 * c, 0:c]  # layer 1 (DeltaNet), head 0
+    neg = np.argwhere(cells[1, 0] < -0.02 * np.abs(cells[1, :4]).max())
+    assert len(neg) and all(tile[i, j][2] > tile[i, j][0] for i, j in neg)  # blue where the pooled cell is < 0
+    assert (gv.mixers.rgba[3 * c:, :, 3] == 0).all()  # the softmax layer shows through
+    assert (gv.mixers.rgba[:c, 4 * c:] == mx.ABSENT_RGBA).all()  # layer 0's heads 4, 5 do not exist: grey
+    assert np.isnan(cells[0, 4]).all()  # the overview left them blank (it asked the run for no such head)

@@ -33,6 +33,9 @@ class MixerOverlay:
     def paint(self, attentions: np.ndarray | None, info, grid, encoder: bool, special=None) -> None:
         """Draw the recurrent rows and the absent heads of `attentions` (L, H, N, N) in the grid's cells."""
         rgba = None
+        if encoder and grid is not None and info is not None and not isinstance(attentions, np.ndarray):
+            # a long (lazy) run kept no maps: colour the overview's pooled cells themselves (issue 25)
+            attentions, special = mosaic_cells(grid), None
         if encoder and attentions is not None and grid is not None and info is not None:
             if getattr(grid, "hidden_specials", False) and special is not None:  # as the mosaic: specials out
                 attentions = signed_without_specials(attentions, special)
@@ -54,6 +57,12 @@ class MixerOverlay:
         self.label = " / ".join(MIXER_LABELS.get(k, k) for k in kinds) + " ÷ its layer's max |A|"
         self.bar.axis.setLabel(self.label)
         self.bar.show() if kinds else self.bar.hide()
+
+
+def mosaic_cells(grid) -> np.ndarray:
+    """A GridImage's mosaic back as (L, H, c, c_cols) cells (each head's pooled map)."""
+    c, cc = grid.cell, getattr(grid, "cell_cols", 0) or grid.cell
+    return np.asarray(grid.weights, np.float32).reshape(grid.layers, c, grid.heads, cc).transpose(0, 2, 1, 3)
 
 
 def grid_note(info, layers: int, heads: int) -> str:
