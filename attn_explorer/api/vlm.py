@@ -27,7 +27,7 @@ from attn_explorer.api.result import RunResult
 from attn_explorer.core.hooks import Hooks
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import open_image
-from attn_explorer.hub.vlm_inputs import IMAGE_TOKEN, expand_prompt, tiles_of
+from attn_explorer.hub.vlm_inputs import IMAGE_TOKEN, QWEN_PAD, expand_prompt, qwen_patches, qwen_prompt, tiles_of
 from attn_explorer.validate import text_size_ok
 
 POSITION_COLUMNS = ("token", "tile", "row", "col", "merge")  # image_token_positions' columns
@@ -88,6 +88,9 @@ class VisionLanguageModel(Model):
     def vision_maps_bytes(self, prep: Prepared) -> int:
         """What the tower's float32 maps of this input take: views × layers × heads × tokens²."""
         v = self.module.cfg.vision
+        if self.module.cfg.kind == "qwen2_5_vl":  # one picture's patches
+            P = prep.inputs["pixels"][0].shape[0]
+            return v.num_layers * v.num_heads * P * P * 4
         T, _, h, w = prep.inputs["pixels"].shape
         n = (h // v.patch_size) * (w // v.patch_size) + v.num_extra_tokens
         return T * v.num_layers * v.num_heads * n * n * 4
@@ -111,6 +114,8 @@ class VisionLanguageModel(Model):
             raise UserError(f"the prompt must be text, not {type(text).__name__}")
         text_size_ok(text)
         cfg = self.module.cfg
+        if cfg.kind == "qwen2_5_vl":
+            return self._prepare_qwen(x, text)
         tiles = (0, 0)
         if cfg.kind == "idefics3":  # tiles and a global view (hub.vlm_inputs.tiles_of)
             px, t_rows, t_cols, seen = tiles_of(open_image(x), cfg.vision.image_size, cfg.longest_edge or
@@ -156,6 +161,42 @@ class VisionLanguageModel(Model):
         prep = Prepared(inputs, tokens, special, len(ids), False, notes, image=img.image)
         prep.image_token_positions = pos
         prep.image_tiles = tiles if n_tiles else None
+        return prep
+
+    def _prepare_qwen(self, x, text: str) -> Prepared:
+        """Qwen2.5-VL: the picture at its own resolution (hub.vlm_inputs.smart_resize), its patches, and the
+        prompt with <|image_pad|> repeated once per merged square; image tokens' positions in merged squares."""
+        name, cfg, tok = self.info.family, self.module.cfg, self.tokenizer
+        if tok is None:
+            raise UserError(f"{name}: the folder has no tokenizer (tokenizer.json); it cannot read a prompt")
+        if tok.tok.token_to_id(QWEN_PAD) != cfg.image_token_id:
+            raise UserError(f"{name}: the tokenizer has no {QWEN_PAD} token with id {cfg.image_token_id} "
+                            "(image_token_id in config.json)")
+        patches, grid, seen = qwen_patches(open_image(x), cfg.vision, cfg.min_pixels, cfg.max_pixels, self.preprocess)
+        m = cfg.vision.merge
+        rows, cols = grid[1] // m, grid[2] // m
+        ex = qwen_prompt(text, rows * cols)
+        enc = tok.tok.encode(ex.text, add_special_tokens=ex.add_special)
+        ids = list(enc.ids)
+        if len(ids) > self.info.max_positions:
+            raise UserError(f"{name}: {len(ids)} tokens (the picture's {rows * cols} and the prompt's) are more than "
+                            f"the model's {self.info.max_positions} positions")
+        place = [i for i, t in enumerate(ids) if t == cfg.image_token_id]
+        pos = np.array([(i, 0, *divmod(k, cols), m) for k, i in enumerate(place)],
+                       dtype=np.int32).reshape(-1, len(POSITION_COLUMNS))
+        tokens = tok.display(ids)
+        for i, _t, r, c, _m in pos:
+            tokens[i] = f"<image r{r}c{c}>"
+        special = [bool(s) for s in enc.special_tokens_mask]
+        for i in place:
+            special[i] = False
+        pixels = (torch.from_numpy(patches).to(self.device, self.dtype), grid)
+        inputs = {"input_ids": torch.tensor([ids], device=self.device), "pixels": pixels}
+        notes = [f"the picture read at {grid[2] * cfg.vision.patch_size} × {grid[1] * cfg.vision.patch_size} px "
+                 f"({rows} × {cols} image tokens)"] + ([ex.note] if ex.note else [])
+        prep = Prepared(inputs, tokens, special, len(ids), False, notes, image=seen)
+        prep.image_token_positions = pos
+        prep.image_tiles = None
         return prep
 
     def _vlm_result(self, out, ms, prep: Prepared, dk_scale, hidden) -> RunResult:

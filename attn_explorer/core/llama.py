@@ -222,6 +222,7 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         cache: KVCache | None = None,
         embeds: torch.Tensor | None = None,
         attend: torch.Tensor | None = None,
+        rope: tuple | None = None,  # Qwen2.5-VL: the M-RoPE (cos, sin) of these tokens, each (N, d_k)
         **_,
     ) -> ModelOutput:
         """input_ids (B, N): the new tokens. With a cache they sit at positions past..past+N-1 and
@@ -233,7 +234,8 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         x = self.embed(input_ids) if embeds is None else embeds
         cfg = self.cfg
         opts = AttentionOptions(mask=key_padding_mask(attention_mask), causal=True, dk_scale=dk_scale,
-                                rope=self.rope(past, N, x.device, x.dtype), scale=cfg.attn_scale,
+                                rope=self.rope(past, N, x.device, x.dtype) if rope is None else rope,
+                                scale=cfg.attn_scale,
                                 softcap=cfg.attn_softcap)
         if attend is not None:  # vision-language: the caller's mask instead of the causal one
             pad = opts.mask

@@ -49,6 +49,12 @@ class QwenVisionConfig:
         return self.dim // self.num_heads
 
     @property
+    def image_size(self) -> int:
+        """The smallest side a picture is read at (one merge square: patch × merge px); pictures are read at
+        their own resolution (hub.vlm_inputs.smart_resize)."""
+        return self.patch_size * self.merge
+
+    @property
     def window_tokens(self) -> int:
         """A window's side in image tokens (merge squares)."""
         return self.window_size // self.merge // self.patch_size
@@ -193,3 +199,39 @@ QWEN_VISION_RULES = [
     (r"merger\.mlp\.0\.(weight|bias)", r"merger_fc1.\1"),
     (r"merger\.mlp\.2\.(weight|bias)", r"merger_fc2.\1"),
 ]
+
+
+# The decoder's multimodal RoPE (M-RoPE)
+
+def mrope_positions(ids: list[int], image_token_id: int, grids: list[tuple[int, int]]) -> tuple[torch.Tensor, int]:
+    """(3, N) long: each token's (t, h, w) position, and delta = the next position - N (generation's offset).
+    Text tokens count on (all three the same); each run of image tokens (a picture's merged grid (rows, cols),
+    row by row) sits at start + (0, row, col), and the text after it starts at start + max(rows, cols)."""
+    out, pos, i, n, pictures = [], 0, 0, len(ids), iter(grids)
+    while i < n:
+        if ids[i] != image_token_id:
+            j = i
+            while j < n and ids[j] != image_token_id:
+                j += 1
+            out.append(torch.arange(pos, pos + j - i).expand(3, -1))
+            pos += j - i
+        else:
+            rows, cols = next(pictures)
+            j = i + rows * cols
+            r = torch.arange(rows).repeat_interleave(cols)
+            c = torch.arange(cols).repeat(rows)
+            out.append(torch.stack([torch.zeros_like(r), r, c]) + pos)
+            pos += max(rows, cols)
+        i = j
+    positions = torch.cat(out, 1) if out else torch.zeros(3, 0, dtype=torch.long)
+    return positions, int(positions.max()) + 1 - n if n else 0
+
+
+def mrope_tables(positions: torch.Tensor, head_dim: int, theta: float, section: list[int], dtype=torch.float32):
+    """(cos, sin), each (N, head_dim), of M-RoPE: the frequencies split into mrope_section's parts (summing to
+    head_dim / 2), part i turned by position axis i % 3 (t, h, w), then repeated for rotate_half's two halves."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=positions.device) / head_dim))
+    freqs = positions[..., None].float() * inv_freq  # (3, N, d / 2)
+    freqs = torch.cat([part[i % 3] for i, part in enumerate(freqs.split(list(section), dim=-1))], -1)
+    freqs = torch.cat([freqs, freqs], -1)
+    return freqs.cos().to(dtype), freqs.sin().to(dtype)

@@ -12,6 +12,8 @@ The decoder (our Llama, with its Gemma switches) then runs over every token, ima
   linear projection without bias; the decoder is causal.
 - PaliGemma: a SigLIP tower's normed output, one linear projection, and a prefix-LM mask: the image and the
   prompt attend to each other fully (both ways); later tokens (generated ones) are causal.
+- Qwen2.5-VL: its own tower (core.qwen_vision: 2-D RoPE, windowed blocks, the patch merger is the connector)
+  and a Qwen2 decoder turned by M-RoPE: (t, h, w) positions, the image tokens' rows and columns on h and w.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.layers import activation
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.output import ModelOutput
+from attn_explorer.core.qwen_vision import (QwenVisionConfig, QwenVisionTower, mrope_positions,
+                                             mrope_tables)
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 
 
@@ -43,10 +47,14 @@ class VLMConfig:
     text_bos: int | None = None  # the decoder's BOS id (PaliGemma's processor writes it after the image)
     text_eos: int | None = None  # generation stops here
     head: bool = True  # the decoder has an LM head (set from the checkpoint by hub.convert.decoder_head)
+    # Qwen2.5-VL (kind "qwen2_5_vl"; vision is a QwenVisionConfig):
+    mrope_section: list | None = None  # the decoder's M-RoPE: frequencies per axis (t, h, w), summing to d_k / 2
+    min_pixels: int = 56 * 56  # the processor's smart_resize bounds (hub.vlm_inputs)
+    max_pixels: int = 28 * 28 * 1280
 
     def __post_init__(self):
         if isinstance(self.vision, dict):  # a checkpoint's stored config gives plain objects
-            self.vision = ViTConfig(**self.vision)
+            self.vision = (QwenVisionConfig if self.kind == "qwen2_5_vl" else ViTConfig)(**self.vision)
         if isinstance(self.text, dict):
             self.text = LlamaConfig(**self.text)
         self.text.head = self.head
@@ -92,9 +100,14 @@ class VisionLanguage(nn.Module):
         super().__init__()
         self.cfg = cfg
         cfg.text.head = cfg.head
-        self.vision = VisionTransformer(cfg.vision)
         D_v, D = cfg.vision.dim, cfg.text.dim
-        if cfg.kind == "llava":
+        if cfg.kind == "qwen2_5_vl":  # the tower's merger is the connector
+            self.vision = QwenVisionTower(cfg.vision)
+        else:
+            self.vision = VisionTransformer(cfg.vision)
+        if cfg.kind == "qwen2_5_vl":
+            self.projector = None
+        elif cfg.kind == "llava":
             self.projector = nn.ModuleDict(dict(linear_1=nn.Linear(D_v, D, bias=cfg.projector_bias),
                                                 linear_2=nn.Linear(D, D, bias=cfg.projector_bias)))
         elif cfg.kind == "idefics3":
@@ -131,6 +144,11 @@ class VisionLanguage(nn.Module):
         None, the patch grid (rows, cols)). The tower runs every block (its maps are all kept); the
         connector reads the hidden state after cfg.feature_depth blocks."""
         cfg = self.cfg
+        if cfg.kind == "qwen2_5_vl":  # pixels: (patches, grid (t, h, w)); the maps (1, L_v, H_v, P, P)
+            patches, grid = pixels
+            out = self.vision(patches, grid, dk_scale=dk_scale, output_attentions=output_attentions)
+            maps = None if out.attentions is None else out.attentions[None]
+            return out.hidden[None], maps, out.grid
         depth = cfg.feature_depth
         got: dict = {}
 
@@ -179,11 +197,31 @@ class VisionLanguage(nn.Module):
             q = torch.arange(past, past + N, device=x.device)[:, None]
             k = torch.arange(past + N, device=x.device)[None, :]
             attend = ((k <= q) | ((k < prefix_len) & (q < prefix_len)))[None, None]
+        rope = self.mrope(input_ids, grid, cache) if cfg.kind == "qwen2_5_vl" else None
         out = self.language(input_ids, attention_mask, dk_scale=dk_scale, dk_layers=dk_layers,
-                            output_attentions=output_attentions, hooks=hooks, cache=cache, embeds=x, attend=attend)
+                            output_attentions=output_attentions, hooks=hooks, cache=cache, embeds=x, attend=attend,
+                            rope=rope)
         out.vision_attentions = vision_attn
         out.grid = grid
         return out
+
+    def mrope(self, input_ids: torch.Tensor, grid, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Qwen2.5-VL's M-RoPE (cos, sin) for these tokens. A prompt (no cache, or an empty one) gets its (t, h, w)
+        positions (core.qwen_vision.mrope_positions; the picture's merged grid); tokens after it, in a cache,
+        sit at their index plus the prompt's delta on all three axes."""
+        cfg = self.cfg
+        N = input_ids.shape[1]
+        past = 0 if cache is None else cache.length
+        if past == 0:
+            pos, delta = mrope_positions(input_ids[0].tolist(), cfg.image_token_id, [grid] if grid else [])
+            if cache is not None:
+                cache.mrope_delta = delta
+        else:
+            start = past + getattr(cache, "mrope_delta", 0)
+            pos = torch.arange(start, start + N).expand(3, -1)
+        t = cfg.text
+        return mrope_tables(pos.to(input_ids.device), t.head_dim, t.rope_theta, cfg.mrope_section,
+                            self.language.embed_tokens.weight.dtype)
 
 
 def pixel_shuffle(x: torch.Tensor, grid: tuple[int, int], s: int) -> torch.Tensor:

@@ -35,6 +35,8 @@ def vlm_parts(folder: Path, cfg) -> dict:
     tiling (cfg.longest_edge) from the processor's size.longest_edge (default: 4 tiles' width)."""
     pp_file = Path(folder) / "preprocessor_config.json"
     pp = json.loads(pp_file.read_text(encoding="utf-8")) if pp_file.exists() else None
+    if cfg.kind == "qwen2_5_vl":
+        return qwen_parts(pp, cfg)
     if cfg.kind == "idefics3":
         size = (pp or {}).get("size") or {}
         edge = size.get("longest_edge", 4 * cfg.vision.image_size) if isinstance(size, dict) else 4 * cfg.vision.image_size
@@ -114,3 +116,74 @@ def expand_prompt(kind: str, prompt: str, image_tokens: int, images: int, bos: s
         return Expanded(prompt.replace(IMAGE_TOKEN, block), True)
     return Expanded(block + "\n" + prompt, True,
                     f"no {IMAGE_TOKEN} in the prompt: the picture goes first, as llava-1.5's chat template puts it")
+
+
+# Qwen2.5-VL (Qwen2VLImageProcessor, Qwen2_5_VLProcessor): the picture at its own resolution, each side a multiple
+# of patch × merge px, the area within [min_pixels, max_pixels]; the prompt's image becomes
+# <|vision_start|> + <|image_pad|> × image tokens + <|vision_end|>.
+QWEN_PAD, QWEN_START, QWEN_END = "<|image_pad|>", "<|vision_start|>", "<|vision_end|>"
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """The processor's size: each side rounded to a multiple of factor, then scaled (keeping the aspect) into the
+    pixel bounds; an aspect ratio over 200 is refused."""
+    import math
+
+    if max(height, width) / min(height, width) > 200:
+        raise UserError(f"qwen2_5_vl: the picture's aspect ratio must be under 200, got {max(height, width) / min(height, width):.0f}")
+    h, w = round(height / factor) * factor, round(width / factor) * factor
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h, w = max(factor, math.floor(height / beta / factor) * factor), max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h, w = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h, w
+
+
+def qwen_parts(pp: dict | None, cfg) -> dict:
+    """The preprocessing of preprocessor_config.json (min/max pixels into cfg) for Qwen2.5-VL."""
+    pp = pp or {}
+    size = pp.get("size") if isinstance(pp.get("size"), dict) else {}
+    lo = pp.get("min_pixels", size.get("shortest_edge", size.get("min_pixels", 56 * 56)))
+    hi = pp.get("max_pixels", size.get("longest_edge", size.get("max_pixels", 28 * 28 * 1280)))
+    for name, v in (("min_pixels", lo), ("max_pixels", hi)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UserError(f"qwen2_5_vl: preprocessor_config.json's {name} must be a whole number >= 1, got {v!r}")
+    cfg.min_pixels, cfg.max_pixels = lo, hi
+    return {"preprocess": ImagePreprocess(resample=pp.get("resample", 3), rescale=pp.get("rescale_factor", 1 / 255),
+                                          mean=tuple(pp.get("image_mean", CLIP_MEAN)),
+                                          std=tuple(pp.get("image_std", CLIP_STD)))}
+
+
+def qwen_patches(img, vision, min_pixels: int, max_pixels: int, pp: ImagePreprocess):
+    """(patches float32 (P, C·T·p·p) in the processor's merge-block-major order, grid (1, rows, cols) in
+    patches, the uint8 picture seen)."""
+    import numpy as np
+
+    p, m, T = vision.patch_size, vision.merge, vision.temporal_patch_size
+    w, h = img.size
+    H, W = smart_resize(h, w, p * m, min_pixels, max_pixels)
+    one = ImagePreprocess(resize_to=(H, W), resample=pp.resample, rescale=pp.rescale, mean=pp.mean, std=pp.std)
+    x, seen = one(img)  # (C, H, W)
+    C, gh, gw = x.shape[0], H // p, W // p
+    x = x.reshape(C, gh // m, m, p, gw // m, m, p).transpose(1, 4, 2, 5, 0, 3, 6)  # (R, Cm, m, m, C, p, p)
+    x = np.broadcast_to(x[:, :, :, :, :, None], (*x.shape[:5], T, p, p))
+    return np.ascontiguousarray(x.reshape(gh * gw, C * T * p * p), dtype=np.float32), (1, gh, gw), seen
+
+
+def qwen_prompt(prompt: str, image_tokens: int) -> Expanded:
+    """The prompt with its image as Qwen2.5-VL's processor writes it: a <|image_pad|> (inside
+    <|vision_start|>…<|vision_end|>, as the chat template writes it) repeated image_tokens times, or an `<image>`
+    replaced by the whole block; a prompt with neither gets the block in front."""
+    block = QWEN_START + QWEN_PAD * image_tokens + QWEN_END
+    pads, tags = prompt.count(QWEN_PAD), prompt.count(IMAGE_TOKEN)
+    if pads + tags > 1:
+        raise UserError(f"the prompt holds {pads + tags} image placeholders for 1 image: give one {QWEN_PAD} (or "
+                        f"{IMAGE_TOKEN}), or none")
+    if pads:
+        return Expanded(prompt.replace(QWEN_PAD, QWEN_PAD * image_tokens), False)
+    if tags:
+        return Expanded(prompt.replace(IMAGE_TOKEN, block), False)
+    return Expanded(block + prompt, False, "no image placeholder in the prompt: the picture goes first")

@@ -1,8 +1,13 @@
 """Qwen2.5-VL against transformers eager: tiny random configs built here, images made here, every weight moved
 off its init (norms too). The vision tower (core.qwen_vision: 3-D patch conv, 2-D RoPE, windowed and full
 attention blocks, the patch merger) at module level: every tower map (transformers runs each window alone in its
-window order; its maps are put back in the processor's patch order) and the merged output within 1e-5."""
+window order; its maps are put back in the processor's patch order) and the merged output within 1e-5; then the
+whole model through ax.load_model: the processor's size (smart_resize) and patches, the prompt's expansion, the
+decoder's M-RoPE maps and hidden state, the tower's maps, and greedy tokens against transformers fed our ids and
+pixels."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -10,6 +15,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+import attn_explorer as ax  # noqa: E402
 from attn_explorer.core.qwen_vision import QWEN_VISION_RULES, QwenVisionConfig, QwenVisionTower  # noqa: E402
 
 TOL = 1e-5
@@ -117,3 +123,86 @@ def test_qwen2_5_vl_tower_matches_transformers():
     # the windowed blocks keep to their windows (exact zeros), the full ones do not
     assert (out.attentions[0] == 0).any() and not (out.attentions[1] == 0).any()
     assert out.hidden.shape == (15, 48)
+
+
+PAD, START, END = 300, 301, 302  # <|image_pad|>, <|vision_start|>, <|vision_end|> added to the 300-token tokenizer
+TEXT = dict(vocab_size=304, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=6,
+            num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
+
+
+def tokenizer():
+    from tokenizers import AddedToken
+
+    from tests.tiny_llama import train_tokenizer
+
+    tok = train_tokenizer()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>")])
+    assert tok.token_to_id("<|image_pad|>") == PAD
+    return tok
+
+
+@pytest.fixture(scope="module")
+def qwen_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen2_5_vl")
+    torch.manual_seed(5)
+    cfg = transformers.Qwen2_5_VLConfig(text_config=TEXT, vision_config=VISION, image_token_id=PAD,
+                                        vision_start_token_id=START, vision_end_token_id=END, tie_word_embeddings=False)
+    cfg._attn_implementation = "eager"
+    hf = transformers.Qwen2_5_VLForConditionalGeneration(cfg).eval()
+    hf.set_attn_implementation("eager")
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(folder, safe_serialization=True)
+    tokenizer().save(str(folder / "tokenizer.json"))
+    (folder / "preprocessor_config.json").write_text(json.dumps({"min_pixels": 64, "max_pixels": 10_000,
+                                                                 "patch_size": 4, "merge_size": 2}))
+    return hf, folder
+
+
+def test_qwen2_5_vl_parity_with_transformers(qwen_folder):
+    from PIL import Image
+
+    hf, folder = qwen_folder
+    m = ax.load_model(str(folder), device="cpu")
+    assert m.info.modality == "image-text" and m.info.family == "qwen2_5_vl"
+    img = picture(27, 37)  # smart_resize: 24 × 40 px (multiples of 8), 3 × 5 image tokens
+    prompt = "the cat <image> sat on"
+    prep = m.prepare(img, text=prompt)
+    ids, (patches, grid) = prep.inputs["input_ids"], prep.inputs["pixels"]
+    # the processor's own pixels for the same picture
+    ip = transformers.Qwen2VLImageProcessor(patch_size=4, merge_size=2, temporal_patch_size=2, min_pixels=64,
+                                            max_pixels=10_000)
+    want = ip(images=[Image.fromarray(img)], return_tensors="pt")
+    assert want["image_grid_thw"].tolist() == [list(grid)] == [[1, 6, 10]]
+    px = (patches - want["pixel_values"]).abs().max().item()
+    assert px < 1e-5, px
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer())
+    want_ids = hf_tok("the cat <|vision_start|>" + "<|image_pad|>" * 15 + "<|vision_end|> sat on",
+                      add_special_tokens=False)["input_ids"]
+    assert ids[0].tolist() == want_ids
+
+    r = m.run(img, text=prompt, hidden=True)
+    thw = torch.tensor([list(grid)])
+    mm = (ids == PAD).int()
+    with torch.no_grad():
+        ref = hf.model(input_ids=ids, pixel_values=patches, image_grid_thw=thw, mm_token_type_ids=mm,
+                       output_attentions=True)
+    _, tower_maps = hf_tower_maps(hf.model.visual, patches, thw)
+    dec = max(np.abs(r.attentions[i] - a[0].numpy()).max() for i, a in enumerate(ref.attentions))
+    vis = np.abs(r.vision_attentions[0] - tower_maps.numpy()).max()
+    hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
+    print(f"qwen2_5_vl: decoder maps {dec:.2e} tower maps {vis:.2e} hidden {hid:.2e} pixels {px:.2e}")
+    assert len(ref.attentions) == r.attentions.shape[0] == 3
+    assert dec <= TOL and vis <= TOL and hid <= TOL
+    pos = r.image_token_positions
+    assert pos.shape == (15, 5) and (ids[0, pos[:, 0]] == PAD).all() and (pos[:, 4] == 2).all()
+    assert pos[-1, 2:4].tolist() == [2, 4] and r.tokens[pos[-1, 0]] == "<image r2c4>"
+
+    g = m.generate(img, text=prompt, max_new_tokens=6)
+    with torch.no_grad():
+        out = hf.generate(input_ids=ids, pixel_values=patches, image_grid_thw=thw, mm_token_type_ids=mm,
+                          max_new_tokens=6, do_sample=False)
+    assert g.ids == out[0, ids.shape[1]:].tolist()

@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 from attn_explorer.core.llama import LlamaConfig
+from attn_explorer.core.qwen_vision import QWEN_VISION_RULES, QwenVisionConfig
 from attn_explorer.core.vlm import VLMConfig, VisionLanguage
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.clip import (CLIP_VISION_DEFAULTS, CLIP_VISION_RULES, SIGLIP_VISION_DEFAULTS,
                                              _clip_vision_config, _siglip_vision_config)
-from attn_explorer.hub.families.common import ARCHITECTURES, ACTS, Architecture, act, check_config, norm_eps, rope
+from attn_explorer.hub.families.common import (ARCHITECTURES, ACTS, Architecture, act, check_config, norm_eps, rope,
+                                              rope_entry, rope_kind)
 from attn_explorer.hub.families.decoders import LLAMA_RULES
 
 _TOWERS = {"clip_vision_model": (_clip_vision_config, CLIP_VISION_DEFAULTS),
@@ -181,3 +183,73 @@ ARCHITECTURES["idefics3"] = Architecture(
     note="image and text: a picture larger than one tile is read as tiles and a global view (SmolVLM, Idefics3)",
 )
 ARCHITECTURES["smolvlm"] = dataclasses.replace(ARCHITECTURES["idefics3"], family="smolvlm")
+
+
+# Qwen2.5-VL: its own tower (core.qwen_vision), a Qwen2 decoder with M-RoPE. The hub's checkpoints write the
+# decoder's fields at the top level with rope_scaling {"type": "mrope", "mrope_section": [...]}; transformers 5
+# saves them under text_config with rope_parameters. Both are read.
+_QWEN_TOWER = dict(depth=32, hidden_size=3584, hidden_act="silu", intermediate_size=3420, num_heads=16, in_channels=3,
+                   patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112, out_hidden_size=3584,
+                   fullatt_block_indexes=[7, 15, 23, 31])
+
+
+def _qwen_tower(v: dict) -> QwenVisionConfig:
+    v = {**_QWEN_TOWER, **{k: x for k, x in v.items() if x is not None}}
+    theta = (v.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    full = v["fullatt_block_indexes"]
+    if not isinstance(full, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in full):
+        raise UserError(f"qwen2_5_vl: vision_config.fullatt_block_indexes must be a list of block numbers, got {full!r}")
+    a = v["hidden_act"]
+    if a not in ACTS:
+        raise UserError(f"qwen2_5_vl: vision_config.hidden_act {a!r} is not supported (supported: {', '.join(ACTS)})")
+    cfg = QwenVisionConfig(dim=v["hidden_size"], num_layers=v["depth"], num_heads=v["num_heads"],
+                           mlp_hidden=v["intermediate_size"], out_dim=v["out_hidden_size"], patch_size=v["patch_size"],
+                           temporal_patch_size=v["temporal_patch_size"], merge=v["spatial_merge_size"],
+                           window_size=v["window_size"], full_layers=list(full), in_channels=v["in_channels"],
+                           rope_theta=float(theta), act=ACTS[a])
+    check_config(cfg, "qwen2_5_vl vision_config")
+    if cfg.dim % cfg.num_heads or cfg.head_dim % 4 or cfg.window_tokens < 1:
+        raise UserError("qwen2_5_vl: vision_config needs hidden_size / num_heads divisible by 4 and window_size >= "
+                        "patch_size × spatial_merge_size")
+    return cfg
+
+
+def _qwen2_5_vl_config(cfg: dict) -> VLMConfig:
+    t = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
+    t = dict(t if t and "hidden_size" in t else {k: v for k, v in cfg.items() if k not in ("vision_config", "text_config")})
+    p, _ = rope_entry(t, "qwen2_5_vl")
+    section = p.get("mrope_section", [16, 24, 24])
+    kind = rope_kind(p)
+    if kind not in ("default", "mrope"):
+        raise UserError(f"qwen2_5_vl: rope type {kind!r} is not supported with M-RoPE (default / mrope)")
+    theta = p.get("rope_theta", t.get("rope_theta", 1000000.0))
+    plain = {k: v for k, v in t.items() if k not in ("rope_scaling", "rope_parameters", "model_type")}
+    plain["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    text = ARCHITECTURES["qwen2"].make_config(plain)
+    if "tie_word_embeddings" in cfg:
+        text.tie_embeddings = bool(cfg["tie_word_embeddings"])
+    check_config(text, "qwen2_5_vl text_config")
+    if (not isinstance(section, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                 for s in section) or sum(section) != text.head_dim // 2):
+        raise UserError(f"qwen2_5_vl: mrope_section must be whole numbers summing to head_dim / 2 "
+                        f"({text.head_dim // 2}), got {section!r}")
+    v = cfg.get("vision_config") or {}
+    if not isinstance(v, dict):
+        raise UserError("qwen2_5_vl: config.json's vision_config must be an object")
+    vision = _qwen_tower(v)
+    if vision.out_dim != text.dim:
+        raise UserError(f"qwen2_5_vl: vision_config.out_hidden_size {vision.out_dim} differs from the decoder's "
+                        f"hidden_size {text.dim}")
+    return VLMConfig(vision=vision, text=text, kind="qwen2_5_vl", image_token_id=int(cfg.get("image_token_id", 151655)),
+                     drop_class_token=False, mrope_section=list(section), text_bos=None,
+                     text_eos=_special(cfg, "eos_token_id", 151645))
+
+
+_QV, _QL = r"(?:model\.)?visual\.", r"(?:model\.language_model\.|model\.)"
+ARCHITECTURES["qwen2_5_vl"] = Architecture(
+    "qwen2_5_vl", "image-text", VisionLanguage, _qwen2_5_vl_config,
+    [(_QV + p, "vision." + r) for p, r in QWEN_VISION_RULES] + [(_QL + p, "language." + r) for p, r in LLAMA_RULES]
+    + [(r"lm_head\.weight", "language.lm_head.weight")],
+    ignore=(_QL + r"rotary_emb\.inv_freq", _QV + r"rotary_pos_emb\.inv_freq"),
+    note="image and text: the picture at its own resolution (multiples of 28 px), windowed tower blocks, M-RoPE",
+)
