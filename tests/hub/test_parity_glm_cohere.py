@@ -78,14 +78,7 @@ def test_parity_with_transformers(built, name):
     else:  # one bias-free LayerNorm for both branches
         assert block.parallel and block.norm1.bias is None and isinstance(block.norm2, torch.nn.Identity)
     ids = torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(7))
-    att, hidden, ours = max_differences(hf, m, ids)
-    print(f"{name}: maps {att:.2e} hidden {hidden:.2e}")
-    assert att <= TOL and hidden <= TOL, (name, att, hidden)
-    with torch.no_grad():
-        ref = hf(input_ids=ids).logits
-    with torch.inference_mode():
-        logits = m.module.logits(ours.hidden)
-    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4, msg=name)
+    ours = rotary.check_parity(hf, m, name, ids)
     for layer, kind in enumerate(KINDS.get(name, [])):  # nothing outside each local layer's window
         if kind.startswith("local"):
             w = int(kind.split()[-1])
@@ -100,12 +93,7 @@ def test_greedy_generation_equals_transformers(built, name):
     m = ax.load_model(str(folder), device="cpu")
     lengths = []
     for prompt in PROMPTS:  # a random model may pick a special token (the end) early: then the next prompt
-        g = m.generate(prompt, max_new_tokens=20)
-        steps = list(g)
-        with torch.no_grad():
-            out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
-                              eos_token_id=None, pad_token_id=0)
-        assert [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist(), prompt
+        _, steps = rotary.greedy_steps(hf, m, max_new_tokens=20, prompt=prompt)
         lengths.append(len(steps))
         if len(steps) == 20:
             break

@@ -81,6 +81,20 @@ def folders(tmp_path_factory, make=make_folder):
     return get
 
 
+def loaded(tmp_path_factory, make):
+    """name -> our model, loaded once from a folder that make(folder, name) filled."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            folder = tmp_path_factory.mktemp(name)
+            make(folder, name)
+            cache[name] = ax.load_model(str(folder), device="cpu")
+        return cache[name]
+
+    return get
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     return folders(tmp_path_factory)
@@ -99,6 +113,35 @@ def max_differences(hf, m, ids):
     assert ours.attentions.shape[1] == len(ref.attentions)
     att = max((ours.attentions[:, i] - a).abs().max().item() for i, a in enumerate(ref.attentions))
     return att, (ours.hidden - ref.last_hidden_state).abs().max().item(), ours
+
+
+def check_parity(hf, m, name, ids, tol=TOL, label=None):
+    """Every layer's map and the last hidden state within tol of transformers' (the figures printed as
+    "label: maps X hidden Y", label defaulting to name), the logits within 1e-4. Returns our output."""
+    att, hidden, ours = max_differences(hf, m, ids)
+    print(f"{label or name}: maps {att:.2e} hidden {hidden:.2e}")
+    assert att <= tol and hidden <= tol, (name, att, hidden)
+    with torch.no_grad():
+        ref = hf(input_ids=ids).logits
+    with torch.inference_mode():
+        logits = m.module.logits(ours.hidden)
+    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4, msg=name)
+    return ours
+
+
+PROMPT = "The capital of France is Paris. The capital of Italy"
+
+
+def greedy_steps(hf, m, max_new_tokens, prompt=PROMPT):
+    """m.generate's greedy steps for prompt, asserted equal to transformers' greedy tokens (no stop token,
+    as many as ours). Returns (the generation, its steps)."""
+    g = m.generate(prompt, max_new_tokens=max_new_tokens)
+    steps = list(g)
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
+                          eos_token_id=None, pad_token_id=0)
+    assert [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist(), prompt
+    return g, steps
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -139,13 +182,8 @@ def test_greedy_generation_equals_transformers(built, name):
     """Our KV cache with a sliding window shorter than prompt + new tokens: transformers' greedy tokens."""
     hf, folder = built(name)
     m = ax.load_model(str(folder), device="cpu")
-    g = m.generate("The capital of France is Paris. The capital of Italy", max_new_tokens=8)
-    steps = list(g)
+    g, steps = greedy_steps(hf, m, max_new_tokens=8)
     assert len(g.prompt_ids) + len(steps) > max(w or 0 for w in WINDOWS.get(name, [0]))
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
-    assert [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist()
     w = (WINDOWS.get(name) or [None])[-1]
     if w:  # each step's attention row: zero before the window, over every token so far
         for s in steps:
