@@ -114,7 +114,8 @@ def views(m, n: int, repeats: int) -> dict:
     out = {"n": n, "kind": kinds[rec], "lazy_fwd": t_fwd, "kept": store.bytes_kept, "dense": store.dense_bytes}
     for key, layer in (("rec", rec), ("soft", soft)):
         store.attention(layer, 0, pool=min(cells, 16))  # warm-up, small
-        out[key] = statistics.median(_ms(lambda layer=layer: store.attention(layer, 0, pool=cells)) for _ in range(reps))
+        out[key] = statistics.median(_ms(lambda layer=layer: store.attention(layer, 0, pool=cells))
+                                     for _ in range(reps))
     out["ratio"] = out["rec"] / out["soft"]
     return out
 

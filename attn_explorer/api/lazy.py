@@ -37,7 +37,8 @@ class LazyLayer:
         return sum(x.numel() * x.element_size() for x in t)
 
     # what LazyAttention asks of every kept layer (a hybrid's recurrent layers keep other things: core.mamba2's
-    # KeptMamba, core.deltanet's KeptDeltaNet have the same heads / n / m / tensors() and computes its views itself, `tile` and `pooled`)
+    # KeptMamba and core.deltanet's KeptDeltaNet have the same heads / n / m / tensors() and compute their views
+    # themselves, `tile` and `pooled`)
     @property
     def heads(self) -> int:
         return int(self.q.shape[1])
@@ -235,3 +236,11 @@ def kept_bytes(n: int, m: int, layers: int, heads: int, kv_heads: int, head_dim:
     """What a lazy run of n queries and m keys keeps: per layer q (H·n·d), k (H_kv·m·d) in the model's dtype
     (elem bytes) and lse (H·n float32)."""
     return layers * (heads * n * head_dim * elem + kv_heads * m * head_dim * elem + heads * n * 4)
+
+
+def module_kept_bytes(module, n: int, layers: int, heads: int, kv_heads: int, head_dim: int, elem: int) -> int:
+    """What a lazy run of n tokens keeps of `module`: kept_bytes per softmax layer; a recurrent mixer with its own
+    `kept_bytes(n)` (core.deltanet's Gated DeltaNet: q, k, g, β in float32) says its own."""
+    blocks = getattr(getattr(module, "blocks", None), "layers", None) or []
+    own = [b.attn.kept_bytes(n) for b in blocks if hasattr(getattr(b, "attn", None), "kept_bytes")]
+    return sum(own) + kept_bytes(n, n, layers - len(own), heads, kv_heads, head_dim, elem)

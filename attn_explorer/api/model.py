@@ -15,7 +15,7 @@ from attn_explorer.hub.images import ImagePreprocess, open_image
 from attn_explorer.api import prefix, routing, sinks
 from attn_explorer.api.hooks import (ActivationCache, Trace, ablation_hooks, caching_hook, check_names, merge,
                                      model_hook_names, select_names)
-from attn_explorer.api.lazy import LazyAttention, kept_bytes
+from attn_explorer.api.lazy import LazyAttention, module_kept_bytes
 from attn_explorer.api.result import ModelInfo, NotKept, RunResult
 from attn_explorer.core.hooks import HookError, Hooks
 from attn_explorer.hub.text import TextTokenizer
@@ -257,9 +257,8 @@ class Model:
                                 "encoder-decoders (BART): use fewer tokens")
             self._check_memory(prep)
             return False
-        # Granite 4 hybrid / Falcon-H1: Mamba-2 layers keep B, C, dt and A in a lazy run (core.mamba2.KeptMamba)
-        # Qwen3.5 / Qwen3-Next: Gated DeltaNet layers keep q, k, g and β (core.deltanet.KeptDeltaNet)
-        if any(k not in ("softmax", "mamba2", "deltanet") for k in self.info.mixers):  # hybrids (core.recurrent): no lazy store
+        # lazy hybrids: Mamba-2 layers keep B, C, dt, A (core.mamba2), Gated DeltaNet q, k, g, β (core.deltanet)
+        if any(k not in ("softmax", "mamba2", "deltanet") for k in self.info.mixers):  # a kind with no lazy store
             if lazy:
                 raise UserError(f"{self.info.family}: lazy attention is not supported yet for its recurrent layers "
                                 "(their maps are computed whole); pass lazy=False or use fewer tokens")
@@ -274,7 +273,8 @@ class Model:
         if lazy is False or (lazy is None and dense + 2 * kv_one <= min(budget, DENSE_MAX_BYTES)):
             self._check_memory(prep, 2 * kv_one)
             return False
-        need = kept_bytes(n, n, i.num_layers, H, H_kv, d, self.dtype.itemsize) + (n * i.hidden_size * 4 if hidden else 0)
+        need = module_kept_bytes(self.module, n, i.num_layers, H, H_kv, d, self.dtype.itemsize) + (
+            n * i.hidden_size * 4 if hidden else 0)
         if need + kv_one > budget:
             cache = f" and {human_bytes(kv_one)} of values for the KV cache a reused prefix keeps" if kv_one else ""
             raise UserError(f"{n:,} tokens would keep {human_bytes(need)} of queries and keys{cache} for "

@@ -319,6 +319,10 @@ class GatedDeltaNet(RecurrentMixer):
         self.norm = GatedRMSNorm(c.head_v_dim, c.eps)
         self.out_proj = Linear(self.value_dim, dim, bias=False)
 
+    def kept_bytes(self, n: int) -> int:
+        """What a lazy run of n tokens keeps of this layer (KeptDeltaNet: q, k per key head, g, β; float32)."""
+        return 4 * n * (2 * self.c.num_k_heads * self.c.head_k_dim + 2 * self.c.num_v_heads)
+
     @property
     def out(self) -> nn.Linear:
         """out_proj under the name a softmax layer's W_O has (the analyses split it by head: hook_z is its input)."""

@@ -142,6 +142,9 @@ def test_a_long_lazy_run_keeps_a_sliver_of_the_maps(tmp_path):
     r = m.run(" ".join([TEXT] * 48), lazy=True)
     n = len(r.tokens)
     assert n > 1400 and r.lazy.bytes_kept < 0.01 * r.lazy.dense_bytes, (n, r.lazy.bytes_kept, r.lazy.dense_bytes)
+    from attn_explorer.api.lazy import module_kept_bytes
+    need = module_kept_bytes(m.module, n, m.info.num_layers, *m._head_shape(), m.dtype.itemsize)
+    assert need == r.lazy.bytes_kept  # the memory guard counts what is really kept
     full = r.attention(2, 3)
     assert full.shape == (n, n) and np.abs(full).max() > 1e-2
     np.testing.assert_allclose(r.attention(2, 3, pool=64, reduce="mean"), pool2d(full, 64, 64, "mean"), atol=1e-6)
