@@ -127,7 +127,7 @@ def test_qwen2_5_vl_tower_matches_transformers():
 
 PAD, START, END = 300, 301, 302  # <|image_pad|>, <|vision_start|>, <|vision_end|> added to the 300-token tokenizer
 TEXT = dict(vocab_size=304, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=6,
-            num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0, rms_norm_eps=1e-6,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
 
 
@@ -206,3 +206,93 @@ def test_qwen2_5_vl_parity_with_transformers(qwen_folder):
         out = hf.generate(input_ids=ids, pixel_values=patches, image_grid_thw=thw, mm_token_type_ids=mm,
                           max_new_tokens=6, do_sample=False)
     assert g.ids == out[0, ids.shape[1]:].tolist()
+
+
+def test_qwen2_5_vl_hub_checkpoint_form(qwen_folder, tmp_path):
+    """The config.json Qwen2.5-VL-3B-Instruct ships (decoder fields at the top level, legacy rope_scaling
+    {"type": "mrope"} and rope_theta, torch_dtype, its vision_config keys) shrunk to the tiny sizes, with the
+    hub's weight names (visual.*, model.layers.*, lm_head): the same maps as the transformers-5 folder."""
+    from safetensors.torch import load_file, save_file
+
+    hf, folder = qwen_folder
+    real = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "attention_dropout": 0.0, "bos_token_id": 1,
+            "eos_token_id": 2, "vision_start_token_id": START, "vision_end_token_id": END, "vision_token_id": 303,
+            "image_token_id": PAD, "video_token_id": 303, "hidden_act": "silu", "hidden_size": 48,
+            "initializer_range": 0.02, "intermediate_size": 64, "max_position_embeddings": 256, "max_window_layers": 3,
+            "model_type": "qwen2_5_vl", "num_attention_heads": 6, "num_hidden_layers": 3, "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 256, "tie_word_embeddings": False,
+            "torch_dtype": "float32", "transformers_version": "4.41.2", "use_cache": True, "use_sliding_window": False,
+            "vision_config": {"depth": 4, "hidden_act": "silu", "hidden_size": 32, "intermediate_size": 40,
+                              "num_heads": 4, "in_chans": 3, "out_hidden_size": 48, "patch_size": 4,
+                              "spatial_merge_size": 2, "spatial_patch_size": 4, "window_size": 16,
+                              "fullatt_block_indexes": [1, 3], "tokens_per_second": 2, "temporal_patch_size": 2},
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]}, "vocab_size": 304}
+    (tmp_path / "config.json").write_text(json.dumps(real))
+    state = load_file(str(folder / "model.safetensors"))
+    renamed = {k.replace("model.visual.", "visual.").replace("model.language_model.", "model."): v
+               for k, v in state.items()}
+    assert any(k.startswith("visual.") for k in renamed) and any(k.startswith("model.layers.") for k in renamed)
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    for f in ("tokenizer.json", "preprocessor_config.json"):
+        (tmp_path / f).write_text((folder / f).read_text())
+    img, prompt = picture(27, 37), "<image> a cat"
+    a = ax.load_model(str(tmp_path), device="cpu").run(img, text=prompt, hidden=True)
+    b = ax.load_model(str(folder), device="cpu").run(img, text=prompt, hidden=True)
+    assert np.abs(a.attentions - b.attentions).max() == 0 and np.abs(a.hidden - b.hidden).max() == 0
+    assert np.abs(a.vision_attentions - b.vision_attentions).max() == 0
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("rope_scaling", {"type": "mrope", "mrope_section": [2, 2, 2]}, "mrope_section must be whole numbers summing"),
+    ("rope_scaling", {"type": "yarn", "factor": 2.0}, "rope type 'yarn' is not supported with M-RoPE"),
+    ("vision_config", {"hidden_size": 36, "num_heads": 4, "out_hidden_size": 48}, "divisible by 4"),
+    ("vision_config", {"out_hidden_size": 40}, "out_hidden_size 40 differs"),
+])
+def test_qwen2_5_vl_refuses_bad_fields(qwen_folder, tmp_path, field, value, words):
+    from attn_explorer.errors import UserError
+
+    _, folder = qwen_folder
+    cfg = json.loads((folder / "config.json").read_text())
+    if field == "vision_config":
+        cfg["vision_config"] = {**cfg["vision_config"], **value}
+    else:
+        cfg["text_config"].pop("rope_parameters", None)
+        cfg["text_config"][field] = value
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    for f in ("tokenizer.json", "preprocessor_config.json"):
+        (tmp_path / f).write_text((folder / f).read_text())
+    (tmp_path / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(UserError, match=words):
+        ax.load_model(str(tmp_path), device="cpu")
+
+
+def test_qwen2_5_vl_lazy_hooks_and_ablation(qwen_folder):
+    """Part C: lazy maps equal the dense ones and serve image_overlay; hooks reach the decoder's blocks
+    (run_with_cache); ablation switches a head off; the trace-based analyses refuse in one line."""
+    from attn_explorer.api.vlm import image_overlay
+    from attn_explorer.errors import UserError
+
+    _, folder = qwen_folder
+    m = ax.load_model(str(folder), device="cpu")
+    img, prompt = picture(27, 37), "<image> a cat sat"
+    dense = m.run(img, text=prompt)
+    lazy = m.run(img, text=prompt, lazy=True)
+    n = dense.num_tokens
+    diff = max(np.abs(lazy.attention(i, h, rows=(0, n)) - dense.attentions[i, h]).max()
+               for i in range(3) for h in range(6))
+    assert diff < 1e-6, diff
+    ov = image_overlay(lazy, -1)
+    assert ov.views.shape == (1, 6, 10)  # 3 × 5 image tokens, each a 2 × 2 square of patches
+    assert np.allclose(ov.views[0, ::2, ::2].sum(), dense.attentions[:, :, -1][..., dense.image_token_positions[:, 0]]
+                       .mean((0, 1)).sum(), atol=1e-6)
+    names = m.hook_names()
+    assert "blocks.0.attn.hook_pattern" in names
+    r, cache = m.run_with_cache(img, text=prompt, names=["blocks.1.attn.hook_pattern"])
+    assert np.allclose(np.asarray(cache["blocks.1.attn.hook_pattern"])[0], dense.attentions[1], atol=1e-6)
+    ablated = m.run(img, text=prompt, ablate={(0, 1): "zero"}, hidden=True)
+    plain = m.run(img, text=prompt, hidden=True)
+    assert np.abs(ablated.hidden - plain.hidden).max() > 1e-4
+    with pytest.raises(UserError, match="qwen2_5_vl: this analysis"):
+        m.trace(None)
+    with pytest.raises(UserError, match="reuse_prefix is not supported yet"):
+        m.run(img, text=prompt, reuse_prefix=True)
