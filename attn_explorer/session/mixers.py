@@ -214,3 +214,13 @@ def signed_without_specials(a: np.ndarray, special) -> np.ndarray:
     a = np.asarray(a)
     keep = kept_tokens(special, a.shape[-1])
     return a if len(keep) == a.shape[-1] else a[..., keep, :][..., keep]
+
+
+def head_note(info, layer: int, head: int) -> str:
+    """The head page's header line on a hybrid's head (HTML): absent, or what its signed map means; "" else."""
+    if not head_exists(info, layer, head):
+        return f"<br><b>Head {head} does not exist in layer {layer}</b>: {ABSENT}; drawn blank."
+    if is_recurrent(info, layer):
+        return (f"<br>{mixer_label(info, layer)}: row t holds the weights A[t, s] with output t = Σ_s A[t, s]·v_s "
+                "— signed, rows need not sum to 1 (blue &lt; 0 &lt; red).")
+    return ""

@@ -297,3 +297,21 @@ def test_a_lazy_hybrid_run_colours_the_overviews_cells(make_window, qtbot, qwen_
     assert (gv.mixers.rgba[3 * c:, :, 3] == 0).all()  # the softmax layer shows through
     assert (gv.mixers.rgba[:c, 4 * c:] == mx.ABSENT_RGBA).all()  # layer 0's heads 4, 5 do not exist: grey
     assert np.isnan(cells[0, 4]).all()  # the overview left them blank (it asked the run for no such head)
+
+
+def test_a_lazy_runs_padded_head_is_blank_on_the_head_page(make_window, qtbot, qwen_folder):
+    w = make_window(model=qwen_folder, text=TEXT, view="head")
+    st, hv = w.state, w.head_view
+    errors = []
+    st.error_raised.connect(lambda *a: errors.append(a))
+    lazy = st._model.run(TEXT, lazy=True)
+    st.result = lazy
+    st.attention_ready.emit(lazy)
+    st.select(0, 5)
+    qtbot.waitUntil(lambda: hv._head is not None and hv._head[1:] == (0, 5) and hv.long, timeout=30000)
+    qtbot.wait(500)
+    assert not errors and "no such head" in hv.scale_label.text() and "does not exist" in hv.title.text()
+    assert "no such head" in hv.strip.readout.text() and hv.long_map.head is None
+    st.select(1, 2)  # a real DeltaNet head of the same lazy run: drawn signed
+    qtbot.waitUntil(lambda: "implicit attention (Gated DeltaNet)" in hv.colorbar.axis.labelText, timeout=30000)
+    assert not errors

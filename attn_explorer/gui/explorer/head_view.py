@@ -211,6 +211,14 @@ class HeadView(LazyPage, QWidget):
         """A long input: ask for the whole map pooled to the screen and for the visible window."""
         self.matrix = None
         self.shown_rows = np.arange(len(m.rows))
+        if m.stack == "encoder" and not mx.head_exists(self.state.info, l, h):  # a padded head: nothing to ask for
+            self.long_map.forget()
+            for item in (self.image, self.base_image):
+                item.clear()
+            self._head = (result_tag(r), l, h)
+            self._set_axes(list(m.rows), list(m.cols))
+            self.scale_label.setText(f"<b>{mx.ABSENT}</b>: drawn blank.")
+            return
         sinks = getattr(r, "sinks", None)
         self.sink.set(sinks[l, h] if sinks is not None and m.stack == "encoder" else None)
         new_tokens = self._set_axes(list(m.rows), list(m.cols))
@@ -293,6 +301,8 @@ class HeadView(LazyPage, QWidget):
         _, l, h = self._head
         q = st.query
         m = st.maps(r)
+        if m.stack == "encoder" and not mx.head_exists(st.info, l, h):
+            return self.strip.clear(f"{mx.ABSENT}.")
         if self.matrix is not None:
             at = np.flatnonzero(self.shown_rows == q)
             if not at.size:
@@ -378,11 +388,7 @@ class HeadView(LazyPage, QWidget):
         q = int(np.flatnonzero(self.shown_rows == st.query)[0]) if (self.shown_rows == st.query).any() else None
         sink = sink_text(self.sink.values, q, self.tokens[q] if q is not None and q < len(self.tokens) else "")
         sink = f"<br>Sink (left column): {html.escape(sink)}." if sink else ""
-        if m.stack == "encoder" and not mx.head_exists(info, l, h):
-            sink += f"<br><b>Head {h} does not exist in layer {l}</b>: {mx.ABSENT}; drawn blank."
-        elif m.stack == "encoder" and mx.is_recurrent(info, l):
-            sink += (f"<br>{html.escape(mx.mixer_label(info, l))}: row t holds the weights A[t, s] with output t = "
-                     "Σ_s A[t, s]·v_s — signed, rows need not sum to 1 (blue &lt; 0 &lt; red).")
+        sink += mx.head_note(info, l, h) if m.stack == "encoder" else ""  # a hybrid's signed or absent head
         self.title.setText(f"{html.escape(what)}<b>Layer {l}{kind}, head {h}</b> — {count}, "
                            f"dk scale {r.dk_scale:.2f}×{causal}{tag}{sink}")
 
