@@ -26,8 +26,8 @@ from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.layers import activation
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.output import ModelOutput
-from attn_explorer.core.qwen_vision import (QwenVisionConfig, QwenVisionTower, mrope_positions,
-                                             mrope_tables)
+from attn_explorer.core.qwen_vision import (QwenVisionConfig, QwenVisionTower, mrope_positions, mrope_tables,
+                                             patch_positions)
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
 
 
@@ -147,8 +147,12 @@ class VisionLanguage(nn.Module):
         if cfg.kind == "qwen2_5_vl":  # pixels: (patches, grid (t, h, w)); the maps (1, L_v, H_v, P, P)
             patches, grid = pixels
             out = self.vision(patches, grid, dk_scale=dk_scale, output_attentions=output_attentions)
-            maps = None if out.attentions is None else out.attentions[None]
-            return out.hidden[None], maps, out.grid
+            maps = None
+            if out.attentions is not None:  # the processor's merge-block-major order -> patches row by row
+                pos = patch_positions(grid, cfg.vision.merge).to(patches.device)
+                order = torch.argsort(pos[:, 0] * grid[2] + pos[:, 1])
+                maps = out.attentions[:, :, order][..., order][None]
+            return out.hidden[None], maps, (grid[1], grid[2])
         depth = cfg.feature_depth
         got: dict = {}
 
@@ -197,7 +201,7 @@ class VisionLanguage(nn.Module):
             q = torch.arange(past, past + N, device=x.device)[:, None]
             k = torch.arange(past + N, device=x.device)[None, :]
             attend = ((k <= q) | ((k < prefix_len) & (q < prefix_len)))[None, None]
-        rope = self.mrope(input_ids, grid, cache) if cfg.kind == "qwen2_5_vl" else None
+        rope = self.mrope(input_ids, grid, cache) if cfg.kind == "qwen2_5_vl" else None  # grid: the patch grid
         out = self.language(input_ids, attention_mask, dk_scale=dk_scale, dk_layers=dk_layers,
                             output_attentions=output_attentions, hooks=hooks, cache=cache, embeds=x, attend=attend,
                             rope=rope)
@@ -213,7 +217,8 @@ class VisionLanguage(nn.Module):
         N = input_ids.shape[1]
         past = 0 if cache is None else cache.length
         if past == 0:
-            pos, delta = mrope_positions(input_ids[0].tolist(), cfg.image_token_id, [grid] if grid else [])
+            merged = [(grid[0] // cfg.vision.merge, grid[1] // cfg.vision.merge)] if grid else []
+            pos, delta = mrope_positions(input_ids[0].tolist(), cfg.image_token_id, merged)
             if cache is not None:
                 cache.mrope_delta = delta
         else:

@@ -16,7 +16,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
-from attn_explorer.core.qwen_vision import QWEN_VISION_RULES, QwenVisionConfig, QwenVisionTower  # noqa: E402
+from attn_explorer.core.qwen_vision import (QWEN_VISION_RULES, QwenVisionConfig, QwenVisionTower,  # noqa: E402
+                                            patch_positions)
 
 TOL = 1e-5
 # patch 4, merge 2, window 16 px = 2 image tokens a side: a 40 × 24 px picture is 10 × 6 patches, 5 × 3 image
@@ -191,6 +192,12 @@ def test_qwen2_5_vl_parity_with_transformers(qwen_folder):
         ref = hf.model(input_ids=ids, pixel_values=patches, image_grid_thw=thw, mm_token_type_ids=mm,
                        output_attentions=True)
     _, tower_maps = hf_tower_maps(hf.model.visual, patches, thw)
+    # r.vision_attentions lists the patches row by row (r.grid: the patch grid), transformers' maps (put back in
+    # the processor's merge-block-major order above) are permuted to match
+    pos = patch_positions(tuple(grid), 2)
+    order = torch.argsort(pos[:, 0] * 10 + pos[:, 1])
+    tower_maps = tower_maps[:, :, order][..., order]
+    assert r.grid == (6, 10)
     dec = max(np.abs(r.attentions[i] - a[0].numpy()).max() for i, a in enumerate(ref.attentions))
     vis = np.abs(r.vision_attentions[0] - tower_maps.numpy()).max()
     hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
