@@ -15,7 +15,8 @@ transformers = pytest.importorskip("transformers")
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.core.mla import LatentKeys  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
-from tests.hub.test_parity_rotary_families import N, TOL, VOCAB, max_differences  # noqa: E402
+from tests.hub.test_parity_rotary_families import (N, TOL, VOCAB, check_parity,  # noqa: E402
+                                                   greedy_steps, max_differences)
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 COMMON = dict(vocab_size=VOCAB, hidden_size=48, intermediate_size=64, moe_intermediate_size=24, num_hidden_layers=3,
@@ -80,27 +81,15 @@ def test_parity_with_transformers(built, name):
     assert attn.rope_layout == ("pairs_in" if hf.config.rope_interleave else "half")
     moe = m.module.cfg.moe_layers
     assert moe == ([False, True, True] if "moe" in name else None)
-    att, hidden, ours = max_differences(hf, m, _ids())
-    print(f"deepseek_v3 {name}: maps {att:.2e} hidden {hidden:.2e}")
-    assert att <= TOL and hidden <= TOL, (name, att, hidden)
-    with torch.no_grad():
-        ref = hf(input_ids=_ids()).logits
-    with torch.inference_mode():
-        logits = m.module.logits(ours.hidden)
-    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4, msg=name)
+    check_parity(hf, m, name, _ids(), label=f"deepseek_v3 {name}")
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_greedy_generation_equals_transformers(built, name):
     hf, folder = built(name)
-    m = ax.load_model(str(folder), device="cpu")
-    g = m.generate("The capital of France is Paris. The capital of Italy", max_new_tokens=20)
-    ids = [s.token_id for s in list(g)]
+    _, steps = greedy_steps(hf, ax.load_model(str(folder), device="cpu"), max_new_tokens=20)
+    ids = [s.token_id for s in steps]
     assert len(ids) == 20 or ids[-1] in (1, 2)  # 20 tokens, or fewer ending with a stop token
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=20, do_sample=False, eos_token_id=None,
-                          pad_token_id=0)
-    assert ids == out[0, len(g.prompt_ids):len(g.prompt_ids) + len(ids)].tolist()
 
 
 def test_yarn_scale_and_interleave_matter(built):

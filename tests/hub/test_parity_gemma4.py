@@ -18,7 +18,8 @@ import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
 from attn_explorer.core import linear  # noqa: E402
 from tests.hub.test_parity import linear_path  # noqa: E402,F401
-from tests.hub.test_parity_rotary_families import N, TOL, VOCAB, folders, max_differences  # noqa: E402
+from tests.hub.test_parity_rotary_families import (N, TOL, VOCAB, check_parity,  # noqa: E402
+                                                   folders, greedy_steps, max_differences)
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 WINDOW = 5  # < N: the local layers' rows are cut
@@ -98,14 +99,7 @@ def test_parity_with_transformers(built, name, linear_path):
     own = "rope_parameters" in CASES[name]  # else transformers' default: 1e6 global, 1e4 local
     assert cfg.rope_scaling.kind == "proportional" and cfg.rope_scaling.proportion == (0.5 if own else 0.25)
     assert (cfg.rope_theta, cfg.rope_local_theta) == ((5000.0, 100.0) if own else (1e6, 1e4))
-    att, hidden, ours = max_differences(hf, m, _ids())
-    print(f"gemma4 {name} ({linear_path}): maps {att:.2e} hidden {hidden:.2e}")
-    assert att <= tol and hidden <= tol, (name, att, hidden)
-    with torch.no_grad():
-        ref = hf(input_ids=_ids()).logits
-    with torch.inference_mode():
-        logits = m.module.logits(ours.hidden)
-    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4, msg=name)
+    ours = check_parity(hf, m, name, _ids(), tol=tol, label=f"gemma4 {name} ({linear_path})")
     for layer, w in enumerate(cfg.sliding_windows):  # exactly zero outside each local query's window
         if w:
             i, j = torch.meshgrid(torch.arange(N), torch.arange(N), indexing="ij")
@@ -116,13 +110,8 @@ def test_parity_with_transformers(built, name, linear_path):
 def test_greedy_generation_equals_transformers(built, name):
     """20 tokens through our KV cache (shared slots on the KV-sharing layers; windows shorter than the text)."""
     hf, folder = built(name)
-    m = ax.load_model(str(folder), device="cpu")
-    g = m.generate("The capital of France is Paris. The capital of Italy", max_new_tokens=20)
-    steps = list(g)
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
-    assert len(steps) == 20 and [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist()
+    _, steps = greedy_steps(hf, ax.load_model(str(folder), device="cpu"), max_new_tokens=20)
+    assert len(steps) == 20
 
 
 @pytest.mark.parametrize("what", ["local rope", "shared kv", "layer scalar"])

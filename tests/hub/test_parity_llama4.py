@@ -19,7 +19,8 @@ from attn_explorer.analysis import interventions, lens, relevance, why  # noqa: 
 from attn_explorer.api import prefix  # noqa: E402
 from attn_explorer.core import lazy as core_lazy  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
-from tests.hub.test_parity_rotary_families import COMMON, N, TOL, VOCAB, max_differences  # noqa: E402
+from tests.hub.test_parity_rotary_families import (COMMON, N, TOL, VOCAB,  # noqa: E402
+                                                   check_parity, greedy_steps, max_differences)
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 COMMON4 = {**COMMON, "num_hidden_layers": 4, "head_dim": 8, "intermediate_size_mlp": 40}
@@ -96,14 +97,7 @@ def test_parity_with_transformers(built, name):
     assert list(m.info.layer_kinds) == KINDS[name]
     cfg = m.module.cfg
     assert cfg.moe_layers == (None if name == "dense" else [i in hf.config.moe_layers for i in range(4)])
-    att, hidden, ours = max_differences(hf, m, _ids())
-    print(f"llama4 {name}: maps {att:.2e} hidden {hidden:.2e}")
-    assert att <= TOL and hidden <= TOL, (name, att, hidden)
-    with torch.no_grad():
-        ref = hf(input_ids=_ids()).logits
-    with torch.inference_mode():
-        logits = m.module.logits(ours.hidden)
-    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4, msg=name)
+    ours = check_parity(hf, m, name, _ids(), label=f"llama4 {name}")
     chunk = cfg.attention_chunk  # exactly zero outside each query's chunk on the chunked layers
     i, j = torch.meshgrid(torch.arange(N), torch.arange(N), indexing="ij")
     shut = (j > i) | (j // chunk != i // chunk)
@@ -137,13 +131,8 @@ def test_both_rope_config_forms(built, legacy):
 def test_greedy_generation_equals_transformers(built, name):
     """20 tokens through our KV cache, crossing chunk boundaries, with the NoPE layers' tuning past the cache."""
     hf, folder, m = built(name)
-    g = m.generate(PROMPT, max_new_tokens=20)
-    steps = list(g)
+    g, steps = greedy_steps(hf, m, max_new_tokens=20, prompt=PROMPT)
     assert len(g.prompt_ids) > m.module.cfg.attention_chunk and len(steps) == 20
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
-    assert [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist()
 
 
 @pytest.mark.parametrize("switch", ["chunks", "qk norm", "temperature", "pairs"])

@@ -10,7 +10,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
-from tests.hub.test_parity_rotary_families import COMMON, N, TOL, VOCAB, folders, make_folder  # noqa: E402
+from tests.hub.test_parity_rotary_families import (COMMON, N, TOL, VOCAB,  # noqa: E402
+                                                   folders, greedy_steps, make_folder)
 
 MAMBA = dict(mamba_n_heads=4, mamba_d_head=24, mamba_d_state=8, mamba_d_conv=4, mamba_chunk_size=8)
 GRANITE = ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM")
@@ -77,13 +78,7 @@ def test_hybrid_parity_with_transformers(built, name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_greedy_generation_equals_transformers(built, name):
     hf, folder = built(name)
-    m = ax.load_model(str(folder), device="cpu")
-    g = m.generate("The capital of France is Paris. The capital of Italy", max_new_tokens=20)
-    steps = list(g)
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([g.prompt_ids]), max_new_tokens=len(steps), do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
-    assert [s.token_id for s in steps] == out[0, len(g.prompt_ids):].tolist()
+    greedy_steps(hf, ax.load_model(str(folder), device="cpu"), max_new_tokens=20)
 
 
 @pytest.mark.parametrize("name", list(CASES))
