@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attn_explorer.core.cell_pool import CellPool
 from attn_explorer.core.layers import activation
 from attn_explorer.core.linear import Linear
 from attn_explorer.core.recurrent import RecurrentMixer, RecurrentState
@@ -183,6 +184,26 @@ def implicit_tile(dt, A, B, C, rows: slice, cols: slice) -> torch.Tensor:
     decay = torch.exp(decay.masked_fill(~causal, float("-inf"))).float()
     scores = torch.einsum("bthn,bshn->bhts", _per_head(C[:, r].float(), H), _per_head(B[:, c].float(), H))
     return scores * decay * dt[:, c].float().transpose(1, 2)[:, :, None, :]
+
+
+def band_tile(cum, dt, B, C, a: int, b: int, cols: slice) -> torch.Tensor:
+    """One head's A[a:b, cols] (float32) from its running decay sum cum (N,) float64, dt (N,), B, C (N, S). The
+    columns before a: the decay exp(cum_t - cum_s) split at a, exp(cum_t - cum_a) · exp(cum_a - cum_s) (each ≤ 1
+    for a decaying head, so nothing overflows; a factor underflows only where the product does), folded into C's
+    rows and B's rows, one product; the columns from a on: the differences, masked causal."""
+    out = torch.zeros(b - a, cols.stop - cols.start, dtype=torch.float32, device=dt.device)
+    p1 = min(cols.stop, a)
+    if p1 > cols.start:
+        u = torch.exp(cum[a:b] - cum[a]).float()
+        v = (torch.exp(cum[a] - cum[cols.start:p1]) * dt[cols.start:p1].double()).float()
+        out[:, :p1 - cols.start] = (C[a:b].float() * u[:, None]) @ (B[cols.start:p1].float() * v[:, None]).T
+    d0, d1 = max(cols.start, a), min(cols.stop, b)
+    if d1 > d0:
+        r, c = torch.arange(a, b, device=dt.device), torch.arange(d0, d1, device=dt.device)
+        decay = (cum[a:b, None] - cum[None, d0:d1]).masked_fill(c[None, :] > r[:, None], float("-inf"))
+        out[:, d0 - cols.start:d1 - cols.start] = (C[a:b].float() @ B[d0:d1].float().T) * torch.exp(
+            decay).float() * dt[d0:d1].float()[None, :]
+    return out
 
 
 class GatedRMSNorm(nn.Module):
@@ -380,26 +401,19 @@ class KeptMamba:
                              rows, cols)[0, 0]
 
     def pooled(self, head: int, row_edges, col_edges, reduce: str, rows: slice, cols: slice, check=None,
-               block: int = 1 << 20) -> torch.Tensor:
+               block: int = 1 << 22) -> torch.Tensor:
         """(len(row_edges) - 1, len(col_edges) - 1) cells over A[rows, cols], each the mean or the signed entry of
-        largest magnitude ("max") of its block; computed a band of rows at a time (about `block` entries)."""
-        r_cells, c_cells = len(row_edges) - 1, len(col_edges) - 1
-        out = torch.empty(r_cells, c_cells)
-        width = cols.stop - cols.start
-        ce = torch.as_tensor(col_edges)
-        for i in range(r_cells):
-            r0, r1 = rows.start + int(row_edges[i]), rows.start + int(row_edges[i + 1])
-            acc = []
-            for s in range(r0, r1, max(1, block // max(1, width))):
-                band = self.tile(head, slice(s, min(r1, s + max(1, block // max(1, width)))), cols)
-                acc.append(band.mean(0) * band.shape[0] if reduce == "mean" else band.gather(
-                    0, band.abs().argmax(0, keepdim=True))[0])
-                if check is not None:
-                    check()
-            stack = torch.stack(acc)
-            col = stack.sum(0) / (r1 - r0) if reduce == "mean" else stack.gather(
-                0, stack.abs().argmax(0, keepdim=True))[0]
-            for j in range(c_cells):
-                seg = col[int(ce[j]):int(ce[j + 1])]
-                out[i, j] = seg.mean() if reduce == "mean" else seg[seg.abs().argmax()]
-        return out
+        largest magnitude ("max") of its block; computed a band of rows at a time (about `block` entries), each
+        band only over the columns its rows can see (core.cell_pool)."""
+        g = head // (self.heads // self.B.shape[2])
+        pool = CellPool(row_edges, col_edges, reduce, rows, cols, self.dt.device)
+        step = max(1, block // max(1, cols.stop - cols.start))
+        cum = (self.dt[0, :, head].double() * self.A[head].double()).cumsum(0)
+        for a in range(rows.start, rows.stop, step):
+            b = min(rows.stop, a + step)
+            width = pool.visible(b)
+            pool.add(a, b, band_tile(cum, self.dt[0, :, head], self.B[0, :, g], self.C[0, :, g], a, b,
+                                     slice(cols.start, cols.start + width)))
+            if check is not None:
+                check()
+        return pool.result()
