@@ -6,26 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-import attn_explorer as ax
 from attn_explorer.analysis import lens, why
 from attn_explorer.errors import UserError
 from tests.hub.test_parity_2026_decoders import make_folder
+from tests.hub.test_parity_rotary_families import loaded
 
 TEXT = "the cat sat on the mat and the dog"
 
 
 @pytest.fixture(scope="module")
 def load(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            folder = tmp_path_factory.mktemp(name)
-            make_folder(folder, name)
-            cache[name] = ax.load_model(str(folder), device="cpu")
-        return cache[name]
-
-    return get
+    return loaded(tmp_path_factory, make_folder)
 
 
 @pytest.mark.parametrize("name", ["smollm3", "olmo2", "olmo3"])

@@ -10,10 +10,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-import attn_explorer as ax  # noqa: E402
 from attn_explorer.analysis import interventions, lens, relevance, why  # noqa: E402
 from attn_explorer.api import prefix  # noqa: E402
 from tests.hub.test_parity_glm_cohere import make_folder  # noqa: E402
+from tests.hub.test_parity_rotary_families import loaded  # noqa: E402
 
 TOL = 1e-5
 TEXT = "The capital of France is Paris. Attention lets every token look at the tokens before it"
@@ -22,16 +22,7 @@ FAMILIES = ["glm4", "cohere2", "cohere", "cohere-qknorm"]
 
 @pytest.fixture(scope="module")
 def load(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            folder = tmp_path_factory.mktemp(name)
-            make_folder(folder, name)
-            cache[name] = ax.load_model(str(folder), device="cpu")
-        return cache[name]
-
-    return get
+    return loaded(tmp_path_factory, make_folder)
 
 
 @pytest.fixture(autouse=True)
