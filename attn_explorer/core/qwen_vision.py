@@ -127,6 +127,18 @@ def patch_positions(grid: tuple[int, int, int], merge: int) -> torch.Tensor:
     return torch.stack([rows, cols], -1).repeat(t, 1)
 
 
+def vision_rope(cfg, grid, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tower's 2-D RoPE (cos, sin), each (P, d_k): the first half of the frequencies turned by the patch's row,
+    the second by its column (each over d_k / 4 frequencies of base rope_theta), repeated for rotate_half."""
+    half = cfg.head_dim // 2
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, 2, dtype=torch.float, device=device) / half))
+    pos = patch_positions(grid, cfg.merge).to(device)
+    freqs = pos[..., None].float() * inv_freq  # (P, 2, d_k / 4)
+    freqs = torch.cat([freqs[:, 0], freqs[:, 1]], -1)
+    freqs = torch.cat([freqs, freqs], -1)
+    return freqs.cos(), freqs.sin()
+
+
 class QwenVisionTower(nn.Module):
     def __init__(self, cfg: QwenVisionConfig):
         super().__init__()
@@ -138,15 +150,8 @@ class QwenVisionTower(nn.Module):
         self.ln_q = RMSNorm(cfg.dim, 1e-6)
         self.merger_fc1, self.merger_fc2 = nn.Linear(W, W), nn.Linear(W, cfg.out_dim)
 
-    def rope(self, grid, device, dtype=torch.float32):
-        cfg = self.cfg
-        half = cfg.head_dim // 2
-        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, 2, dtype=torch.float, device=device) / half))
-        pos = patch_positions(grid, cfg.merge).to(device)
-        freqs = pos[..., None].float() * inv_freq  # (P, 2, d_k / 4)
-        freqs = torch.cat([freqs[:, 0], freqs[:, 1]], -1)
-        freqs = torch.cat([freqs, freqs], -1)
-        return freqs.cos(), freqs.sin()
+    def rope(self, grid, device):
+        return vision_rope(self.cfg, grid, device)
 
     def windows(self, grid, device) -> torch.Tensor:
         """(P,) long: each patch's window, numbered per frame."""
