@@ -16,6 +16,15 @@ from attn_explorer.errors import UserError
 ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu",
         "quick_gelu": "quick_gelu"}
 B = r"blocks.layers.\1."  # our block's name, with the HF layer number as group 1
+# ---- the rename rules the Llama-style readers share (decoders, gemma, gpt_oss, llama4, olmo, glm_cohere, mamba)
+L = r"layers\.(\d+)\."  # a Llama-style checkpoint's layer prefix, the HF layer number as group 1
+QKV_RULES = [(L + rf"self_attn\.{hf}_proj\.(weight|bias)", B + rf"attn.{ours}.\2")
+             for hf, ours in (("q", "query"), ("k", "key"), ("v", "value"))]
+ATTENTION_RULES = QKV_RULES + [(L + r"self_attn\.o_proj\.(weight|bias)", B + r"attn.out.\2")]
+EMBED_RULE = (r"embed_tokens\.weight", "embed_tokens.weight")
+NORM1_RULE = (L + r"input_layernorm\.weight", B + r"norm1.weight")
+HEAD_RULE = (r"lm_head\.weight", "lm_head.weight")  # untied only (see `decoder_head`)
+FINAL_RULES = [(r"norm\.weight", "norm.weight"), HEAD_RULE]
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,8 @@ class Architecture:
 
 # model_type -> its row; each module of hub/families appends its own (see families/__init__.py)
 ARCHITECTURES: dict[str, Architecture] = {}
+# model_type -> the one line a family known but not read yet is refused with (Qwen3-VL: what is missing)
+NOT_YET: dict[str, str] = {}
 
 
 def json_kind(v: Any) -> str:

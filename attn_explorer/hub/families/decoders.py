@@ -9,8 +9,9 @@ import math
 from attn_explorer.core.gpt2 import GPT2, GPT2Config
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, act, layer_types,
-                                               layer_windows, norm_eps, rope, rope_positions, width, window)
+from attn_explorer.hub.families.common import (ARCHITECTURES, ATTENTION_RULES, B as _B, EMBED_RULE, FINAL_RULES,
+                                               NORM1_RULE, Architecture, act, layer_types, layer_windows, norm_eps,
+                                               rope, rope_positions, width, window)
 
 # ---- GPT-2: causal, pre-LN, fused QKV in Conv1D (in, out) layout -------------------------------
 
@@ -214,16 +215,12 @@ def _granite_config(cfg: dict) -> LlamaConfig:
 
 _LL = r"layers\.(\d+)\."
 LLAMA_RULES = [
-    (r"embed_tokens\.weight", "embed_tokens.weight"),
-    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
-    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
-    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    EMBED_RULE,
+    NORM1_RULE,
+    *ATTENTION_RULES,
     (_LL + r"post_attention_layernorm\.weight", _B + r"norm2.weight"),
     (_LL + r"mlp\.(gate|up|down)_proj\.(weight|bias)", _B + r"mlp.\2.\3"),
-    (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+    *FINAL_RULES,
 ]
 
 ROPE_BUFFERS = (r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", r"rotary_emb\.inv_freq")

@@ -6,8 +6,9 @@ from __future__ import annotations
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.positional import RopeScaling
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, act, layer_types,
-                                               layer_windows, norm_eps, rope, rope_entry, rope_positions, window)
+from attn_explorer.hub.families.common import (ARCHITECTURES, ATTENTION_RULES, B as _B, EMBED_RULE, FINAL_RULES,
+                                               NORM1_RULE, Architecture, act, layer_types, layer_windows, norm_eps,
+                                               rope, rope_entry, rope_positions, window)
 
 _LL = r"layers\.(\d+)\."
 _GEMMA_DEFAULTS = {  # transformers' config defaults, where config.json may leave a field out
@@ -88,19 +89,15 @@ def _gemma_config(cfg: dict) -> LlamaConfig:
 
 
 GEMMA_RULES = [
-    (r"embed_tokens\.weight", "embed_tokens.weight"),
-    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
+    EMBED_RULE,
+    NORM1_RULE,
     (_LL + r"post_attention_layernorm\.weight", _B + r"post_attn_norm.weight"),  # not Llama's pre-MLP norm
     (_LL + r"pre_feedforward_layernorm\.weight", _B + r"norm2.weight"),
     (_LL + r"post_feedforward_layernorm\.weight", _B + r"post_mlp_norm.weight"),
-    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
-    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    *ATTENTION_RULES,
     (_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight"),  # Gemma 3
     (_LL + r"mlp\.(gate|up|down)_proj\.(weight|bias)", _B + r"mlp.\2.\3"),
-    (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+    *FINAL_RULES,
 ]
 for _mt in ("gemma2", "gemma3_text"):
     ARCHITECTURES[_mt] = Architecture(_mt, "text", Llama, _gemma_config, GEMMA_RULES, ("model.",))

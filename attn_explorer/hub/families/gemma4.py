@@ -6,8 +6,9 @@ from __future__ import annotations
 from attn_explorer.core.gemma4 import Gemma4, Gemma4Config
 from attn_explorer.core.moe import MoEConfig
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, act, json_kind, layer_types,
-                                               norm_eps, rope, rope_fields, rope_kind, window)
+from attn_explorer.hub.families.common import (ARCHITECTURES, ATTENTION_RULES, B as _B, EMBED_RULE, FINAL_RULES,
+                                               NORM1_RULE, Architecture, act, json_kind, layer_types, norm_eps, rope,
+                                               rope_fields, rope_kind, window)
 
 F = "gemma4_text"
 # config.json's names of our fields, for messages (convert.HF_NAMES["LlamaConfig"]; convert imports this module)
@@ -166,18 +167,15 @@ def _gemma4_config(cfg: dict) -> Gemma4Config:
 
 _LL = r"layers\.(\d+)\."
 GEMMA4_RULES = [
-    (r"embed_tokens\.weight", "embed_tokens.weight"),
+    EMBED_RULE,
     (r"embed_tokens_per_layer\.weight", "embed_per_layer.weight"),
     (r"per_layer_model_projection\.weight", "per_layer_projection.weight"),
     (r"per_layer_projection_norm\.weight", "per_layer_norm.weight"),
-    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
+    NORM1_RULE,
     (_LL + r"post_attention_layernorm\.weight", _B + r"post_attn_norm.weight"),
     (_LL + r"pre_feedforward_layernorm\.weight", _B + r"norm2.weight"),
     (_LL + r"post_feedforward_layernorm\.weight", _B + r"post_mlp_norm.weight"),
-    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
-    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    *ATTENTION_RULES,
     (_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight"),
     (_LL + r"mlp\.(gate|up|down)_proj\.weight", _B + r"mlp.\2.weight"),
     (_LL + r"per_layer_input_gate\.weight", _B + r"per_layer_gate.weight"),
@@ -191,8 +189,7 @@ GEMMA4_RULES = [
     (_LL + r"pre_feedforward_layernorm_2\.weight", _B + r"moe.norm_in.weight"),
     (_LL + r"post_feedforward_layernorm_2\.weight", _B + r"moe.norm_out.weight"),
     (_LL + r"post_feedforward_layernorm_1\.weight", _B + r"post_dense_norm.weight"),
-    (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+    *FINAL_RULES,
 ]
 ARCHITECTURES[F] = Architecture(F, "text", Gemma4, _gemma4_config, GEMMA4_RULES, ("model.",),
                                 names=_NAMES)

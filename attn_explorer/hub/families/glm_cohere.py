@@ -18,7 +18,8 @@ import math
 
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, layer_types, layer_windows,
+from attn_explorer.hub.families.common import (ARCHITECTURES, ATTENTION_RULES, B as _B, EMBED_RULE, FINAL_RULES,
+                                               NORM1_RULE, QKV_RULES, Architecture, layer_types, layer_windows,
                                                norm_eps, rope_entry, window)
 from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
@@ -40,19 +41,16 @@ def _glm4_config(cfg: dict) -> LlamaConfig:
 
 _LL = r"layers\.(\d+)\."
 GLM4_RULES = [
-    (r"embed_tokens\.weight", "embed_tokens.weight"),
-    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
-    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
+    EMBED_RULE,
+    NORM1_RULE,
+    *QKV_RULES,
     (_LL + r"self_attn\.o_proj\.weight", _B + r"attn.out.weight"),
     (_LL + r"post_self_attn_layernorm\.weight", _B + r"post_attn_norm.weight"),  # after the attention branch
     (_LL + r"post_attention_layernorm\.weight", _B + r"norm2.weight"),  # GLM's name for the norm before the MLP
     (_LL + r"post_mlp_layernorm\.weight", _B + r"post_mlp_norm.weight"),
     (_LL + r"mlp\.gate_up_proj\.weight", _B + r"mlp.gate_up.weight"),  # the gate's rows, then up's
     (_LL + r"mlp\.down_proj\.weight", _B + r"mlp.down.weight"),
-    (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+    *FINAL_RULES,
 ]
 
 # ---- Cohere (Command R) and Cohere 2 (Command R7B) ------------------------------------------------------------
@@ -109,16 +107,12 @@ def _cohere_config(cfg: dict) -> LlamaConfig:
 
 
 COHERE_RULES = [
-    (r"embed_tokens\.weight", "embed_tokens.weight"),
-    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),  # the one norm both branches read
-    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
-    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    EMBED_RULE,
+    NORM1_RULE,  # the one norm both branches read
+    *ATTENTION_RULES,
     (_LL + r"mlp\.(gate|up|down)_proj\.weight", _B + r"mlp.\2.weight"),
     (_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight"),  # Command R+: (heads, d_k), per head
-    (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+    *FINAL_RULES,
 ]
 _COHERE_NAMES = {"dim": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
                  "num_kv_heads": "num_key_value_heads", "mlp_hidden": "intermediate_size",

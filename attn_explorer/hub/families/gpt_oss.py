@@ -11,7 +11,8 @@ import math
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.moe import MoEConfig
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families.common import ARCHITECTURES, B as _B, Architecture, layer_types, layer_windows, norm_eps, window
+from attn_explorer.hub.families.common import (ARCHITECTURES, ATTENTION_RULES, B as _B, EMBED_RULE, FINAL_RULES,
+                                               NORM1_RULE, Architecture, layer_types, layer_windows, norm_eps, window)
 from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
 FAMILY = "gpt_oss"
@@ -67,12 +68,9 @@ def _gpt_oss_config(cfg: dict) -> LlamaConfig:
 
 _LL = r"layers\.(\d+)\."
 GPT_OSS_RULES = [
-    (r"embed_tokens\.weight", "embed_tokens.weight"),
-    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
-    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
-    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    EMBED_RULE,
+    NORM1_RULE,
+    *ATTENTION_RULES,
     (_LL + r"self_attn\.sinks", _B + r"attn.sinks"),  # (H,): each head's sink logit
     (_LL + r"post_attention_layernorm\.weight", _B + r"norm2.weight"),
     (_LL + r"mlp\.router\.(weight|bias)", _B + r"mlp.router.\2"),
@@ -81,8 +79,7 @@ GPT_OSS_RULES = [
     (_LL + r"mlp\.experts\.gate_up_proj_bias", _B + r"mlp.experts.gate_up_bias"),
     (_LL + r"mlp\.experts\.down_proj", _B + r"mlp.experts.down"),
     (_LL + r"mlp\.experts\.down_proj_bias", _B + r"mlp.experts.down_bias"),
-    (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+    *FINAL_RULES,
 ]
 
 ARCHITECTURES[FAMILY] = Architecture(FAMILY, "text", Llama, _gpt_oss_config, GPT_OSS_RULES, ("model.",),

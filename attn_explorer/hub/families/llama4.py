@@ -12,7 +12,8 @@ import math
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.moe import MoEConfig
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families.common import ARCHITECTURES, B as _B, Architecture
+from attn_explorer.hub.families.common import (ARCHITECTURES, ATTENTION_RULES, B as _B, EMBED_RULE, FINAL_RULES,
+                                               NORM1_RULE, Architecture)
 from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
 F = "llama4"
@@ -111,20 +112,16 @@ def _llama4_config(cfg: dict) -> LlamaConfig:
 _LL = r"layers\.(\d+)\."
 _FF = _LL + r"feed_forward\."
 LLAMA4_RULES = [
-    (r"embed_tokens\.weight", "embed_tokens.weight"),
-    (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
-    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
-    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    EMBED_RULE,
+    NORM1_RULE,
+    *ATTENTION_RULES,
     (_LL + r"post_attention_layernorm\.weight", _B + r"norm2.weight"),
     (_FF + r"(gate|up|down)_proj\.weight", _B + r"mlp.\2.weight"),  # a dense layer (intermediate_size_mlp)
     (_FF + r"router\.weight", _B + r"mlp.router.weight"),  # an MoE layer: (E, D)
     (_FF + r"experts\.gate_up_proj", _B + r"mlp.experts.gate_up"),  # (E, D, 2I): gate's columns, then up's
     (_FF + r"experts\.down_proj", _B + r"mlp.experts.down"),  # (E, I, D)
     (_FF + r"shared_expert\.(gate|up|down)_proj\.weight", _B + r"mlp.shared.\2.weight"),
-    (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+    *FINAL_RULES,
 ]
 ARCHITECTURES["llama4_text"] = Architecture("llama4_text", "text", Llama, _llama4_config, LLAMA4_RULES, ("model.",),
                                             ignore=ROPE_BUFFERS)

@@ -11,7 +11,8 @@ from attn_explorer.core.mamba2 import Mamba2Config
 from attn_explorer.core.mamba_hybrid import MambaHybrid, MambaHybridConfig
 from attn_explorer.core.moe import MoEConfig
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families.common import ARCHITECTURES, B as _B, Architecture, act
+from attn_explorer.hub.families.common import (ARCHITECTURES, ATTENTION_RULES, B as _B, EMBED_RULE, HEAD_RULE,
+                                               NORM1_RULE, Architecture, act)
 from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
 GRANITE, FALCON = "granitemoehybrid", "falcon_h1"
@@ -138,14 +139,13 @@ def _falcon_h1_config(cfg: dict) -> MambaHybridConfig:
 
 _LL = r"layers\.(\d+)\."
 def _attention(prefix: str) -> list:
-    names = {"q": "query", "k": "key", "v": "value", "o": "out"}
-    return [(_LL + rf"self_attn\.{p}_proj\.(weight|bias)", _B + rf"attn.{ours}.\2") for p, ours in names.items()] + [
+    return ATTENTION_RULES + [
         (_LL + r"mamba\.(in_proj|out_proj|conv1d)\.(weight|bias)", _B + prefix + r"\2.\3"),
         (_LL + r"mamba\.(A_log|D|dt_bias)", _B + prefix + r"\2"),
         (_LL + r"mamba\.norm\.weight", _B + prefix + "norm.weight"),
-        (r"embed_tokens\.weight", "embed_tokens.weight"),
-        (_LL + r"input_layernorm\.weight", _B + r"norm1.weight"),
-        (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+        EMBED_RULE,
+        NORM1_RULE,
+        HEAD_RULE,
     ]
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.positional import RopeScaling
 from attn_explorer.errors import UserError
-from attn_explorer.hub.families.common import (ARCHITECTURES, B as _B, Architecture, layer_types, layer_windows,
-                                               rope, rope_entry, window)
+from attn_explorer.hub.families.common import (ARCHITECTURES, ATTENTION_RULES, B as _B, EMBED_RULE, FINAL_RULES,
+                                               Architecture, layer_types, layer_windows, rope, rope_entry, window)
 from attn_explorer.hub.families.decoders import ROPE_BUFFERS, rotary_decoder
 
 _THETA = {"olmo2": 10000.0, "olmo3": 500000.0}  # transformers' defaults where config.json has no rope_theta
@@ -52,17 +52,13 @@ def _olmo_config(cfg: dict) -> LlamaConfig:
 
 _LL = r"layers\.(\d+)\."
 OLMO_RULES = [
-    (r"embed_tokens\.weight", "embed_tokens.weight"),
-    (_LL + r"self_attn\.q_proj\.(weight|bias)", _B + r"attn.query.\2"),
-    (_LL + r"self_attn\.k_proj\.(weight|bias)", _B + r"attn.key.\2"),
-    (_LL + r"self_attn\.v_proj\.(weight|bias)", _B + r"attn.value.\2"),
-    (_LL + r"self_attn\.o_proj\.(weight|bias)", _B + r"attn.out.\2"),
+    EMBED_RULE,
+    *ATTENTION_RULES,
     (_LL + r"self_attn\.(q|k)_norm\.weight", _B + r"attn.\2_norm.weight"),  # over H·d_k (H_kv·d_k), not per head
     (_LL + r"post_attention_layernorm\.weight", _B + r"post_attn_norm.weight"),  # after the branch, not before
     (_LL + r"post_feedforward_layernorm\.weight", _B + r"post_mlp_norm.weight"),
     (_LL + r"mlp\.(gate|up|down)_proj\.(weight|bias)", _B + r"mlp.\2.\3"),
-    (r"norm\.weight", "norm.weight"),
-    (r"lm_head\.weight", "lm_head.weight"),  # untied only (see `decoder_head`)
+    *FINAL_RULES,
 ]
 for _mt in ("olmo2", "olmo3"):
     ARCHITECTURES[_mt] = Architecture(_mt, "text", Llama, _olmo_config, OLMO_RULES, ("model.",), ignore=ROPE_BUFFERS)
