@@ -9,7 +9,7 @@ from typing import Any
 
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families import ARCHITECTURES, Architecture
-from attn_explorer.hub.families.common import check_config, json_kind  # noqa: F401 (check_config re-exported)
+from attn_explorer.hub.families.common import NOT_YET, check_config, json_kind  # noqa: F401 (check_config re-exported)
 
 # Our config field -> the name config.json uses, per config class: messages name what the user can fix.
 HF_NAMES = {
@@ -78,6 +78,8 @@ def architecture_for(cfg: dict, where: str) -> Architecture:
     mt = cfg.get("model_type")
     if mt is None:
         raise UserError(f"{where}: config.json has no model_type; supported model types: {supported()}")
+    if mt in NOT_YET and mt not in ARCHITECTURES:
+        raise UserError(f"{where}: {mt} is not supported yet: {NOT_YET[mt]}")
     if mt not in ARCHITECTURES:
         raise UserError(f"{where}: unsupported architecture {mt!r} (config.json's model_type); supported model "
                         f"types: {supported()}")

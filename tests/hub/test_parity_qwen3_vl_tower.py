@@ -67,3 +67,19 @@ def test_qwen3_vl_tower_matches_transformers():
     print(f"qwen3_vl tower: maps {maps:.2e} merged {merged:.2e} blocks {blocks:.2e} deepstack {deep:.2e}")
     assert len(out.deepstack) == len(ref.deepstack_features) == 2
     assert maps < TOL and merged < TOL and blocks < TOL and deep < TOL
+
+
+def test_qwen3_vl_folder_refused_in_one_line(tmp_path):
+    import json
+
+    import attn_explorer as ax
+    from attn_explorer.errors import UserError
+
+    cfg = transformers.Qwen3VLConfig(vision_config=VISION, text_config=dict(
+        vocab_size=304, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
+        num_key_value_heads=2, head_dim=8, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                            "mrope_section": [2, 1, 1], "mrope_interleaved": True}))
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    with pytest.raises(UserError, match=r"qwen3_vl is not supported yet: .*DeepStack.*interleaved M-RoPE") as e:
+        ax.load_model(str(tmp_path), device="cpu")
+    assert "\n" not in str(e.value)

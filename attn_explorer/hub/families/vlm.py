@@ -12,8 +12,8 @@ from attn_explorer.core.vlm import VLMConfig, VisionLanguage
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.clip import (CLIP_VISION_DEFAULTS, CLIP_VISION_RULES, SIGLIP_VISION_DEFAULTS,
                                              _clip_vision_config, _siglip_vision_config)
-from attn_explorer.hub.families.common import (ARCHITECTURES, ACTS, Architecture, act, check_config, norm_eps, rope,
-                                              rope_entry, rope_kind)
+from attn_explorer.hub.families.common import (ARCHITECTURES, ACTS, NOT_YET, Architecture, act, check_config,
+                                              norm_eps, rope, rope_entry, rope_kind)
 from attn_explorer.hub.families.decoders import LLAMA_RULES
 
 _TOWERS = {"clip_vision_model": (_clip_vision_config, CLIP_VISION_DEFAULTS),
@@ -198,7 +198,8 @@ def _qwen_tower(v: dict) -> QwenVisionConfig:
     theta = (v.get("rope_parameters") or {}).get("rope_theta", 10000.0)
     full = v["fullatt_block_indexes"]
     if not isinstance(full, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in full):
-        raise UserError(f"qwen2_5_vl: vision_config.fullatt_block_indexes must be a list of block numbers, got {full!r}")
+        raise UserError(f"qwen2_5_vl: vision_config.fullatt_block_indexes must be a list of block numbers, "
+                        f"got {full!r}")
     a = v["hidden_act"]
     if a not in ACTS:
         raise UserError(f"qwen2_5_vl: vision_config.hidden_act {a!r} is not supported (supported: {', '.join(ACTS)})")
@@ -216,7 +217,9 @@ def _qwen_tower(v: dict) -> QwenVisionConfig:
 
 def _qwen2_5_vl_config(cfg: dict) -> VLMConfig:
     t = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
-    t = dict(t if t and "hidden_size" in t else {k: v for k, v in cfg.items() if k not in ("vision_config", "text_config")})
+    if not (t and "hidden_size" in t):  # the hub's form: the decoder's fields at the top level
+        t = {k: v for k, v in cfg.items() if k not in ("vision_config", "text_config")}
+    t = dict(t)
     p, _ = rope_entry(t, "qwen2_5_vl")
     section = p.get("mrope_section", [16, 24, 24])
     kind = rope_kind(p)
@@ -253,3 +256,6 @@ ARCHITECTURES["qwen2_5_vl"] = Architecture(
     ignore=(_QL + r"rotary_emb\.inv_freq", _QV + r"rotary_pos_emb\.inv_freq"),
     note="image and text: the picture at its own resolution (multiples of 28 px), windowed tower blocks, M-RoPE",
 )
+NOT_YET["qwen3_vl"] = ("its vision tower is exact (core.qwen3_vision) but the decoder's DeepStack (tower features "
+                       "added to the first layers' hidden states at the image tokens) and interleaved M-RoPE are not "
+                       "built")
