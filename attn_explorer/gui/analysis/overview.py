@@ -15,6 +15,7 @@ from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap,
 from attn_explorer.session.analysis import findings, head_stats_job, long_head_stats_job
 from attn_explorer.session.mixers import NOT_PROBABILITIES, head_exists, is_recurrent, overview_note, softmax_only
 from attn_explorer.session.state import SessionState
+from attn_explorer.session.vlm import patch_grid_of
 
 GRIDS = ("entropy", "sink", "distance", "prev", "next")
 # short: a plot is at least as wide as its title, and three grids share 600 px at 1024×700
@@ -74,7 +75,8 @@ class HeadOverviewPage(AnalysisPage):
         self.stats, self._for = None, None
         self.caption.setText("")
         info = self.state.info
-        patch = info.patch_size if info is not None and r.grid is not None else None
+        grid = patch_grid_of(r)  # a vision-language run: its tokens, not patches (issue 26 B)
+        patch = info.patch_size if info is not None and grid is not None else None
         if r.is_lazy:
             if self._measuring is None or self._measuring.lazy is not r.lazy:  # else it goes on (or stays stopped)
                 self._measure_long(r, patch)
@@ -82,7 +84,7 @@ class HeadOverviewPage(AnalysisPage):
         self._measuring = None
         self.progress.finish()
         self.stack.show_message("Measuring every head…")
-        self.state.submit(head_stats_job, r.attentions, r.special, r.grid, r.patch_offset, patch,
+        self.state.submit(head_stats_job, r.attentions, r.special, grid, r.patch_offset, patch,
                           key="analysis-overview", on_result=lambda s: self._arrived(r, s), on_error=self._failed,
                           uses_model=False)
 
@@ -93,7 +95,7 @@ class HeadOverviewPage(AnalysisPage):
         self.progress.start(f"Measuring every head of {r.num_tokens:,} tokens in tiles from q and k…")
         self.stack.show_message("No maps were kept for this long input: every head's statistics are computed "
                                 "exactly from each layer's q and k, and appear once every head is measured.")
-        self.state.submit(long_head_stats_job, r, r.grid, r.patch_offset, patch, key="analysis-overview",
+        self.state.submit(long_head_stats_job, r, patch_grid_of(r), r.patch_offset, patch, key="analysis-overview",
                           on_result=lambda s: self._arrived(r, s), on_error=self._failed_long,
                           on_progress=self.progress.advance, uses_model=False)
 

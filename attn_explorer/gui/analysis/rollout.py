@@ -18,6 +18,7 @@ from attn_explorer.maths import clipped_label, clipped_values, kept_tokens, rows
 from attn_explorer.session.analysis import FUSIONS, long_rollout_job, rollout_job
 from attn_explorer.session.mixers import recurrent_layers
 from attn_explorer.session.state import SessionState
+from attn_explorer.session.vlm import patch_grid_of
 
 
 STRIP_HEIGHT = 360  # px: a long input's one rollout row is a strip this tall (title, row and token labels)
@@ -157,7 +158,7 @@ class RolloutPage(AnalysisPage):
         self.stack.show_canvas()
         L = st.info.num_layers if st.info is not None else 1
         through = f"layers 0–{upto}" if upto is not None else f"all {L} layers"
-        image = r.grid is not None and r.image is not None
+        image = patch_grid_of(r) is not None and r.image is not None  # a vision-language run: tokens (issue 26 B)
         self.picture.setVisible(image)
         self.pic_bar.setVisible(image)
         self.panel.plot.setVisible(not image)
@@ -199,7 +200,7 @@ class RolloutPage(AnalysisPage):
         fusion, ratio = self.settings()
         through = f"layers 0–{last}" if last < L - 1 or self.upto.isChecked() else f"all {L} layers"
         how = f"heads fused by {fusion}" + (f", lowest {ratio:.0%} dropped per layer" if ratio else "")
-        image = r.grid is not None and r.image is not None
+        image = patch_grid_of(r) is not None and r.image is not None  # a vision-language run: tokens (issue 26 B)
         self.picture.setVisible(image)
         self.pic_bar.setVisible(image)
         self.panel.plot.setVisible(not image)

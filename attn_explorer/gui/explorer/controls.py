@@ -344,7 +344,10 @@ def vlm_counts(r, src) -> str:
     name = Path(src).name if isinstance(src, str) else "image"
     tiles = getattr(r, "image_tiles", None)
     where = f", {tiles[0]}×{tiles[1]} tiles and a global view" if tiles else ""
-    grid = f" ({r.grid[0]}×{r.grid[1]} patches{where})" if r.grid is not None else ""
+    from attn_explorer.gui.explorer.vlm_overlay import patch_grid
+
+    rows, cols = patch_grid(r)
+    grid = f" ({rows}×{cols} patches{where})"
     first, last = int(r.image_token_positions[:, 0].min()), int(r.image_token_positions[:, 0].max())
     return (f"Showing {name} and the prompt: {n_img:,} image tokens{grid} + {r.num_tokens - n_img:,} text tokens "
             f"(the image is tokens {first}–{last}).")

@@ -13,7 +13,10 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QSlider, QStackedLayout, QVBoxLayout,
+                               QWidget)
+
+from attn_explorer.gui.explorer import vlm_overlay  # issue 26 B: vision-language runs
 
 from attn_explorer.gui.widgets.heatmap import (LazyPage, PaintedGraphicsWidget, colormap, follow_loading,
                                        set_bar_label)
@@ -71,6 +74,11 @@ class PatchOverlayView(LazyPage, QWidget):
         self.big_rgb: np.ndarray | None = None
         self._cols = 1
         self._rows = None  # long inputs: session.long_view.QueryRows of the query and layer shown
+        # vision-language runs (issue 26 B): which token asks, which heads are drawn, the worker's answer
+        self.token_pick = QComboBox()
+        self.token_pick.setToolTip("The token whose attention to the image tokens is drawn on the picture")
+        self.average = vlm_overlay.average_box()
+        self._vlm = None  # session.vlm.VlmOverlay of the token, layer, head and average shown
 
         body = QWidget()
         self.stack = QStackedLayout(body)
@@ -84,10 +92,22 @@ class PatchOverlayView(LazyPage, QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(bar)
+        self.vlm_bar = QWidget()  # vision-language runs: which token asks, which heads (hidden otherwise)
+        vrow = QHBoxLayout(self.vlm_bar)
+        vrow.setContentsMargins(0, 0, 0, 0)
+        vrow.addWidget(QLabel("Token:"))
+        vrow.addWidget(self.token_pick)
+        vrow.addWidget(QLabel("drawn:"))
+        vrow.addWidget(self.average)
+        vrow.addStretch(1)
+        self.vlm_bar.hide()
+        lay.addWidget(self.vlm_bar)
         lay.addWidget(body, 1)
 
         self.alpha.valueChanged.connect(lambda v: state.set_options(alpha=v / 100.0))
         self.smooth.toggled.connect(lambda *_: self.refresh())
+        self.token_pick.activated.connect(lambda i: state.set_query(self.token_pick.itemData(i)))
+        self.average.currentIndexChanged.connect(lambda *_: self.refresh())
         follow_loading(state, self.placeholder.setText)
         state.input_cleared.connect(lambda: (self.caption.setText(""), self.stack.setCurrentIndex(0)))
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
@@ -104,6 +124,11 @@ class PatchOverlayView(LazyPage, QWidget):
         if not self.needs_draw():
             return
         r = self.state.result
+        vlm = vlm_overlay.is_vlm(r) and r.image is not None
+        self.vlm_bar.setVisible(vlm)
+        if vlm:
+            vlm_overlay.draw_vlm(self, r)
+            return
         if r is None or r.grid is None or r.image is None:
             self.caption.setText("")  # it described a picture that is no longer on screen
             if r is not None:
@@ -244,20 +269,26 @@ class PatchOverlayView(LazyPage, QWidget):
         """Scene position of a patch's centre in the large overlay (tests click here)."""
         r = self.state.result
         ih, iw = r.image.shape[:2]
-        rows, cols = r.grid
+        rows, cols = vlm_overlay.patch_grid(r) if vlm_overlay.is_vlm(r) else r.grid
         return self.big.vb.mapViewToScene(pg.Point((col + 0.5) * iw / cols, (row + 0.5) * ih / rows))
 
     def _clicked(self, ev) -> None:
         r = self.state.result
-        if r is None or r.grid is None:
+        vlm = vlm_overlay.is_vlm(r) and r.image is not None
+        if r is None or (r.grid is None and not vlm):
             return
         pos = ev.scenePos()
         if self.big.vb.sceneBoundingRect().contains(pos):
             p = self.big.vb.mapSceneToView(pos)
             ih, iw = r.image.shape[:2]
-            rows, cols = r.grid
+            rows, cols = vlm_overlay.patch_grid(r) if vlm else r.grid
             pr, pc = int(p.y() * rows // ih), int(p.x() * cols // iw)
             if 0 <= pr < rows and 0 <= pc < cols and p.x() >= 0 and p.y() >= 0:
+                if vlm:  # the image token at that patch asks (the first view's)
+                    at = vlm_overlay.image_token_at(r, pr, pc)
+                    if at is not None:
+                        self.state.set_query(at)
+                    return
                 self.state.set_query(r.patch_offset + pr * cols + pc)
         elif self.small.vb.sceneBoundingRect().contains(pos):
             p = self.small.vb.mapSceneToView(pos)

@@ -18,6 +18,7 @@ from attn_explorer.gui.widgets.stats import human_count
 from attn_explorer.session.cost_sweep import human_bytes
 from attn_explorer.session.state import SessionState
 from attn_explorer.session.sweep import time_fit
+from attn_explorer.session.vlm import patch_grid_of
 
 
 def human_duration(ms: float) -> str:
@@ -170,7 +171,7 @@ class SeqLenPanel(QGroupBox):
         info, r = st.info, st.result
         if info is None or r is None:
             return
-        self._image_mode = r.grid is not None
+        self._image_mode = patch_grid_of(r) is not None  # a vision-language run: its tokens (issue 26 B)
         with signals_blocked(self.slider):
             self._set_slider(info, r)
         self._show_value(self.slider.value())

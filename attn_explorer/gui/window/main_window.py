@@ -286,7 +286,7 @@ class MainWindow(QMainWindow):
             self.settings.setValue("model/last_text", info.name)
         # image models open on the overlay, text models leave it (it has nothing to show them)
         pinned, self._page_pinned = self._page_pinned, False
-        if not pinned and info.modality == "image" and self.current_page_name in ("grid", "head", "tokens"):
+        if not pinned and info.modality in ("image", "image-text") and self.current_page_name in ("grid", "head", "tokens"):
             self.show_page("overlay")
         elif not pinned and info.modality == "text" and self.current_page_name == "overlay":
             self.show_page("grid")

@@ -66,3 +66,64 @@ def test_picture_and_prompt_reach_a_vision_language_model(qtbot, settings, llava
     assert st.result.image_token_positions is None and "dog" in "".join(st.result.tokens)
     assert "Showing text" in w.input_panel.current.text()
     st.shutdown()
+
+
+def test_overlay_draws_a_text_tokens_attention_on_the_picture(qtbot, settings, llava):
+    from attn_explorer.api.vlm import image_overlay
+
+    folder, img = llava
+    w, st = _window(qtbot, settings, model=str(folder), image=str(img), text=PROMPT)
+    _ready(qtbot, st, "image-text")
+    assert w.current_page_name == "overlay"  # a vision-language model opens on the picture
+    page = w.overlay
+    r = st.result
+    qtbot.waitUntil(lambda: page._vlm is not None and page.big_rgb is not None, timeout=30000)
+    assert page.token_pick.isVisible() and page.average.isVisible()
+    q = st.query
+    got = page._vlm
+    want = image_overlay(r, q, st.layer, st.head)
+    assert got.query == q and np.allclose(got.picture, want.picture, atol=1e-7)
+    assert got.heads.shape == (r.attentions.shape[1], 4, 4)
+    assert "image tokens" in page.caption.text() and repr(r.tokens[q]) in page.caption.text()
+    assert "random weights" in page.caption.text()  # a folder's weights are never called trained (issue 26 C)
+    # the layer's heads averaged, then every layer and head
+    for key, layer, head in (("layer", st.layer, None), ("all", None, None)):
+        page.average.setCurrentIndex(page.average.findData(key))
+        qtbot.waitUntil(lambda: page._vlm is not None and page._vlm.average == key, timeout=30000)
+        assert np.allclose(page._vlm.picture, image_overlay(r, q, layer, head).picture, atol=1e-6)
+    # choosing another text token in the list: its row is drawn
+    images = set(r.image_token_positions[:, 0].tolist())
+    other = next(i for i in range(r.num_tokens) if i not in images and i != q)
+    page.token_pick.activated.emit(page.token_pick.findData(other))
+    qtbot.waitUntil(lambda: page._vlm is not None and page._vlm.query == other, timeout=30000)
+    assert np.allclose(page._vlm.picture, image_overlay(r, other, None, None).picture, atol=1e-6)
+    # a click on a patch: that image token asks
+    from PySide6.QtCore import Qt
+
+    page.average.setCurrentIndex(page.average.findData("head"))
+    pos = page.patch_center(1, 2)
+    qtbot.mouseClick(page.canvas.viewport(), Qt.LeftButton, pos=page.canvas.mapFromScene(pos))
+    at = int(r.image_token_positions[(r.image_token_positions[:, 2] == 1) & (r.image_token_positions[:, 3] == 2), 0][0])
+    qtbot.waitUntil(lambda: st.query == at and page._vlm is not None and page._vlm.query == at, timeout=30000)
+    st.shutdown()
+
+
+def test_grid_and_one_head_pages_show_the_decoders_maps_with_image_labels(qtbot, settings, llava):
+    folder, img = llava
+    w, st = _window(qtbot, settings, model=str(folder), image=str(img), text=PROMPT)
+    _ready(qtbot, st, "image-text")
+    r = st.result
+    # the run is read as tokens (the decoder's maps over image and text), not as an image model's patches (r.grid
+    # is the tower's grid): the n panel, rollout and the head statistics would take the prompt's first tokens for
+    # patches
+    from attn_explorer.session.vlm import patch_grid_of
+
+    assert r.grid is not None and patch_grid_of(r) is None and r.attentions.shape[2] == r.num_tokens
+    assert not w.seq_panel._image_mode and "patches" not in w.seq_panel.title()
+    w.show_page("head")
+    qtbot.waitUntil(lambda: len(w.head_view.tokens) == r.num_tokens, timeout=30000)
+    assert "<image r3c3>" in w.head_view.tokens and "<image r0c0>" in w.head_view.col_tokens
+    w.show_page("grid")
+    qtbot.waitUntil(lambda: st.grid_image is not None, timeout=30000)
+    assert "16 image tokens (4×4 patches)" in w.input_panel.current.text()
+    st.shutdown()

@@ -1,0 +1,74 @@
+"""Vision-language runs in the window (issue 26 B): one token's attention put back on the picture, computed in
+the session's worker (api.vlm.image_overlay reads r.attention, so dense and lazy runs both serve it) and handed
+to the overlay page as plain NumPy arrays.
+
+`AVERAGES` are the overlay page's choices: the selected head, the selected layer's heads averaged, or every
+layer and head averaged. The job also returns each head of the selected layer, for the page's small overlays.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attn_explorer.session.long_view import result_tag
+
+AVERAGES = {"head": "the selected head", "layer": "the layer's heads averaged", "all": "every layer and head averaged"}
+VLM_LANE = "vlm-overlay"
+
+
+@dataclass
+class VlmOverlay:
+    """What the overlay page draws for token `query`: `picture` (rows, cols) in patch units (tiles assembled,
+    merges undone) for `average`; `heads` (H, rows, cols), each head of `layer`; the weight on the global view
+    (Idefics3 / SmolVLM tiles) and on a tower's class token; `image` the run's image-token count."""
+
+    tag: int
+    query: int
+    layer: int
+    head: int
+    average: str
+    picture: np.ndarray
+    heads: np.ndarray
+    global_weight: float
+    cls: float
+    total: float
+
+
+def is_vlm(r: Any) -> bool:
+    """A run of a vision-language model: its image tokens have places in the picture."""
+    return r is not None and getattr(r, "image_token_positions", None) is not None
+
+
+def patch_grid_of(r: Any):
+    """r.grid where the run's tokens are an image model's patches; None for a vision-language run (its r.grid is
+    the tower's grid, while the decoder's maps are over image and text tokens: pages that place rows on a patch
+    grid read them as tokens instead)."""
+    return None if r is None or is_vlm(r) else r.grid
+
+
+def vlm_overlay_job(r: Any, query: int, layer: int, head: int, average: str = "head") -> VlmOverlay:
+    """Token `query`'s attention to the picture (see VlmOverlay). Runs in the worker."""
+    from attn_explorer.api.vlm import image_overlay
+
+    if average not in AVERAGES:
+        raise ValueError(f"average must be one of {', '.join(AVERAGES)}, not {average!r}")
+    H = int(r.attentions.shape[1])
+    per_head = [image_overlay(r, query, layer, h) for h in range(H)]
+    if average == "head":
+        shown = per_head[head]
+    elif average == "layer":
+        shown = image_overlay(r, query, layer, None)
+    else:
+        shown = image_overlay(r, query, None, None)
+    pos = r.image_token_positions
+    row = np.mean([r.attention(layer, head, rows=int(query))] if average == "head" else
+                  [r.attention(i, h, rows=int(query)) for i in ([layer] if average == "layer"
+                                                              else range(r.attentions.shape[0])) for h in range(H)],
+                  axis=0)
+    glob = float(shown.global_view.sum() / (int(pos[0, 4]) ** 2)) if shown.global_view is not None else 0.0
+    return VlmOverlay(tag=result_tag(r), query=int(query), layer=int(layer), head=int(head), average=average,
+                      picture=np.ascontiguousarray(shown.picture, np.float32),
+                      heads=np.stack([np.ascontiguousarray(o.picture, np.float32) for o in per_head]),
+                      global_weight=glob, cls=float(shown.cls), total=float(row[pos[:, 0]].sum()))
