@@ -20,7 +20,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
-from tests.hub.test_parity_rotary_families import TOL, max_differences  # noqa: E402
+from tests.hub.test_parity_rotary_families import TOL, max_differences, per_name  # noqa: E402
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 N = 21  # tokens per test sequence: longer than every shrunk window below
@@ -276,14 +276,7 @@ def make_hub_folder(folder, name: str):
 
 @pytest.fixture(scope="module")
 def hub_folder(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = make_hub_folder(tmp_path_factory.mktemp(name), name)
-        return cache[name]
-
-    return get
+    return per_name(tmp_path_factory, make_hub_folder)
 
 
 def reference(folder, cfg: dict):

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
 from tests.hub.test_hub_configs import Row, reference  # noqa: E402
-from tests.hub.test_parity_rotary_families import N, TOL, VOCAB  # noqa: E402
+from tests.hub.test_parity_rotary_families import N, TOL, VOCAB, per_name  # noqa: E402
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 GRANITE4_H_TINY = dict(  # its config.json's keys, sizes shrunk (real: 40 layers of 1536, 64 experts, 48 Mamba heads)
@@ -71,13 +71,7 @@ def make_hub_folder(folder, name: str):
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = make_hub_folder(tmp_path_factory.mktemp(name), name)
-        return cache[name]
-    return get
+    return per_name(tmp_path_factory, make_hub_folder)
 
 
 def _softmax_layers(m):

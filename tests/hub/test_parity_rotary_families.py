@@ -68,31 +68,31 @@ def make_folder(folder, name: str, cases: dict = CASES, common: dict = COMMON, s
     return hf
 
 
-def folders(tmp_path_factory, make=make_folder):
-    """name -> (transformers' model, its folder), each made once by make(folder, name)."""
+def per_name(tmp_path_factory, make):
+    """name -> make(a fresh folder, name), each made once."""
     cache = {}
 
     def get(name):
         if name not in cache:
-            folder = tmp_path_factory.mktemp(name)
-            cache[name] = (make(folder, name), folder)
+            cache[name] = make(tmp_path_factory.mktemp(name), name)
         return cache[name]
 
     return get
+
+
+def folders(tmp_path_factory, make=make_folder):
+    """name -> (transformers' model, its folder), each made once by make(folder, name)."""
+    return per_name(tmp_path_factory, lambda folder, name: (make(folder, name), folder))
 
 
 def loaded(tmp_path_factory, make):
     """name -> our model, loaded once from a folder that make(folder, name) filled."""
-    cache = {}
 
-    def get(name):
-        if name not in cache:
-            folder = tmp_path_factory.mktemp(name)
-            make(folder, name)
-            cache[name] = ax.load_model(str(folder), device="cpu")
-        return cache[name]
+    def load(folder, name):
+        make(folder, name)
+        return ax.load_model(str(folder), device="cpu")
 
-    return get
+    return per_name(tmp_path_factory, load)
 
 
 @pytest.fixture(scope="module")
