@@ -127,3 +127,26 @@ def test_grid_and_one_head_pages_show_the_decoders_maps_with_image_labels(qtbot,
     qtbot.waitUntil(lambda: st.grid_image is not None, timeout=30000)
     assert "16 image tokens (4×4 patches)" in w.input_panel.current.text()
     st.shutdown()
+
+
+def test_overlay_on_tiles_and_a_global_view(qtbot, settings, tmp_path):
+    """Idefics3: 2 × 2 tiles and a global view; the tiles are assembled on the picture, the global view's share
+    is said in words."""
+    from PIL import Image
+
+    from attn_explorer.api.vlm import image_overlay
+
+    (tmp_path / "idefics3").mkdir()
+    make(tmp_path / "idefics3", "idefics3")
+    img = tmp_path / "picture.png"
+    Image.fromarray(picture()).save(img)
+    w, st = _window(qtbot, settings, model=str(tmp_path / "idefics3"), image=str(img),
+                    text="User:<image>the cat sat<end_of_utterance>\nAssistant:")
+    _ready(qtbot, st, "image-text")
+    page, r = w.overlay, st.result
+    qtbot.waitUntil(lambda: page._vlm is not None and page.big_rgb is not None, timeout=30000)
+    want = image_overlay(r, st.query, st.layer, st.head)
+    assert page._vlm.picture.shape == want.picture.shape == (8, 8)  # 2 × 2 tiles of 4 × 4 patches (merges undone)
+    assert np.allclose(page._vlm.picture, want.picture, atol=1e-7)
+    assert "global view" in page.caption.text() and "2×2 tiles" in w.input_panel.current.text()
+    st.shutdown()
