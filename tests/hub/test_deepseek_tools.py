@@ -17,6 +17,7 @@ from attn_explorer.analysis import interventions, lens, relevance, why  # noqa: 
 from attn_explorer.core.mla import LatentKeys  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
 from tests.hub.test_parity_deepseek import make_folder  # noqa: E402
+from tests.hub.test_parity_moe import _hf_routing  # noqa: E402
 from tests.hub.test_parity_rotary_families import TOL, max_differences  # noqa: E402
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
@@ -223,18 +224,10 @@ def test_routing_is_transformers_choice(load):
     hf, m = load("moe")
     r = m.run(TEXT)
     ids = torch.tensor([m.prepare(TEXT).inputs["input_ids"][0].tolist()])
-    seen = {}
-    handles = [hf.model.layers[i].mlp.gate.register_forward_hook(lambda mod, a, out, i=i: seen.__setitem__(i, out))
-               for i in (1, 2)]
-    try:
-        with torch.no_grad():
-            hf.model(input_ids=ids)
-    finally:
-        for h in handles:
-            h.remove()
+    seen = _hf_routing(hf, ids)
     assert r.routing.experts[0] is None
     for i in (1, 2):
-        _, weights, experts = seen[i]
+        experts, weights = seen[i]
         order = experts.argsort(dim=-1)
         ours_order = np.argsort(r.routing.experts[i], axis=-1)
         np.testing.assert_array_equal(np.take_along_axis(r.routing.experts[i], ours_order, -1),
