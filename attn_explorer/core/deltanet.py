@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torch.nn import Linear  # torch's F.linear: transformers' rounding (the decay is exp'd over many tokens)
+from attn_explorer.core.cell_pool import CellPool
 from attn_explorer.core.recurrent import RecurrentMixer, RecurrentState
 
 
@@ -214,38 +215,14 @@ class KeptDeltaNet:
     def pooled(self, head: int, row_edges, col_edges, reduce: str, rows: slice, cols: slice, check=None,
                block: int = 1 << 20) -> torch.Tensor:
         """(len(row_edges) - 1, len(col_edges) - 1) cells over A[rows, cols], each the mean or the signed entry of
-        largest magnitude ("max") of its block; one pass of bands over the rows (about `block` entries each)."""
-        re = [rows.start + int(e) for e in row_edges]
-        ce = torch.as_tensor([int(e) for e in col_edges], device=self.device)
-        r_cells, c_cells = len(re) - 1, len(ce) - 1
-        seg = torch.repeat_interleave(torch.arange(c_cells, device=self.device), ce.diff())  # column -> its cell
-        total = torch.zeros(r_cells, c_cells, dtype=torch.float64, device=self.device)
-        best = torch.zeros(r_cells, c_cells, dtype=torch.float64, device=self.device)
-        seen = torch.zeros(r_cells, c_cells, dtype=torch.bool, device=self.device)
-        i = 0
-        for start, b, band in self.bands(head, rows, cols, block):
-            a = start
-            while a < b:
-                while re[i + 1] <= a:
-                    i += 1
-                e = min(b, re[i + 1])
-                part = band[a - start:e - start]
-                if reduce == "mean":
-                    total[i].index_add_(0, seg, part.sum(0))
-                else:  # the signed entry of largest magnitude: the cell's max or its min
-                    hi = part.new_full((c_cells,), -torch.inf).scatter_reduce(0, seg, part.amax(0), "amax")
-                    lo = part.new_full((c_cells,), torch.inf).scatter_reduce(0, seg, part.amin(0), "amin")
-                    cand = torch.where(hi.abs() >= lo.abs(), hi, lo)
-                    take = ~seen[i] | (cand.abs() > best[i].abs())
-                    best[i] = torch.where(take, cand, best[i])
-                    seen[i] = True
-                a = e
+        largest magnitude ("max") of its block; one pass of bands over the rows (about `block` entries each), pooled
+        as they come (core.cell_pool: bands may straddle the cells)."""
+        pool = CellPool(row_edges, col_edges, reduce, rows, cols, self.device)
+        for a, b, band in self.bands(head, rows, cols, block):
+            pool.add(a, b, band)
             if check is not None:
                 check()
-        if reduce == "mean":
-            area = torch.as_tensor(re, dtype=torch.float64, device=self.device).diff()[:, None] * ce.diff()[None, :]
-            return (total / area).float()
-        return best.float()
+        return pool.result()
 
 
 @dataclass(frozen=True)
