@@ -88,7 +88,7 @@ class VisionLanguageModel(Model):
     def vision_maps_bytes(self, prep: Prepared) -> int:
         """What the tower's float32 maps of this input take: views × layers × heads × tokens²."""
         v = self.module.cfg.vision
-        if self.module.cfg.kind == "qwen2_5_vl":  # one picture's patches
+        if self.module.cfg.kind in ("qwen2_5_vl", "qwen3_vl"):  # one picture's patches
             P = prep.inputs["pixels"][0].shape[0]
             return v.num_layers * v.num_heads * P * P * 4
         T, _, h, w = prep.inputs["pixels"].shape
@@ -114,7 +114,7 @@ class VisionLanguageModel(Model):
             raise UserError(f"the prompt must be text, not {type(text).__name__}")
         text_size_ok(text)
         cfg = self.module.cfg
-        if cfg.kind == "qwen2_5_vl":
+        if cfg.kind in ("qwen2_5_vl", "qwen3_vl"):
             return self._prepare_qwen(x, text)
         tiles = (0, 0)
         if cfg.kind == "idefics3":  # tiles and a global view (hub.vlm_inputs.tiles_of)

@@ -45,6 +45,11 @@ class Qwen3VisionConfig:
         return self.dim // self.num_heads
 
     @property
+    def image_size(self) -> int:
+        """The smallest side a picture is read at (one merge square); pictures keep their own resolution."""
+        return self.patch_size * self.merge
+
+    @property
     def side(self) -> int:
         return int(self.num_positions ** 0.5)
 

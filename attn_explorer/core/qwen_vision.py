@@ -232,11 +232,20 @@ def mrope_positions(ids: list[int], image_token_id: int, grids: list[tuple[int, 
     return positions, int(positions.max()) + 1 - n if n else 0
 
 
-def mrope_tables(positions: torch.Tensor, head_dim: int, theta: float, section: list[int], dtype=torch.float32):
+def mrope_tables(positions: torch.Tensor, head_dim: int, theta: float, section: list[int], dtype=torch.float32,
+                 interleaved: bool = False):
     """(cos, sin), each (N, head_dim), of M-RoPE: the frequencies split into mrope_section's parts (summing to
-    head_dim / 2), part i turned by position axis i % 3 (t, h, w), then repeated for rotate_half's two halves."""
+    head_dim / 2), part i turned by position axis i % 3 (t, h, w), then repeated for rotate_half's two halves.
+    interleaved (Qwen3-VL): frequency j turns with h where j % 3 == 1 and j < 3·section[1], with w where
+    j % 3 == 2 and j < 3·section[2], with t elsewhere."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=positions.device) / head_dim))
     freqs = positions[..., None].float() * inv_freq  # (3, N, d / 2)
-    freqs = torch.cat([part[i % 3] for i, part in enumerate(freqs.split(list(section), dim=-1))], -1)
+    if interleaved:
+        out = freqs[0].clone()
+        for axis in (1, 2):
+            out[..., axis:3 * section[axis]:3] = freqs[axis, ..., axis:3 * section[axis]:3]
+        freqs = out
+    else:
+        freqs = torch.cat([part[i % 3] for i, part in enumerate(freqs.split(list(section), dim=-1))], -1)
     freqs = torch.cat([freqs, freqs], -1)
     return freqs.cos().to(dtype), freqs.sin().to(dtype)

@@ -26,6 +26,7 @@ from attn_explorer.core.hooks import Hooks
 from attn_explorer.core.layers import activation
 from attn_explorer.core.llama import Llama, LlamaConfig
 from attn_explorer.core.output import ModelOutput
+from attn_explorer.core.qwen3_vision import Qwen3VisionConfig, Qwen3VisionTower
 from attn_explorer.core.qwen_vision import (QwenVisionConfig, QwenVisionTower, mrope_positions, mrope_tables,
                                              patch_positions)
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
@@ -49,12 +50,14 @@ class VLMConfig:
     head: bool = True  # the decoder has an LM head (set from the checkpoint by hub.convert.decoder_head)
     # Qwen2.5-VL (kind "qwen2_5_vl"; vision is a QwenVisionConfig):
     mrope_section: list | None = None  # the decoder's M-RoPE: frequencies per axis (t, h, w), summing to d_k / 2
+    mrope_interleaved: bool = False  # Qwen3-VL (kind "qwen3_vl"): the axes' frequencies interleaved
     min_pixels: int = 56 * 56  # the processor's smart_resize bounds (hub.vlm_inputs)
     max_pixels: int = 28 * 28 * 1280
 
     def __post_init__(self):
         if isinstance(self.vision, dict):  # a checkpoint's stored config gives plain objects
-            self.vision = (QwenVisionConfig if self.kind == "qwen2_5_vl" else ViTConfig)(**self.vision)
+            self.vision = {"qwen2_5_vl": QwenVisionConfig, "qwen3_vl": Qwen3VisionConfig}.get(self.kind, ViTConfig)(
+                **self.vision)
         if isinstance(self.text, dict):
             self.text = LlamaConfig(**self.text)
         self.text.head = self.head
@@ -103,9 +106,11 @@ class VisionLanguage(nn.Module):
         D_v, D = cfg.vision.dim, cfg.text.dim
         if cfg.kind == "qwen2_5_vl":  # the tower's merger is the connector
             self.vision = QwenVisionTower(cfg.vision)
+        elif cfg.kind == "qwen3_vl":
+            self.vision = Qwen3VisionTower(cfg.vision)
         else:
             self.vision = VisionTransformer(cfg.vision)
-        if cfg.kind == "qwen2_5_vl":
+        if cfg.kind in ("qwen2_5_vl", "qwen3_vl"):
             self.projector = None
         elif cfg.kind == "llava":
             self.projector = nn.ModuleDict(dict(linear_1=nn.Linear(D_v, D, bias=cfg.projector_bias),
@@ -144,7 +149,7 @@ class VisionLanguage(nn.Module):
         None, the patch grid (rows, cols)). The tower runs every block (its maps are all kept); the
         connector reads the hidden state after cfg.feature_depth blocks."""
         cfg = self.cfg
-        if cfg.kind == "qwen2_5_vl":  # pixels: (patches, grid (t, h, w)); the maps (1, L_v, H_v, P, P)
+        if cfg.kind in ("qwen2_5_vl", "qwen3_vl"):  # pixels: (patches, grid (t, h, w)); maps (1, L_v, H_v, P, P)
             patches, grid = pixels
             out = self.vision(patches, grid, dk_scale=dk_scale, output_attentions=output_attentions)
             maps = None
@@ -152,6 +157,7 @@ class VisionLanguage(nn.Module):
                 pos = patch_positions(grid, cfg.vision.merge).to(patches.device)
                 order = torch.argsort(pos[:, 0] * grid[2] + pos[:, 1])
                 maps = out.attentions[:, :, order][..., order][None]
+            self._deepstack = getattr(out, "deepstack", None)  # Qwen3-VL: read once by forward
             return out.hidden[None], maps, (grid[1], grid[2])
         depth = cfg.feature_depth
         got: dict = {}
@@ -201,7 +207,9 @@ class VisionLanguage(nn.Module):
             q = torch.arange(past, past + N, device=x.device)[:, None]
             k = torch.arange(past + N, device=x.device)[None, :]
             attend = ((k <= q) | ((k < prefix_len) & (q < prefix_len)))[None, None]
-        rope = self.mrope(input_ids, grid, cache) if cfg.kind == "qwen2_5_vl" else None  # grid: the patch grid
+        rope = self.mrope(input_ids, grid, cache) if cfg.kind in ("qwen2_5_vl", "qwen3_vl") else None  # patch grid
+        if cfg.kind == "qwen3_vl" and pixels is not None:
+            hooks = self.deepstack_hooks(input_ids == cfg.image_token_id, hooks)
         out = self.language(input_ids, attention_mask, dk_scale=dk_scale, dk_layers=dk_layers,
                             output_attentions=output_attentions, hooks=hooks, cache=cache, embeds=x, attend=attend,
                             rope=rope)
@@ -226,7 +234,24 @@ class VisionLanguage(nn.Module):
             pos = torch.arange(start, start + N).expand(3, -1)
         t = cfg.text
         return mrope_tables(pos.to(input_ids.device), t.head_dim, t.rope_theta, cfg.mrope_section,
-                            self.language.embed_tokens.weight.dtype)
+                            self.language.embed_tokens.weight.dtype, cfg.mrope_interleaved)
+
+    def deepstack_hooks(self, place: torch.Tensor, hooks: Hooks | None) -> Hooks:
+        """Qwen3-VL's DeepStack: after decoder layer i (i < the tower's DeepStack mergers), the i-th merger's vectors
+        are added to the stream at the image tokens, before any of the caller's hooks on blocks.{i}.hook_resid_post
+        (which then see the sum, as the next layer does). The caller's lazy keep and kept stores are carried."""
+        feats, self._deepstack = getattr(self, "_deepstack", None) or [], None
+        fns = dict(hooks.fns) if hooks is not None else {}
+        for i, f in enumerate(feats):
+            def add(x, _name, f=f):
+                x = x.clone()
+                x[place] = x[place] + f.to(x.dtype)
+                return x
+            name = f"blocks.{i}.hook_resid_post"
+            fns[name] = (add, *fns.get(name, ()))
+        if hooks is None:
+            return Hooks(fns)
+        return Hooks(fns, keep=hooks.keep, kept=hooks.kept)
 
 
 def pixel_shuffle(x: torch.Tensor, grid: tuple[int, int], s: int) -> torch.Tensor:

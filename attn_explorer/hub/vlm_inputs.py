@@ -35,7 +35,7 @@ def vlm_parts(folder: Path, cfg) -> dict:
     tiling (cfg.longest_edge) from the processor's size.longest_edge (default: 4 tiles' width)."""
     pp_file = Path(folder) / "preprocessor_config.json"
     pp = json.loads(pp_file.read_text(encoding="utf-8")) if pp_file.exists() else None
-    if cfg.kind == "qwen2_5_vl":
+    if cfg.kind in ("qwen2_5_vl", "qwen3_vl"):
         return qwen_parts(pp, cfg)
     if cfg.kind == "idefics3":
         size = (pp or {}).get("size") or {}

@@ -7,14 +7,15 @@ from __future__ import annotations
 import dataclasses
 
 from attn_explorer.core.llama import LlamaConfig
+from attn_explorer.core.qwen3_vision import QWEN3_VISION_RULES, Qwen3VisionConfig
 from attn_explorer.core.qwen_vision import QWEN_VISION_RULES, QwenVisionConfig
 from attn_explorer.core.vlm import VLMConfig, VisionLanguage
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.clip import (CLIP_VISION_DEFAULTS, CLIP_VISION_RULES, SIGLIP_VISION_DEFAULTS,
                                              _clip_vision_config, _siglip_vision_config)
-from attn_explorer.hub.families.common import (ARCHITECTURES, ACTS, NOT_YET, Architecture, act, check_config,
+from attn_explorer.hub.families.common import (ARCHITECTURES, ACTS, Architecture, act, check_config,
                                               norm_eps, rope, rope_entry, rope_kind)
-from attn_explorer.hub.families.decoders import LLAMA_RULES
+from attn_explorer.hub.families.decoders import LLAMA_RULES, QWEN3_RULES
 
 _TOWERS = {"clip_vision_model": (_clip_vision_config, CLIP_VISION_DEFAULTS),
            "siglip_vision_model": (_siglip_vision_config, SIGLIP_VISION_DEFAULTS),
@@ -256,6 +257,77 @@ ARCHITECTURES["qwen2_5_vl"] = Architecture(
     ignore=(_QL + r"rotary_emb\.inv_freq", _QV + r"rotary_pos_emb\.inv_freq"),
     note="image and text: the picture at its own resolution (multiples of 28 px), windowed tower blocks, M-RoPE",
 )
-NOT_YET["qwen3_vl"] = ("its vision tower is exact (core.qwen3_vision) but the decoder's DeepStack (tower features "
-                       "added to the first layers' hidden states at the image tokens) and interleaved M-RoPE are not "
-                       "built")
+
+
+# Qwen3-VL: its own tower (core.qwen3_vision: learned positions, DeepStack mergers), a Qwen3 decoder (q/k norms)
+# with interleaved M-RoPE, the DeepStack vectors added after its first layers (core.vlm)
+_QWEN3_TOWER = dict(depth=27, hidden_size=1152, hidden_act="gelu_pytorch_tanh", intermediate_size=4304, num_heads=16,
+                    in_channels=3, patch_size=16, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=3584,
+                    num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24])
+
+
+def _qwen3_tower(v: dict) -> Qwen3VisionConfig:
+    v = {**_QWEN3_TOWER, **{k: x for k, x in v.items() if x is not None}}
+    deep = v["deepstack_visual_indexes"]
+    if not isinstance(deep, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < v["depth"]
+                                             for i in deep):
+        raise UserError(f"qwen3_vl: vision_config.deepstack_visual_indexes must be block numbers below depth, got {deep!r}")
+    a = v["hidden_act"]
+    if a not in ACTS:
+        raise UserError(f"qwen3_vl: vision_config.hidden_act {a!r} is not supported (supported: {', '.join(ACTS)})")
+    side = int(v["num_position_embeddings"] ** 0.5) if isinstance(v["num_position_embeddings"], int) else 0
+    if side < 1 or side * side != v["num_position_embeddings"]:
+        raise UserError("qwen3_vl: vision_config.num_position_embeddings must be a square number, got "
+                        f"{v['num_position_embeddings']!r}")
+    theta = (v.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    cfg = Qwen3VisionConfig(dim=v["hidden_size"], num_layers=v["depth"], num_heads=v["num_heads"],
+                            mlp_hidden=v["intermediate_size"], out_dim=v["out_hidden_size"], patch_size=v["patch_size"],
+                            temporal_patch_size=v["temporal_patch_size"], merge=v["spatial_merge_size"],
+                            num_positions=v["num_position_embeddings"], deepstack=list(deep),
+                            in_channels=v["in_channels"], rope_theta=float(theta), act=ACTS[a])
+    check_config(cfg, "qwen3_vl vision_config")
+    if cfg.head_dim % 4:
+        raise UserError("qwen3_vl: vision_config needs hidden_size / num_heads divisible by 4")
+    return cfg
+
+
+def _qwen3_vl_config(cfg: dict) -> VLMConfig:
+    t = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    p, _ = rope_entry(t, "qwen3_vl")
+    section = p.get("mrope_section", [24, 20, 20])
+    kind = rope_kind(p)
+    if kind not in ("default", "mrope"):
+        raise UserError(f"qwen3_vl: rope type {kind!r} is not supported with M-RoPE (default / mrope)")
+    theta = p.get("rope_theta", t.get("rope_theta", 5000000.0))
+    plain = {k: v for k, v in t.items() if k not in ("rope_scaling", "rope_parameters", "model_type")}
+    plain["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    text = ARCHITECTURES["qwen3"].make_config(plain)
+    if "tie_word_embeddings" in cfg:
+        text.tie_embeddings = bool(cfg["tie_word_embeddings"])
+    check_config(text, "qwen3_vl text_config")
+    if (not isinstance(section, list) or len(section) != 3 or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in section)
+            or sum(section) != text.head_dim // 2):
+        raise UserError(f"qwen3_vl: mrope_section must be 3 whole numbers summing to head_dim / 2 "
+                        f"({text.head_dim // 2}), got {section!r}")
+    v = cfg.get("vision_config") or {}
+    if not isinstance(v, dict):
+        raise UserError("qwen3_vl: config.json's vision_config must be an object")
+    vision = _qwen3_tower(v)
+    if vision.out_dim != text.dim:
+        raise UserError(f"qwen3_vl: vision_config.out_hidden_size {vision.out_dim} differs from the decoder's "
+                        f"hidden_size {text.dim}")
+    if len(vision.deepstack) > text.num_layers:
+        raise UserError("qwen3_vl: more deepstack_visual_indexes than decoder layers")
+    return VLMConfig(vision=vision, text=text, kind="qwen3_vl", image_token_id=int(cfg.get("image_token_id", 151655)),
+                     drop_class_token=False, mrope_section=list(section), mrope_interleaved=True, text_bos=None,
+                     text_eos=_special(cfg, "eos_token_id", 151645))
+
+
+ARCHITECTURES["qwen3_vl"] = Architecture(
+    "qwen3_vl", "image-text", VisionLanguage, _qwen3_vl_config,
+    [(_QV + p, "vision." + r) for p, r in QWEN3_VISION_RULES] + [(_QL + p, "language." + r) for p, r in QWEN3_RULES]
+    + [(r"lm_head\.weight", "language.lm_head.weight")],
+    ignore=(_QL + r"rotary_emb\.inv_freq",),
+    note="image and text: the picture at its own resolution, DeepStack tower features added after the first layers",
+)
