@@ -150,3 +150,46 @@ def test_qwen3_vl_parity_with_transformers(tmp_path, monkeypatch):
     off = m.run(img, text=prompt, hidden=True)
     print(f"qwen3_vl without DeepStack: hidden {np.abs(off.hidden - r.hidden).max():.2e}")
     assert np.abs(off.hidden - r.hidden).max() > 1e-2
+
+
+def test_qwen3_vl_hub_checkpoint_form(tmp_path):
+    """Part D: the config.json Qwen3-VL-2B-Instruct ships (text_config with legacy rope_scaling {mrope_interleaved,
+    mrope_section, rope_type} and rope_theta, its vision_config keys, dtype, architectures), shrunk to tiny sizes,
+    with a tiny state dict under the hub's names (model.visual.*, model.language_model.*, lm_head): it loads and
+    runs, the DeepStack mergers and q/k norms all read."""
+    import json
+
+    from safetensors.torch import save_file
+
+    import attn_explorer as ax
+    from tests.hub.test_parity_qwen_vl import PAD, tokenizer
+
+    real = {"architectures": ["Qwen3VLForConditionalGeneration"], "image_token_id": PAD, "model_type": "qwen3_vl",
+            "text_config": {"attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1, "dtype": "bfloat16",
+                            "eos_token_id": 2, "head_dim": 8, "hidden_act": "silu", "hidden_size": 48,
+                            "initializer_range": 0.02, "intermediate_size": 64, "max_position_embeddings": 256,
+                            "model_type": "qwen3_vl_text", "num_attention_heads": 6, "num_hidden_layers": 2,
+                            "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+                            "rope_scaling": {"mrope_interleaved": True, "mrope_section": [2, 1, 1],
+                                             "rope_type": "default"},
+                            "rope_theta": 5000000, "tie_word_embeddings": True, "use_cache": True, "vocab_size": 304},
+            "tie_word_embeddings": True, "transformers_version": "4.57.0.dev0", "video_token_id": 303,
+            "vision_config": {"deepstack_visual_indexes": [0, 2], "depth": 4, "hidden_act": "gelu_pytorch_tanh",
+                              "hidden_size": 32, "in_channels": 3, "initializer_range": 0.02, "intermediate_size": 40,
+                              "model_type": "qwen3_vl", "num_heads": 4, "num_position_embeddings": 16,
+                              "out_hidden_size": 48, "patch_size": 4, "spatial_merge_size": 2,
+                              "temporal_patch_size": 2},
+            "vision_end_token_id": 302, "vision_start_token_id": 301}
+    (tmp_path / "config.json").write_text(json.dumps(real))
+    torch.manual_seed(0)
+    hf_cfg = transformers.Qwen3VLConfig(**{k: v for k, v in real.items() if k not in ("architectures", "model_type")})
+    hf = transformers.Qwen3VLForConditionalGeneration(hf_cfg)
+    state = {k: v.detach().clone() for k, v in hf.state_dict().items() if k != "lm_head.weight"}  # tied
+    assert any(k.startswith("model.visual.deepstack_merger_list.") for k in state)
+    assert any(k.endswith("self_attn.q_norm.weight") for k in state)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    tokenizer().save(str(tmp_path / "tokenizer.json"))
+    m = ax.load_model(str(tmp_path), device="cpu")
+    assert m.info.family == "qwen3_vl" and m.module.cfg.mrope_interleaved and m.module.cfg.text.rope_theta == 5e6
+    r = m.run(picture(40, 40), text="a cat")
+    assert r.attentions.shape[:2] == (2, 6) and r.vision_attentions.shape[:3] == (1, 4, 4)
