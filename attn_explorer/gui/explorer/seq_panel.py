@@ -176,6 +176,12 @@ class SeqLenPanel(QGroupBox):
             self._set_slider(info, r)
         self._show_value(self.slider.value())
         self._describe(info, r)
+        if patch_grid_of(r) is None and r.grid is not None:  # a vision-language run (issue 26 B): no cut offered
+            self.slider.setEnabled(False)
+            self.slider.setToolTip("a vision-language run reads the whole picture and prompt: the cut to the first "
+                                   "n tokens is not offered for it yet")
+        elif "vision-language" in self.slider.toolTip():
+            self.slider.setToolTip("")
 
     def _set_slider(self, info, r) -> None:
         if self._image_mode and info.patch_size:

@@ -120,6 +120,8 @@ def test_grid_and_one_head_pages_show_the_decoders_maps_with_image_labels(qtbot,
 
     assert r.grid is not None and patch_grid_of(r) is None and r.attentions.shape[2] == r.num_tokens
     assert not w.seq_panel._image_mode and "patches" not in w.seq_panel.title()
+    # the cut to the first n tokens is not offered for a picture and a prompt: the slider says so, off
+    assert not w.seq_panel.slider.isEnabled() and "vision-language" in w.seq_panel.slider.toolTip()
     w.show_page("head")
     qtbot.waitUntil(lambda: len(w.head_view.tokens) == r.num_tokens, timeout=30000)
     assert "<image r3c3>" in w.head_view.tokens and "<image r0c0>" in w.head_view.col_tokens
