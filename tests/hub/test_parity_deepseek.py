@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.core.mla import LatentKeys  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
-from tests.hub.test_parity_rotary_families import (N, TOL, VOCAB, check_parity, folders,  # noqa: E402
+from tests.hub.test_parity_rotary_families import (N, TOL, VOCAB, built_fixture, check_parity,  # noqa: E402
                                                    greedy_steps, max_differences)
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
@@ -55,9 +55,7 @@ def make_folder(folder, name: str, overrides: dict | None = None):
     return hf
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return folders(tmp_path_factory, make_folder)
+built = built_fixture(make_folder)
 
 
 def _ids(seed=7, batch=2, n=N):

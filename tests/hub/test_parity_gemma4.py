@@ -18,8 +18,8 @@ import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
 from attn_explorer.core import linear  # noqa: E402
 from tests.hub.test_parity import linear_path  # noqa: E402,F401
-from tests.hub.test_parity_rotary_families import (N, TOL, VOCAB, check_parity,  # noqa: E402
-                                                   folders, greedy_steps, max_differences)
+from tests.hub.test_parity_rotary_families import (N, TOL, VOCAB, built_fixture, check_parity,  # noqa: E402
+                                                   greedy_steps, max_differences)
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 WINDOW = 5  # < N: the local layers' rows are cut
@@ -79,9 +79,7 @@ def make_folder(folder, name: str):
     return hf
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return folders(tmp_path_factory, make_folder)
+built = built_fixture(make_folder)
 
 
 def _ids():

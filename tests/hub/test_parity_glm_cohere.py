@@ -57,9 +57,7 @@ def make_folder(folder, name: str):
     return rotary.make_folder(folder, name, CASES, COMMON4, seed=300)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return rotary.folders(tmp_path_factory, make_folder)
+built = rotary.built_fixture(make_folder)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -50,9 +50,7 @@ def make_folder(folder, name: str):
     return hf
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return rotary.folders(tmp_path_factory, make_folder)
+built = rotary.built_fixture(make_folder)
 
 
 @pytest.mark.parametrize("name", list(CASES))

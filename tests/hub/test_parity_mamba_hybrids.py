@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
 from tests.hub.test_parity_rotary_families import (COMMON, N, TOL, VOCAB,  # noqa: E402
-                                                   folders, greedy_steps, make_folder)
+                                                   built_fixture, greedy_steps, make_folder)
 
 MAMBA = dict(mamba_n_heads=4, mamba_d_head=24, mamba_d_state=8, mamba_d_conv=4, mamba_chunk_size=8)
 GRANITE = ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM")
@@ -42,9 +42,7 @@ def make(folder, name):
     return hf
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return folders(tmp_path_factory, make)
+built = built_fixture(make)
 
 
 def _ids(seed=7, n=N):

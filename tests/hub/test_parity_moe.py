@@ -43,9 +43,7 @@ def make_folder(folder, name: str):
     return rotary.make_folder(folder, name, CASES, MOE, seed=200)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return rotary.folders(tmp_path_factory, make_folder)
+built = rotary.built_fixture(make_folder)
 
 
 def _check_parity(hf, m, name):

@@ -85,6 +85,17 @@ def folders(tmp_path_factory, make=make_folder):
     return per_name(tmp_path_factory, lambda folder, name: (make(folder, name), folder))
 
 
+def built_fixture(make):
+    """A module-scoped `built` fixture for a test file (`built = built_fixture(make_folder)`): name ->
+    (transformers' model, its folder), each made once by make(folder, name)."""
+
+    @pytest.fixture(scope="module", name="built")
+    def fixture(tmp_path_factory):
+        return folders(tmp_path_factory, make)
+
+    return fixture
+
+
 def loaded(tmp_path_factory, make):
     """name -> our model, loaded once from a folder that make(folder, name) filled."""
 
