@@ -46,7 +46,7 @@ class CellPool:
             v = band.reshape(band.shape[0], cells, wmax)
             if self.reduce == "mean":
                 return v.sum(-1, dtype=torch.float64)
-            return v.amax(-1).double(), v.amin(-1).double()
+            return v.amax(-1), v.amin(-1)
         start = torch.as_tensor(self.ce[:cells], device=band.device)
         off = torch.arange(wmax, device=band.device)
         idx = start[:, None] + off[None, :]
@@ -55,7 +55,7 @@ class CellPool:
         g = band.index_select(1, idx.reshape(-1)).reshape(band.shape[0], cells, wmax)
         if self.reduce == "mean":
             return (g * inside).sum(-1, dtype=torch.float64)
-        return g.amax(-1).double(), g.amin(-1).double()
+        return g.amax(-1), g.amin(-1)
 
     def add(self, a: int, b: int, band: torch.Tensor) -> None:
         """Rows a..b-1 (absolute tokens) of A[:, cols.start : cols.start + band.shape[1]]; the band's width must be
@@ -74,8 +74,16 @@ class CellPool:
             return
         if cells:
             hi, lo = self._pool_cols(band, cells)
-            self.hi[i0:i1, :cells].scatter_reduce_(0, cell[:, None].expand(-1, cells), hi, "amax")
-            self.lo[i0:i1, :cells].scatter_reduce_(0, cell[:, None].expand(-1, cells), lo, "amin")
+            w = local.diff()
+            if int(w.min()) == int(w.max()):  # whole, equal row cells (an aligned band): a view
+                hi = hi.reshape(i1 - i0, -1, cells).amax(1).double()
+                lo = lo.reshape(i1 - i0, -1, cells).amin(1).double()
+                torch.maximum(self.hi[i0:i1, :cells], hi, out=hi)
+                torch.minimum(self.lo[i0:i1, :cells], lo, out=lo)
+                self.hi[i0:i1, :cells], self.lo[i0:i1, :cells] = hi, lo
+            else:
+                self.hi[i0:i1, :cells].scatter_reduce_(0, cell[:, None].expand(-1, cells), hi.double(), "amax")
+                self.lo[i0:i1, :cells].scatter_reduce_(0, cell[:, None].expand(-1, cells), lo.double(), "amin")
         self.hi[i0:i1, cells:].clamp_(min=0.0)  # the hidden columns' zeros
         self.lo[i0:i1, cells:].clamp_(max=0.0)
 

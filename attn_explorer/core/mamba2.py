@@ -191,12 +191,11 @@ def band_tile(cum, dt, B, C, a: int, b: int, cols: slice) -> torch.Tensor:
     columns before a: the decay exp(cum_t - cum_s) split at a, exp(cum_t - cum_a) · exp(cum_a - cum_s) (each ≤ 1
     for a decaying head, so nothing overflows; a factor underflows only where the product does), folded into C's
     rows and B's rows, one product; the columns from a on: the differences, masked causal."""
-    out = torch.zeros(b - a, cols.stop - cols.start, dtype=torch.float32, device=dt.device)
-    p1 = min(cols.stop, a)
-    if p1 > cols.start:
-        u = torch.exp(cum[a:b] - cum[a]).float()
-        v = (torch.exp(cum[a] - cum[cols.start:p1]) * dt[cols.start:p1].double()).float()
-        out[:, :p1 - cols.start] = (C[a:b].float() * u[:, None]) @ (B[cols.start:p1].float() * v[:, None]).T
+    p1 = max(cols.start, min(cols.stop, a))
+    u = torch.exp(cum[a:b] - cum[a]).float()
+    v = torch.zeros(cols.stop - cols.start, dtype=torch.float64, device=dt.device)  # 0 from a on: set below
+    v[:p1 - cols.start] = torch.exp(cum[a] - cum[cols.start:p1]) * dt[cols.start:p1].double()
+    out = (C[a:b].float() * u[:, None]) @ (B[cols].float() * v.float()[:, None]).T
     d0, d1 = max(cols.start, a), min(cols.stop, b)
     if d1 > d0:
         r, c = torch.arange(a, b, device=dt.device), torch.arange(d0, d1, device=dt.device)
