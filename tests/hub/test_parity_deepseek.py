@@ -13,7 +13,6 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
-from attn_explorer.core.mla import LatentKeys  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
 from tests.hub.test_parity_rotary_families import (N, TOL, VOCAB, built_fixture, check_parity,  # noqa: E402
                                                    greedy_steps, max_differences)

@@ -10,7 +10,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
-from tests.hub.test_parity_rotary_families import (COMMON, N, TOL, VOCAB,  # noqa: E402
+from tests.hub.test_parity_rotary_families import (N, TOL, VOCAB,  # noqa: E402
                                                    built_fixture, greedy_steps, make_folder)
 
 MAMBA = dict(mamba_n_heads=4, mamba_d_head=24, mamba_d_state=8, mamba_d_conv=4, mamba_chunk_size=8)

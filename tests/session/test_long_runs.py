@@ -3,7 +3,6 @@ edit or Stop ends it within a second (between layers: core.progress); the switch
 jobs too, those on its run's q and k (the long views' lanes) included."""
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
