@@ -161,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
     from attn_explorer.api.load import default_image_model, load_model
 
     if args.image is None and text is None:
-        raise UserError("give --text, --text-file or --image (a vision-language model: --image and --text)")
+        raise UserError("give --text, --text-file or --image (a vision-language model: --image and --text); "
+                        "see attn-explorer export --help")
     if args.image is not None:
         if not Path(args.image).exists():
             raise UserError(f"image file not found: {args.image}")

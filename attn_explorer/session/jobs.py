@@ -125,10 +125,11 @@ def drop_kept_prefix() -> None:
     380 MB for 8,192 SmolLM2 tokens) is dropped before the new weights are read, so the two never sit in memory
     together; a new module could not reuse it anyway (issue 24)."""
     import gc
+    import sys
 
-    from attn_explorer.api import prefix
-
-    if prefix.kept_tokens():
+    # never imported: nothing was kept (and the first load must not import torch before its loader does)
+    prefix = sys.modules.get("attn_explorer.api.prefix")
+    if prefix is not None and prefix.kept_tokens():
         prefix.forget()
         gc.collect()
 

@@ -22,10 +22,11 @@ A run that a load stopped is served again (on the old model) if that load fails.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from attn_explorer.session.workers import await_workers, launch
 
@@ -65,6 +66,12 @@ class _InFlight:
     prepare: Callable[[], Task | None] | None = None  # run: what made it (to serve it again after a failed load)
     worker: Any = None
     cancelled: bool = False
+    started: float = 0.0  # time.perf_counter() when it started
+
+
+# A run in flight younger than this finishes when a newer request comes (a fast model keeps drawing while the user
+# types, each answer on screen as before); one still running at this age is stopped between layers (issue 24)
+STOP_AFTER_S = 0.3
 
 
 class Runner(QObject):
@@ -124,14 +131,25 @@ class Runner(QObject):
     def request(self, prepare: Callable[[], Task | None]) -> int:
         """Ask for a run; `prepare()` makes its Task when it starts (None: nothing to run). Returns its number.
         A run in flight is stopped (between layers: core.progress), its answer dropped: a long forward on an
-        input the user has already changed is time nobody wants (issue 24)."""
+        input the user has already changed is time nobody wants (issue 24). One younger than STOP_AFTER_S is
+        given until that age to finish (then its answer is drawn, the newest request running next): typing on a
+        fast model keeps its live maps."""
         self._gen += 1
         self._run = (self._gen, prepare)
         job = self._current
         if job is not None and job.kind == "run" and not job.cancelled:
-            self._stop(job)
+            age = time.perf_counter() - job.started
+            if age >= STOP_AFTER_S:
+                self._stop(job)
+            else:
+                QTimer.singleShot(int((STOP_AFTER_S - age) * 1000) + 1, lambda: self._stop_if_superseded(job))
         self._next()
         return self._gen
+
+    def _stop_if_superseded(self, job: _InFlight) -> None:
+        """The young run let go on by `request` is stopped if it still runs and a newer request still waits."""
+        if self._current is job and not job.cancelled and self._run is not None:
+            self._stop(job)
 
     def drop_model_jobs(self) -> None:
         """Stop every side job of the model loaded now (a model switch, issue 24): those that run on it, and
@@ -261,7 +279,7 @@ class Runner(QObject):
         self._update_busy()
 
     def _start(self, kind: str, task: Task, gen: int, prepare: Callable[[], Task | None] | None = None) -> None:
-        job = _InFlight(kind, gen, self._epoch, prepare)
+        job = _InFlight(kind, gen, self._epoch, prepare, started=time.perf_counter())
         self._current = job
 
         def fresh() -> bool:

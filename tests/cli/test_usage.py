@@ -12,7 +12,7 @@ USAGE_MISTAKES = [
     (["--model"], "--model"),  # the option needs a value
     (["export", "--text", "hi"], "--out"),  # a required option is missing
     (["export", "--out", "x.npz"], "--text"),  # one of --text, --text-file, --image is required
-    (["export", "--text", "a", "--image", "b.png", "--out", "x.npz"], "not allowed with"),
+    (["export", "--text", "a", "--text-file", "b.txt", "--out", "x.npz"], "not allowed with"),
     (["export", "--text", "a", "--out", "x.npz", "--bogus"], "--bogus"),
     (["cost", "--bogus"], "--bogus"),
     (["nosuchcommand"], "nosuchcommand"),

@@ -72,9 +72,12 @@ def _settle(qtbot, runner):
 
 
 def test_newest_request_wins_and_the_ones_between_never_run(qtbot, runner, lab):
+    from attn_explorer.session.runner import STOP_AFTER_S
+
     lab.gate.clear()
     runner.request(lambda: lab.task("first"))
     lab.wait_started()
+    qtbot.wait(int(STOP_AFTER_S * 1000) + 100)  # no longer a young run
     for name in ("second", "third", "newest"):
         runner.request(lambda name=name: lab.task(name))
     assert runner.busy
@@ -83,6 +86,32 @@ def test_newest_request_wins_and_the_ones_between_never_run(qtbot, runner, lab):
     # a newer request stops the run in flight (issue 24: an edit ends a long forward): its answer is dropped
     assert lab.ran == ["first", "newest"] and lab.results() == ["newest"]
     assert not runner.busy and lab.most_inside == 1
+
+
+def test_a_young_run_finishes_and_is_drawn_before_the_newest(qtbot, runner, lab):
+    """Typing on a fast model: the run in flight is younger than STOP_AFTER_S, so it finishes and its answer
+    arrives (the maps keep up with the typing); the newest request runs after it, the ones between never."""
+    lab.gate.clear()
+    runner.request(lambda: lab.task("first"))
+    lab.wait_started()
+    for name in ("second", "newest"):
+        runner.request(lambda name=name: lab.task(name))
+    lab.gate.set()
+    _settle(qtbot, runner)
+    assert lab.ran == ["first", "newest"] and lab.results() == ["first", "newest"]
+
+
+def test_a_young_run_still_going_at_the_grace_age_is_stopped(qtbot, runner, lab):
+    from attn_explorer.session.runner import STOP_AFTER_S
+
+    lab.gate.clear()
+    runner.request(lambda: lab.task("first"))
+    lab.wait_started()
+    runner.request(lambda: lab.task("newest"))
+    qtbot.wait(int(STOP_AFTER_S * 1000) + 200)  # the grace ends while "first" still waits at its gate
+    lab.gate.set()
+    _settle(qtbot, runner)
+    assert lab.results() == ["newest"]
 
 
 def test_a_burst_of_twenty_requests_during_one_run_makes_at_most_two_runs(qtbot, runner, lab):
