@@ -142,7 +142,8 @@ class Runner(QObject):
             if age >= STOP_AFTER_S:
                 self._stop(job)
             else:
-                QTimer.singleShot(int((STOP_AFTER_S - age) * 1000) + 1, lambda: self._stop_if_superseded(job))
+                # self as the context: the timer goes with the runner (a shut-down runner is never called)
+                QTimer.singleShot(int((STOP_AFTER_S - age) * 1000) + 1, self, lambda: self._stop_if_superseded(job))
         self._next()
         return self._gen
 
