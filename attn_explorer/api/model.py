@@ -193,10 +193,9 @@ class Model:
         """run's body with hook tables: `hooks` {name: fn}; cache (names, store, every): what to keep."""
         from attn_explorer.api.seq2seq import prepare_target, result_fields
 
-        kw = dict(dict(dk_scale=1.0, dk_layers=None, max_tokens=None, image_size=None, hidden=False, target=None,
-                       ablate=None, reuse_prefix=False, lazy=None), **kw)
-        bad = set(kw) - {"dk_scale", "dk_layers", "max_tokens", "image_size", "hidden", "target", "ablate",
-                         "reuse_prefix", "lazy"}
+        defaults = dict(dk_scale=1.0, dk_layers=None, max_tokens=None, image_size=None, hidden=False, target=None,
+                        ablate=None, reuse_prefix=False, lazy=None)
+        bad, kw = set(kw) - set(defaults), {**defaults, **kw}  # the names run takes are the defaults' keys
         if bad:
             raise UserError(f"run takes no argument {sorted(bad)[0]!r}")
         dk_scale, dk_layers = self.check_dk(kw["dk_scale"], kw["dk_layers"])
