@@ -226,3 +226,10 @@ def minilm_or_tiny_bert(tmp_path_factory):
                                   intermediate_size=20, max_position_embeddings=32, attn_implementation="eager")
     transformers.BertModel(cfg).eval().save_pretrained(folder, safe_serialization=True)
     return ax.load_model(str(folder), device="cpu")
+
+
+def test_an_argument_run_does_not_take_is_one_line():
+    m = ax.load_model("textbook")
+    with pytest.raises(ax.UserError) as e:
+        m.run("the cat sat", dk_scael=2.0)
+    assert "\n" not in str(e.value) and "'dk_scael'" in str(e.value)
