@@ -229,7 +229,10 @@ def minilm_or_tiny_bert(tmp_path_factory):
 
 
 def test_an_argument_run_does_not_take_is_one_line():
+    """run_with_hooks / run_with_cache pass run's arguments on by name: a misspelt one is one line naming it."""
     m = ax.load_model("textbook")
-    with pytest.raises(ax.UserError) as e:
-        m.run("the cat sat", dk_scael=2.0)
-    assert "\n" not in str(e.value) and "'dk_scael'" in str(e.value)
+    for call in (lambda: m.run_with_hooks("the cat sat", {}, dk_scael=2.0),
+                 lambda: m.run_with_cache("the cat sat", dk_scael=2.0)):
+        with pytest.raises(ax.UserError) as e:
+            call()
+        assert "\n" not in str(e.value) and "'dk_scael'" in str(e.value)
