@@ -164,6 +164,8 @@ def test_clearing_the_text_shows_the_empty_state_everywhere(make_window, qtbot):
     w = make_window(model="textbook", view="grid")
     st = w.state
     qtbot.waitUntil(lambda: "tokens" in w.input_panel.current.text() and not st.busy, timeout=20000)
+    w.show_page("head")  # the page on screen when the box is cleared (a user's walk found its header stale)
+    qtbot.waitUntil(lambda: "tokens" in w.pages["head"].title.text(), timeout=10000)
     with qtbot.waitSignal(st.input_cleared, timeout=10000):
         w.input_panel.text.setPlainText("")
     qtbot.waitUntil(lambda: "No input" in w.input_panel.current.text(), timeout=5000)
@@ -172,6 +174,7 @@ def test_clearing_the_text_shows_the_empty_state_everywhere(make_window, qtbot):
         assert page.stack.currentWidget() is page.placeholder, name
         assert "type or paste some text" in page.placeholder.text(), name
     assert "tokens" not in w.grid.title.text() and "is loaded" in w.grid.title.text()
+    assert "tokens" not in w.pages["head"].title.text()  # the one-head header described the map that went
     assert w.status_labels["tokens"].text() == "" and w.seq_panel.readout.text() == ""
     assert not w.seq_panel.slider.isEnabled() and not w.dk_panel.plot.isVisible()
     w.input_panel.text.setPlainText("cats sleep")

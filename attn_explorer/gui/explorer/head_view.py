@@ -406,6 +406,7 @@ class HeadView(LazyPage, QWidget):
         self.strip.clear()
         self.goto_box.forget()
         self.readout.setText(HOVER_HINT)
+        self.title.setText("")  # it described the map that went
 
     # --------------------------------------------------------------------------------- pointer
     def describe(self, i: int, j: int) -> str:
