@@ -88,7 +88,14 @@ class GenerationSession(QObject):
     def can_generate(self) -> bool:
         """The open model writes text one token at a time (a decoder)."""
         i = self.state.info
-        return i is not None and i.modality == "text" and bool(i.causal) and self.state.has_model
+        return i is not None and i.modality in ("text", "image-text") and bool(i.causal) and self.state.has_model
+
+    @property
+    def is_vlm(self) -> bool:
+        """The open model reads a picture and a prompt (issue 26 B): it writes after the session's picture,
+        greedily, and each step's row is drawn on the picture (session.vlm_generation)."""
+        i = self.state.info
+        return i is not None and i.modality == "image-text"
 
     @property
     def running(self) -> bool:
@@ -126,7 +133,7 @@ class GenerationSession(QObject):
 
     def _ask_chat(self) -> None:
         """Read the tokenizer's chat template (a string attribute: no torch runs), and say whether there is one."""
-        self.has_chat = has_chat_template(self.state._model) if self.can_generate else False
+        self.has_chat = has_chat_template(self.state._model) if self.can_generate and not self.is_vlm else False
         self.chat_known.emit(self.has_chat)
 
     # ------------------------------------------------------------------ intent
@@ -138,10 +145,16 @@ class GenerationSession(QObject):
         self.stop(report=False)  # the old stream ends at its next step instead of running on unseen
         self._reset()
         self._interrupted = None
+        job, args = generation_job, (prompt, max_new_tokens, temperature, top_k, chat, seed)
+        if self.is_vlm:  # the picture open in the session, and the prompt (greedy: temperature and chat unused)
+            from attn_explorer.session.vlm_generation import vlm_generation_job
+
+            job, args = vlm_generation_job, (self.state.image, prompt, max_new_tokens)
+            temperature, chat = 0.0, False
         self.temperature = float(temperature)
         self.chat, self.max_new_tokens = bool(chat), int(max_new_tokens)
         self.started.emit()
-        self._running = bool(self.state.submit(generation_job, prompt, max_new_tokens, temperature, top_k, chat, seed,
+        self._running = bool(self.state.submit(job, *args,
                                                key=LANE, on_yield=self._on_yield,
                                                on_result=lambda _n: self._end("done"), on_error=self._on_error))
         return self._running
