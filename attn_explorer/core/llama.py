@@ -223,12 +223,14 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         embeds: torch.Tensor | None = None,
         attend: torch.Tensor | None = None,
         rope: tuple | None = None,  # Qwen2.5-VL: the M-RoPE (cos, sin) of these tokens, each (N, d_k)
+        attend_local: torch.Tensor | None = None,  # Gemma 3 multimodal: the windowed layers' own mask (see below)
         **_,
     ) -> ModelOutput:
         """input_ids (B, N): the new tokens. With a cache they sit at positions past..past+N-1 and
         attend to the cached tokens too; attention_mask (B, past + N), 1 = a real token.
         Vision-language models (core.vlm): embeds (B, N, D) replaces `embed(input_ids)` (image vectors at
-        the placeholders); attend, bool (B, 1, N, past + N), replaces the causal mask (PaliGemma's prefix)."""
+        the placeholders); attend, bool (B, 1, N, past + N), replaces the causal mask (PaliGemma's prefix);
+        attend_local, the same for the windowed layers, their window already in it (Gemma 3's image runs)."""
         N = input_ids.shape[1]
         past = decoder_start(cache, N, self.cfg.max_positions)
         x = self.embed(input_ids) if embeds is None else embeds
@@ -245,6 +247,10 @@ TransformerBlock(cfg.block(i), i) for i in range(cfg.num_layers)
         if layer_opts and cfg.rope_local_theta is not None:  # Gemma 3: the local layers' own RoPE base
             local_rope = self.rope(past, N, x.device, x.dtype, local=True)
             layer_opts = [dict(o, rope=local_rope) if o["window"] else o for o in layer_opts]
+        if attend_local is not None and layer_opts:  # Gemma 3 multimodal: the windowed layers' mask, window in it
+            pad = key_padding_mask(attention_mask)
+            local = attend_local if pad is None else attend_local & pad.bool()
+            layer_opts = [dict(o, window=None, mask=local) if o["window"] else o for o in layer_opts]
         if cfg.nope_layers and any(cfg.nope_layers):  # SmolLM3: these layers see no positions
             layer_opts = layer_opts or [{} for _ in range(cfg.num_layers)]
             layer_opts = [dict(o, rope=None) if n else o for o, n in zip(layer_opts, cfg.nope_layers)]

@@ -12,6 +12,11 @@ The decoder (our Llama, with its Gemma switches) then runs over every token, ima
   linear projection without bias; the decoder is causal.
 - PaliGemma: a SigLIP tower's normed output, one linear projection, and a prefix-LM mask: the image and the
   prompt attend to each other fully (both ways); later tokens (generated ones) are causal.
+- Gemma 3 (kind "gemma3"): a SigLIP tower's normed output, pooled, normed and projected
+  (core.vlm_connectors.SoftEmbProjector); each run of image tokens attends to itself both ways in every layer
+  (the windowed layers keep their window).
+- LLaVA OneVision (kind "llava_onevision"): LLaVA's tower and projector over a base view and the anyres tiles,
+  the tiles laid out as one canvas with a learned newline vector after each row (core.vlm_connectors).
 - Qwen2.5-VL: its own tower (core.qwen_vision: 2-D RoPE, windowed blocks, the patch merger is the connector)
   and a Qwen2 decoder turned by M-RoPE: (t, h, w) positions, the image tokens' rows and columns on h and w.
 """
@@ -30,6 +35,7 @@ from attn_explorer.core.qwen3_vision import Qwen3VisionConfig, Qwen3VisionTower
 from attn_explorer.core.qwen_vision import (QwenVisionConfig, QwenVisionTower, mrope_positions, mrope_tables,
                                              patch_positions)
 from attn_explorer.core.vit import ViTConfig, VisionTransformer
+from attn_explorer.core.vlm_connectors import SoftEmbProjector, anyres_layout, gemma3_masks, pack_anyres
 
 
 @dataclass
@@ -53,6 +59,16 @@ class VLMConfig:
     mrope_interleaved: bool = False  # Qwen3-VL (kind "qwen3_vl"): the axes' frequencies interleaved
     min_pixels: int = 56 * 56  # the processor's smart_resize bounds (hub.vlm_inputs)
     max_pixels: int = 28 * 28 * 1280
+    # Gemma 3 (kind "gemma3"): the tower's patch grid averaged in pool × pool squares (mm_tokens_per_image
+    # tokens remain), normed with this epsilon; the image tokens' runs attend to themselves both ways
+    pool: int = 1
+    soft_emb_eps: float = 1e-6
+    boi_token_id: int | None = None  # <start_of_image> and <end_of_image>, around each picture's image tokens
+    eoi_token_id: int | None = None
+    # LLaVA OneVision (kind "llava_onevision"): image_grid_pinpoints ((height, width) canvases in px) and the
+    # anyres_max_N of vision_aspect_ratio (the canvas is shrunk past N tiles' worth of patches)
+    grid_pinpoints: list | None = None
+    max_tiles: int = 9
 
     def __post_init__(self):
         if isinstance(self.vision, dict):  # a checkpoint's stored config gives plain objects
@@ -86,11 +102,13 @@ class VLMConfig:
     @property
     def image_tokens(self) -> int:
         """Image tokens per picture at the tower's own image size (what the processor repeats the placeholder)."""
-        n = self.vision.native_grid ** 2 // self.scale_factor ** 2
+        n = self.vision.native_grid ** 2 // max(self.scale_factor, self.pool) ** 2
         return n + (self.vision.num_extra_tokens if not self.drop_class_token else 0)
 
     def layer_kinds(self) -> list[str]:
         kinds = self.text.layer_kinds()
+        if self.kind == "gemma3":
+            return [f"{k}, image tokens both ways" for k in kinds]
         if self.prefix_lm:
             return [k.replace("global", "global, prompt both ways") for k in kinds]
         return kinds
@@ -117,6 +135,12 @@ class VisionLanguage(nn.Module):
                                                 linear_2=nn.Linear(D, D, bias=cfg.projector_bias)))
         elif cfg.kind == "idefics3":
             self.projector = nn.ModuleDict(dict(proj=nn.Linear(D_v * cfg.scale_factor ** 2, D, bias=False)))
+        elif cfg.kind == "gemma3":
+            self.projector = SoftEmbProjector(cfg.vision.native_grid, cfg.pool, D_v, D, cfg.soft_emb_eps)
+        elif cfg.kind == "llava_onevision":
+            self.projector = nn.ModuleDict(dict(linear_1=nn.Linear(D_v, D, bias=cfg.projector_bias),
+                                                linear_2=nn.Linear(D, D, bias=cfg.projector_bias)))
+            self.image_newline = nn.Parameter(torch.zeros(D))
         else:
             self.projector = nn.ModuleDict(dict(linear=nn.Linear(D_v, D)))
         self.language = Llama(cfg.text)
@@ -144,7 +168,8 @@ class VisionLanguage(nn.Module):
     def new_cache(self):
         return self.language.new_cache()
 
-    def image_features(self, pixels: torch.Tensor, dk_scale: float = 1.0, output_attentions: bool = False):
+    def image_features(self, pixels: torch.Tensor, dk_scale: float = 1.0, output_attentions: bool = False,
+                       image_size: tuple[int, int] | None = None):
         """pixels (T, C, H, W) -> (the decoder-width vectors (T, n, D), the tower's maps (T, L_v, H_v, P, P) or
         None, the patch grid (rows, cols)). The tower runs every block (its maps are all kept); the
         connector reads the hidden state after cfg.feature_depth blocks."""
@@ -166,15 +191,21 @@ class VisionLanguage(nn.Module):
             got["x"] = x
 
         point = "hook_embed" if depth == 0 else f"blocks.{depth - 1}.hook_resid_post"
-        last = depth == cfg.vision.num_layers and cfg.kind != "llava"  # SigLIP's normed output
+        last = depth == cfg.vision.num_layers and cfg.kind not in ("llava", "llava_onevision")  # SigLIP's normed output
         out = self.vision(pixels, dk_scale=dk_scale, output_attentions=output_attentions,
                           hooks=None if last else Hooks({point: (grab,)}))
         x = out.hidden if last else got["x"]
         if cfg.drop_class_token:
             x = x[:, cfg.vision.num_extra_tokens:]
         p = self.projector
-        if cfg.kind == "llava":
+        if cfg.kind in ("llava", "llava_onevision"):
             x = p["linear_2"](activation(cfg.projector_act)(p["linear_1"](x)))
+            if cfg.kind == "llava_onevision":  # (image_size: the picture's (height, width) before any resize)
+                v = cfg.vision
+                layout = anyres_layout(image_size, cfg.grid_pinpoints, v.image_size, v.native_grid, cfg.max_tiles)
+                x = pack_anyres(x, layout, self.image_newline)[None]
+        elif cfg.kind == "gemma3":
+            x = p(x)
         elif cfg.kind == "idefics3":
             x = p["proj"](pixel_shuffle(x, out.grid, cfg.scale_factor))
         else:
@@ -184,23 +215,35 @@ class VisionLanguage(nn.Module):
     def forward(self, input_ids: torch.Tensor, pixels: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, dk_scale: float = 1.0, dk_layers=None,
                 output_attentions: bool = False, hooks: Hooks | None = None, cache=None, prefix_len=None,
-                vision_maps: bool | None = None, **_) -> ModelOutput:
+                vision_maps: bool | None = None, image_size: tuple[int, int] | None = None, **_) -> ModelOutput:
         """input_ids (1, N) with the placeholder repeated once per image token; pixels (T, C, H, W), one row per
         picture or tile. prefix_len (PaliGemma): the tokens of the prompt, which see each other both ways.
         vision_maps: whether the tower keeps its maps (None: as output_attentions; a lazy decoder may still want them).
+        image_size (LLaVA OneVision): the picture's (height, width) in px, which sets its anyres canvas.
         Returns the decoder's output with `vision_attentions` and the patch grid."""
         cfg = self.cfg
-        x = self.language.embed(input_ids)
+        text_ids = input_ids
+        if cfg.image_token_id >= cfg.text.vocab_size:  # Gemma 3: an image id past the vocabulary embeds as id 0
+            text_ids = input_ids.masked_fill(input_ids == cfg.image_token_id, 0)
+        x = self.language.embed(text_ids)
         vision_attn, grid = None, None
         if pixels is not None:
             feats, vision_attn, grid = self.image_features(pixels, dk_scale,
-                                                           output_attentions if vision_maps is None else vision_maps)
+                                                           output_attentions if vision_maps is None else vision_maps,
+                                                           image_size)
             place = input_ids == cfg.image_token_id
             if int(place.sum()) != feats.shape[0] * feats.shape[1]:
                 raise ValueError(f"{int(place.sum())} image placeholder tokens for {feats.shape[0] * feats.shape[1]} "
                                  "image vectors")
             x = x.masked_scatter(place[..., None], feats.to(x.dtype))
-        attend = None
+        attend = attend_local = None
+        if cfg.kind == "gemma3" and pixels is not None:  # the prompt's image runs both ways (a prompt, no cache yet)
+            if cache is not None and cache.length:
+                raise ValueError("gemma3: a picture goes with the prompt, not after cached tokens")
+            windows = [w for w in cfg.text.sliding_windows or [] if w]
+            if len(set(windows)) > 1:
+                raise ValueError("gemma3: one sliding window for every local layer")
+            attend, attend_local = gemma3_masks(input_ids == cfg.image_token_id, windows[0] if windows else None)
         if cfg.prefix_lm and prefix_len:
             N = input_ids.shape[1]
             past = 0 if cache is None else cache.length
@@ -212,7 +255,7 @@ class VisionLanguage(nn.Module):
             hooks = self.deepstack_hooks(input_ids == cfg.image_token_id, hooks)
         out = self.language(input_ids, attention_mask, dk_scale=dk_scale, dk_layers=dk_layers,
                             output_attentions=output_attentions, hooks=hooks, cache=cache, embeds=x, attend=attend,
-                            rope=rope)
+                            rope=rope, **({"attend_local": attend_local} if attend_local is not None else {}))
         out.vision_attentions = vision_attn
         out.grid = grid
         return out

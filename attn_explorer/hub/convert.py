@@ -83,7 +83,8 @@ def architecture_for(cfg: dict, where: str) -> Architecture:
     if mt not in ARCHITECTURES:
         raise UserError(f"{where}: unsupported architecture {mt!r} (config.json's model_type); supported model "
                         f"types: {supported()}")
-    return ARCHITECTURES[mt]
+    arch = ARCHITECTURES[mt]
+    return arch if arch.variant is None else arch.variant(cfg)
 
 
 def decoder_head(cfg: Any, hf: dict) -> dict:

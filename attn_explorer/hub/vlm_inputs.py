@@ -8,6 +8,7 @@ prompt with the image placeholder repeated once per image token.
   view; each tile is `<fake_token_around_image><row_r_col_c>` + `<image>` × image tokens, a "\\n" after each row of
   tiles, then "\n<fake_token_around_image><global-img>" + `<image>` × image tokens + `<fake_token_around_image>`
   (a picture of one tile: the global part alone). A prompt without `<image>` gets the picture in front.
+- Gemma 3 and LLaVA OneVision: `build_inputs` (the ids, pixels and image-token places in one; below).
 - PaliGemma (PaliGemmaProcessor): `<image>` × image tokens, then BOS, the prompt and "\\n"; a prompt that holds
   `<image>` keeps it there and BOS goes after the last one. The whole prompt is the prefix (token type 0).
 """
@@ -37,6 +38,8 @@ def vlm_parts(folder: Path, cfg) -> dict:
     pp = json.loads(pp_file.read_text(encoding="utf-8")) if pp_file.exists() else None
     if cfg.kind in ("qwen2_5_vl", "qwen3_vl"):
         return qwen_parts(pp, cfg)
+    if cfg.kind in ("gemma3", "llava_onevision"):
+        return built_parts(pp, cfg)
     if cfg.kind == "idefics3":
         size = (pp or {}).get("size") or {}
         edge = size.get("longest_edge", 4 * cfg.vision.image_size) if isinstance(size, dict) else 4 * cfg.vision.image_size
@@ -189,3 +192,135 @@ def qwen_prompt(prompt: str, image_tokens: int) -> Expanded:
     if tags:
         return Expanded(prompt.replace(IMAGE_TOKEN, block), False)
     return Expanded(block + prompt, False, "no image placeholder in the prompt: the picture goes first")
+
+
+# Gemma 3 (Gemma3Processor) and LLaVA OneVision (LlavaOnevisionProcessor): the ids, the pixels and each image
+# token's place built together (api.vlm turns them into the run's inputs).
+GEMMA_BOI, GEMMA_EOI, GEMMA_PAD = "<start_of_image>", "<end_of_image>", "<image_soft_token>"
+
+
+@dataclass
+class VLMInputs:
+    ids: list  # the prompt's token ids, the picture's placeholders expanded
+    pixels: "np.ndarray"  # float32 (views, C, H, W)
+    positions: "np.ndarray"  # int32 (image tokens, 5): token, tile, row, col, merge (row, col -1: no place)
+    tokens: list  # the tokens as shown, image tokens labelled
+    special: list
+    notes: list
+    seen: "np.ndarray"  # uint8 (H, W, 3): the picture as the first view holds it
+    extra: dict  # the module's other inputs (image_size)
+
+
+def built_parts(pp: dict | None, cfg) -> dict:
+    """The preprocessing of preprocessor_config.json for Gemma 3 (a plain resize to the tower's size; pan-and-scan
+    crops refused) and LLaVA OneVision (its tiles' resample, mean and std; the same pinpoints as config.json)."""
+    pp = pp or {}
+    side = cfg.vision.image_size
+    if cfg.kind == "gemma3":
+        if pp.get("do_pan_and_scan"):
+            raise UserError("gemma3: preprocessor_config.json's do_pan_and_scan (extra crops of the picture) is not "
+                            "supported yet")
+        return {"preprocess": ImagePreprocess(resize_to=(side, side), resample=pp.get("resample", 2),
+                                              rescale=pp.get("rescale_factor", 1 / 255),
+                                              mean=tuple(pp.get("image_mean", (0.5,) * 3)),
+                                              std=tuple(pp.get("image_std", (0.5,) * 3)))}
+    pins = pp.get("image_grid_pinpoints")
+    if pins is not None and [list(p) for p in pins] != cfg.grid_pinpoints:
+        raise UserError("llava_onevision: preprocessor_config.json's image_grid_pinpoints differ from config.json's "
+                        "(the picture would be cut on one canvas and read back on another)")
+    return {"preprocess": ImagePreprocess(resize_to=(side, side), resample=pp.get("resample", 3),
+                                          rescale=pp.get("rescale_factor", 1 / 255),
+                                          mean=tuple(pp.get("image_mean", CLIP_MEAN)),
+                                          std=tuple(pp.get("image_std", CLIP_STD)))}
+
+
+def anyres_views(img, cfg, pp: ImagePreprocess):
+    """LLaVA OneVision's views of a picture: the whole picture at the tower's size, then the picture resized into
+    its best canvas (keeping its shape), padded with black to it and cut into tiles row by row. Returns (pixels
+    (1 + tiles, 3, S, S), the layout (core.vlm_connectors.AnyresLayout), the uint8 base view)."""
+    import math
+
+    import numpy as np
+    from PIL import Image
+
+    from attn_explorer.core.vlm_connectors import anyres_layout
+
+    v = cfg.vision
+    S = v.image_size
+    w, h = img.size
+    layout = anyres_layout((h, w), cfg.grid_pinpoints, S, v.native_grid, cfg.max_tiles)
+    rows, cols = layout.tiles
+    th, tw = rows * S, cols * S
+    if tw / w < th / h:
+        nw, nh = tw, min(math.ceil(h * tw / w), th)
+    else:
+        nw, nh = min(math.ceil(w * th / h), tw), th
+    canvas = Image.new("RGB", (tw, th))
+    canvas.paste(img.resize((nw, nh), Image.Resampling(pp.resample)), ((tw - nw) // 2, (th - nh) // 2))
+    base, seen = pp(img)
+    tiles = [pp(canvas.crop((c * S, r * S, (c + 1) * S, (r + 1) * S)))[0] for r in range(rows) for c in range(cols)]
+    return np.stack([base, *tiles]), layout, seen
+
+
+def gemma3_prompt(prompt: str, image_tokens: int) -> Expanded:
+    """Gemma3Processor's expansion: its placeholder <start_of_image> (or an `<image>`) becomes "\n\n<start_of_image>"
+    + <image_soft_token> × image tokens + "<end_of_image>\n\n"; a prompt with neither gets that block in front
+    (where the chat template puts the picture, at the start of the user's turn). The tokenizer adds its BOS."""
+    block = "\n\n" + GEMMA_BOI + GEMMA_PAD * image_tokens + GEMMA_EOI + "\n\n"
+    found = prompt.count(GEMMA_BOI) + prompt.count(IMAGE_TOKEN)
+    if found > 1:
+        raise UserError(f"the prompt holds {found} image placeholders for 1 image: give one {GEMMA_BOI} (or "
+                        f"{IMAGE_TOKEN}), or none")
+    if found:
+        return Expanded(prompt.replace(GEMMA_BOI, block).replace(IMAGE_TOKEN, block), True)
+    return Expanded(block + prompt, True, "no image placeholder in the prompt: the picture goes first")
+
+
+def build_inputs(cfg, img, text: str, tok, pp: ImagePreprocess, family: str, max_positions: int) -> VLMInputs:
+    """Gemma 3's or LLaVA OneVision's inputs for a picture (RGB PIL image) and a prompt, as their processors
+    make them. Views: (tile, rows, cols, merge, a newline token after each row) in the image tokens' order."""
+    import numpy as np
+
+    if tok is None:
+        raise UserError(f"{family}: the folder has no tokenizer (tokenizer.json); it cannot read a prompt")
+    pad = GEMMA_PAD if cfg.kind == "gemma3" else IMAGE_TOKEN
+    if tok.tok.token_to_id(pad) != cfg.image_token_id:
+        raise UserError(f"{family}: the tokenizer has no {pad} token with id {cfg.image_token_id} "
+                        "(image_token_index in config.json)")
+    notes = []
+    if cfg.kind == "gemma3":
+        for name, want in ((GEMMA_BOI, cfg.boi_token_id), (GEMMA_EOI, cfg.eoi_token_id)):
+            if tok.tok.token_to_id(name) != want:
+                raise UserError(f"{family}: the tokenizer has no {name} token with id {want} (config.json's "
+                                f"{'boi' if name == GEMMA_BOI else 'eoi'}_token_index)")
+        px, seen = pp(img)
+        pixels, side = px[None], cfg.vision.native_grid // cfg.pool
+        views = [(0, side, side, cfg.pool, False)]
+        ex = gemma3_prompt(text, side * side)
+        notes.append(pp.crop_note(img.size))
+    else:
+        pixels, layout, seen = anyres_views(img, cfg, pp)
+        g = cfg.vision.native_grid
+        views = [(0, g, g, 1, False), (1, *layout.out, 1, True)]
+        ex = expand_prompt("llava", text, g * g + layout.tokens, 1, None)
+        notes.append(f"the picture read as a {g} × {g} base view and {layout.tiles[0]} × {layout.tiles[1]} tiles "
+                     f"({layout.out[0]} × {layout.out[1]} image tokens after the padding is cut)")
+    enc = tok.tok.encode(ex.text, add_special_tokens=ex.add_special)
+    ids = list(enc.ids)
+    n_image = sum(r * (c + nl) for _t, r, c, _m, nl in views)
+    if len(ids) > max_positions:
+        raise UserError(f"{family}: {len(ids)} tokens (the picture's {n_image} and the prompt's) are more than the "
+                        f"model's {max_positions} positions")
+    place = [i for i, t in enumerate(ids) if t == cfg.image_token_id]
+    if len(place) != n_image:
+        raise UserError(f"{family}: the prompt already holds {len(place) - n_image} image tokens of its own")
+    spots = [(t, r, c, m) for t, R, C, m, nl in views for r in range(R) for c in [*range(C), *([-1] if nl else [])]]
+    pos = np.array([(i, *s) for i, s in zip(place, spots)], dtype=np.int32).reshape(-1, 5)
+    tokens = tok.display(ids)
+    for i, t, r, c, _m in pos:
+        where = "global " if cfg.kind == "llava_onevision" and t == 0 else ""
+        tokens[i] = f"<image {where}r{r}c{c}>" if c >= 0 else f"<image newline r{r}>"
+    image = set(place)
+    special = [bool(s) and i not in image for i, s in enumerate(enc.special_tokens_mask)]
+    extra = {"image_size": (img.size[1], img.size[0])} if cfg.kind == "llava_onevision" else {}
+    return VLMInputs(ids, pixels, pos, tokens, special, [n for n in notes + [ex.note] if n], seen, extra)

@@ -19,6 +19,7 @@ from attn_explorer.hub.families import deepseek  # noqa: F401 - rows (DeepSeek-V
 from attn_explorer.hub.families import hybrid  # noqa: F401 - rows (Qwen3.5, Qwen3-Next: Gated DeltaNet hybrids)
 from attn_explorer.hub.families import mamba  # noqa: F401 - rows (Granite 4 hybrid, Falcon-H1: Mamba-2)
 from attn_explorer.hub.families import vlm  # noqa: F401 - rows (LLaVA, PaliGemma: image and text)
+from attn_explorer.hub.families import vlm_gemma3, vlm_onevision  # noqa: F401 - rows (Gemma 3, LLaVA OneVision)
 from attn_explorer.hub.families.common import ACTS, ARCHITECTURES, Architecture
 
 __all__ = ["ACTS", "ARCHITECTURES", "Architecture"]

@@ -42,6 +42,9 @@ class Architecture:
     # drop(our config, checkpoint key) -> True: a tensor left out given the config (DeepSeek-V3's multi-token-
     # prediction layers, numbered past num_hidden_layers)
     drop: Callable[[Any, str], bool] | None = None
+    # variant(config.json) -> the row that reads it, where one model_type covers two kinds of checkpoint (gemma3:
+    # with a vision tower, the vision-language row; without one, its language model)
+    variant: Callable[[dict], "Architecture"] | None = None
 
 
 # model_type -> its row; each module of hub/families appends its own (see families/__init__.py)

@@ -85,7 +85,7 @@ def _decoder(cfg: dict, family: str, default_type: str) -> LlamaConfig:
     t = {**_TEXT_DEFAULTS.get(mt, {}), **{k: v for k, v in t.items() if v is not None}}
     if mt == "gemma":
         text = _gemma1_config(t)
-    elif mt in ("llama", "qwen2", "mistral") and family in ("llava", "idefics3"):
+    elif mt in ("llama", "qwen2", "mistral") and family in ("llava", "idefics3", "llava_onevision"):
         text = ARCHITECTURES[mt].make_config(t)
     else:
         raise UserError(f"{family}: text_config.model_type {mt!r} is not supported yet "
