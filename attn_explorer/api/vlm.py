@@ -27,7 +27,8 @@ from attn_explorer.api.result import RunResult
 from attn_explorer.core.hooks import Hooks
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import open_image
-from attn_explorer.hub.vlm_inputs import IMAGE_TOKEN, QWEN_PAD, expand_prompt, qwen_patches, qwen_prompt, tiles_of
+from attn_explorer.hub.vlm_inputs import (IMAGE_TOKEN, QWEN_PAD, build_inputs, expand_prompt, qwen_patches,
+                                          qwen_prompt, tiles_of)
 from attn_explorer.validate import text_size_ok
 
 POSITION_COLUMNS = ("token", "tile", "row", "col", "merge")  # image_token_positions' columns
@@ -116,6 +117,13 @@ class VisionLanguageModel(Model):
         cfg = self.module.cfg
         if cfg.kind in ("qwen2_5_vl", "qwen3_vl"):
             return self._prepare_qwen(x, text)
+        if cfg.kind in ("gemma3", "llava_onevision"):  # ids, pixels and places built together (hub.vlm_inputs)
+            b = build_inputs(cfg, open_image(x), text, self.tokenizer, self.preprocess, name, self.info.max_positions)
+            inputs = {"input_ids": torch.tensor([b.ids], device=self.device),
+                      "pixels": torch.from_numpy(b.pixels).to(self.device, self.dtype), **b.extra}
+            prep = Prepared(inputs, b.tokens, b.special, len(b.ids), False, b.notes, image=b.seen)
+            prep.image_token_positions, prep.image_tiles = b.positions, None
+            return prep
         tiles = (0, 0)
         if cfg.kind == "idefics3":  # tiles and a global view (hub.vlm_inputs.tiles_of)
             px, t_rows, t_cols, seen = tiles_of(open_image(x), cfg.vision.image_size, cfg.longest_edge or
