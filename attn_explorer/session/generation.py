@@ -76,6 +76,7 @@ class GenerationSession(QObject):
         state.model_loading.connect(self._model_loading)
         state.model_loaded.connect(lambda _info: self.clear())
         state.model_loaded.connect(lambda _info: self._ask_chat())
+        state.inputs.input_changed.connect(self._input_changed)
         if state.has_model:
             self._ask_chat()
 
@@ -184,6 +185,14 @@ class GenerationSession(QObject):
             note = f"Another model{new} was loaded: what the old model wrote is cleared."
         self._interrupted = None
         self.cleared.emit(note)
+
+    def _input_changed(self, what: str) -> None:
+        """A vision-language model writes after the session's picture: a new one makes what was written stale."""
+        if what == "image" and self.is_vlm and (self.steps or self._running):
+            self.stop(report=False)
+            self._reset()
+            self.cleared.emit("A new picture was opened: what was written after the old one is cleared (press "
+                              "Generate to write after this one).")
 
     def _model_loading(self, _src: str) -> None:
         """Another model was asked for: stop now (the old model's steps are no use), say so once it is in."""

@@ -20,6 +20,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QSizePolicy, QSlider, QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
 
+from attn_explorer.gui.generate.vlm_panel import HINT as VLM_HINT, VlmGenerationPanel, weights_words
 from attn_explorer.gui.widgets.tokens import token_text
 from attn_explorer.session.generation import SUGGESTED_MODEL, GenerationSession
 
@@ -121,6 +122,13 @@ class GeneratePage(QWidget):
         self.head.setPrefix("head ")
         for w in (self.mode, self.layer, self.head):
             (w.currentIndexChanged if w is self.mode else w.valueChanged).connect(self._draw_attention)
+        # a vision-language model (issue 26 B): each new word's attention drawn on the picture, in the attention
+        # plot's place
+        self.vlm = VlmGenerationPanel(lambda: (self.layer.value(), self.head.value()),
+                                      lambda: (state.alpha, state.colormap))
+        self.vlm.hide()
+        self.prompt.textEdited.connect(lambda _t: self.vlm.prompt_edited())
+        state.options_changed.connect(lambda: self.vlm.redraw() if self.session.is_vlm else None)
         self.sink_plot = _plot(SINK_TITLE, "share", "new token")
         self.sink_plot.setToolTip("the share of attention on the first token, averaged over every layer and head")
         self.sink_plot.setYRange(0, 1)
@@ -169,12 +177,14 @@ class GeneratePage(QWidget):
         pick.addWidget(self.mode)
         pick.addWidget(self.layer)
         pick.addWidget(self.head)
+        pick.addWidget(self.vlm.average)
         pick.addStretch(1)
         right = QWidget()
         right_lay = QVBoxLayout(right)
         right_lay.setContentsMargins(0, 0, 0, 0)
         right_lay.addLayout(pick)
         right_lay.addWidget(self.attn_plot, 1)
+        right_lay.addWidget(self.vlm, 1)
         left = QWidget()
         left_lay = QVBoxLayout(left)
         left_lay.setContentsMargins(0, 0, 0, 0)
@@ -232,6 +242,7 @@ class GeneratePage(QWidget):
         else:
             self.notice.setText(f"{info.name}: {info.num_layers} layers × {info.num_heads} heads, decoder."
                                 + (f" {info.note}" if info.note else ""))
+        self._vlm_mode(info, ok)
         self.load_button.setVisible(info is not None and not ok)
         if self.plots_stack.currentWidget() is self.empty_hint and not self.session.running:
             self.empty_hint.setText(self._hint())
@@ -240,6 +251,29 @@ class GeneratePage(QWidget):
             self.head.setRange(0, info.num_heads - 1)
             self.chat.setEnabled(True)
         self._sync_buttons()
+
+    def _vlm_mode(self, info, ok: bool) -> None:
+        """A vision-language model: the picture in the attention plot's place, greedy only, the prompt from the
+        explorer's (it holds the image placeholder where the model's processor wants one)."""
+        vlm = ok and self.session.is_vlm
+        was = self.vlm.isVisible() or self.vlm.info is not None
+        self.vlm.info = info if vlm else None
+        self.vlm.setVisible(vlm)
+        self.vlm.average.setVisible(vlm)
+        self.mode.setVisible(not vlm)
+        self.attn_plot.setVisible(not vlm)
+        self.temperature.setEnabled(not vlm)
+        self.temperature.setToolTip("greedy only for a vision-language model" if vlm else self.temperature.toolTip())
+        if vlm:
+            self.notice.setText(f"{info.name}: {info.num_layers} layers × {info.num_heads} heads, vision-language: it "
+                                "writes after the picture open in the window and this prompt (greedy), and each new "
+                                "word's attention to the image tokens is drawn on the picture. "
+                                + weights_words(info) + (f" {info.note}" if info.note else ""))
+            self.prompt.setText(self.state.text)
+            self.layer.setEnabled(True)
+            self.head.setEnabled(True)
+        elif was:
+            self.vlm.clear()
 
     def _chat_known(self, has: bool) -> None:
         """An instruct model (one with a chat template) gets chat ticked; without a template chat cannot run."""
@@ -255,14 +289,18 @@ class GeneratePage(QWidget):
         self.stop_button.setEnabled(self.session.running)
 
     def _hint(self) -> str:
+        if self.session.is_vlm and self.session.can_generate:
+            return VLM_HINT
         return EMPTY_HINT if self.session.can_generate else "Generation needs a decoder: load one above."
 
     def _started(self) -> None:
         self._clear_views()
+        self.vlm.clear("Generating: the first word is on its way.")
         self.empty_hint.setText("Generating: the first token is on its way.")
 
     def _cleared(self, note: str) -> None:
         self._clear_views()
+        self.vlm.clear(note)
         self.status.setText(note)
 
     def _clear_views(self) -> None:
@@ -282,6 +320,8 @@ class GeneratePage(QWidget):
 
     def _prompt_ready(self, prompt) -> None:
         self.status.setText(f"prompt: {len(prompt.ids)} tokens; generating…")
+        if self.session.is_vlm and getattr(prompt, "image_token_positions", None) is not None:
+            self.vlm.set_prompt(prompt)
 
     def _step(self, step) -> None:
         self.plots_stack.setCurrentIndex(1)
@@ -302,9 +342,14 @@ class GeneratePage(QWidget):
                                 f"({self.session.prompt.tokens[0] if self.session.prompt else ''!r})")
         self.status.setText(f"step {step.index + 1}: {token_text(step.token)} (p = {step.top_probs[0]:.2f} for the top "
                             f"token), {step.ms:.0f} ms")
+        if self.vlm.prompt is not None:
+            self.vlm.add_step(step)
         self._draw_attention()
 
     def _draw_attention(self) -> None:
+        if self.session.is_vlm:  # the picture instead of the rows: the layer and head choose what is drawn on it
+            self.vlm.redraw()
+            return
         by_head = self.mode.currentIndex() == 1
         self.layer.setEnabled(by_head)
         self.head.setEnabled(by_head)
