@@ -72,7 +72,10 @@ class Atlas:
     examples: dict[tuple[int, int], list[Example]]
     notes: dict[str, str] = field(default_factory=dict)  # metric -> why it is NaN, or how it was measured
     complete: bool = True  # False: stopped before the end of the corpus
-    doc_names: list[str] = field(default_factory=list)  # each document's source (a file name, "file:line")
+    # the text of every segment an example points at (Example.doc is its segment id), to open it again in the
+    # One-head view (the model reads it as it did here: Example.query indexes its tokens), and where it came from
+    texts: dict[int, str] = field(default_factory=dict)
+    sources: dict[int, str] = field(default_factory=dict)  # segment id -> a file name or "document N"
 
     def metric(self, name: str) -> np.ndarray:
         if name not in self.metrics:
@@ -107,7 +110,10 @@ class Atlas:
             "atlas_version": np.array(1), "model": np.array(self.model),
             "shape": np.array([self.n_layers, self.n_heads], dtype=np.int64),
             "tokens": np.array(self.tokens, dtype=np.int64), "documents": np.array(self.documents, dtype=np.int64),
-            "complete": np.array(bool(self.complete)), "doc_names": np.array(list(self.doc_names), dtype=str),
+            "complete": np.array(bool(self.complete)),
+            "seg_ids": np.array(sorted(self.texts), dtype=np.int64),
+            "seg_texts": np.array([self.texts[i] for i in sorted(self.texts)], dtype=str),
+            "seg_sources": np.array([self.sources.get(i, "") for i in sorted(self.texts)], dtype=str),
             "note_keys": np.array(list(self.notes), dtype=str), "note_values": np.array(list(self.notes.values()), dtype=str),
         }
         for name, v in self.metrics.items():
@@ -166,7 +172,9 @@ class Atlas:
             notes = dict(zip((str(k) for k in d["note_keys"]), (str(v) for v in d["note_values"])))
             return cls(model=str(d["model"]), n_layers=L, n_heads=H, tokens=int(d["tokens"]),
                        documents=int(d["documents"]), metrics=metrics, examples=examples, notes=notes,
-                       complete=bool(d["complete"]), doc_names=[str(x) for x in d["doc_names"]])
+                       complete=bool(d["complete"]),
+                       texts={int(i): str(t) for i, t in zip(d["seg_ids"], d["seg_texts"])},
+                       sources={int(i): str(t) for i, t in zip(d["seg_ids"], d["seg_sources"])})
         except (KeyError, ValueError, TypeError) as e:
             raise UserError(f"{os.path.basename(p)} is a damaged atlas: {e}") from None
 
@@ -229,13 +237,16 @@ class TopK:
     def floor(self) -> float:
         return self.heap[0][0] if len(self.heap) >= self.k else -np.inf
 
-    def offer(self, score: float, item) -> None:
+    def offer(self, score: float, item) -> tuple[bool, object]:
+        """(kept, the item it pushed out or None)."""
         self.n += 1
         entry = (float(score), self.n, item)
         if len(self.heap) < self.k:
             heapq.heappush(self.heap, entry)
-        elif entry[0] > self.heap[0][0]:
-            heapq.heapreplace(self.heap, entry)
+            return True, None
+        if entry[0] > self.heap[0][0]:
+            return True, heapq.heapreplace(self.heap, entry)[2]
+        return False, None
 
     def best(self) -> list:
         return [item for _, _, item in sorted(self.heap, key=lambda e: (-e[0], e[1]))]

@@ -1,0 +1,262 @@
+"""Building an atlas: documents cut into segments the model reads whole, each run once with lazy attention
+(q, k and each row's log-sum-exp kept, never a map), every layer's metrics then computed in row chunks
+(analysis.atlas_math), and each head's best examples kept in bounded heaps. Memory is bounded whatever the
+corpus: one segment's kept tensors, one chunk of probabilities, the heaps, and the texts the heaps point at.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+import numpy as np
+
+from attn_explorer.analysis.atlas import METRICS, WINDOW, Atlas, Example, TopK
+from attn_explorer.errors import UserError
+
+if TYPE_CHECKING:
+    from attn_explorer.api.model import Model
+
+CONTEXT = 1024  # tokens per segment (at most the model's positions)
+ROW_KINDS = METRICS  # what a row is ranked by; "weight" ranks (query, key) pairs
+
+
+def check_model(model: Model) -> None:
+    info = model.info
+    if info.modality != "text":
+        raise UserError(f"{info.name} reads images; the atlas takes text")
+    if info.encoder_decoder:
+        raise UserError(f"{info.name} is an encoder-decoder; the atlas takes encoders and decoders")
+    other = sorted({m for m in info.mixers if m != "softmax"})
+    if other:
+        raise UserError(f"{info.family}: the atlas measures softmax attention heads, and this model's "
+                        f"{', '.join(other)} layers have no softmax map")
+
+
+def _units(text: str) -> list[str]:
+    """Paragraphs (blank-line separated), or lines when a text has no blank lines."""
+    paras = [p.strip() for p in text.replace("\r\n", "\n").split("\n\n")]
+    paras = [p for p in paras if p]
+    if len(paras) <= 1:
+        paras = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return paras
+
+
+def _count(model: Model, text: str) -> int:
+    return model.prepare(text, max_tokens=None).total_tokens
+
+
+def segments(model: Model, text: str, context: int) -> Iterator[tuple[str, int]]:
+    """A document cut at paragraph (else line, else word) boundaries into (text, tokens) pieces that the model
+    reads in at most `context` tokens each, special tokens included."""
+    budget = max(1, context - (model.info.min_tokens - 1))
+    cur: list[str] = []
+    cur_n = 0
+    for unit in _units(text):
+        n = _count(model, unit) - (model.info.min_tokens - 1)
+        pieces = [(unit, n)] if n <= budget else list(_split_words(model, unit, budget))
+        for piece, pn in pieces:
+            if cur and cur_n + pn + 1 > budget:
+                yield "\n\n".join(cur), cur_n + model.info.min_tokens - 1
+                cur, cur_n = [], 0
+            cur.append(piece)
+            cur_n += pn + (1 if len(cur) > 1 else 0)
+    if cur:
+        yield "\n\n".join(cur), cur_n + model.info.min_tokens - 1
+
+
+def _split_words(model: Model, unit: str, budget: int) -> Iterator[tuple[str, int]]:
+    words = unit.split()
+    lo = 0
+    while lo < len(words):
+        hi = min(len(words), lo + max(1, budget // 2))
+        piece = " ".join(words[lo:hi])
+        n = _count(model, piece) - (model.info.min_tokens - 1)
+        while n > budget and hi - lo > 1:
+            hi = lo + (hi - lo) // 2
+            piece = " ".join(words[lo:hi])
+            n = _count(model, piece) - (model.info.min_tokens - 1)
+        yield piece, min(n, budget)
+        lo = hi
+
+
+def _named(documents) -> Iterator[tuple[str, str]]:
+    for i, d in enumerate(documents):
+        if isinstance(d, tuple):
+            yield str(d[0]), str(d[1])
+        else:
+            yield f"document {i + 1}", str(d)
+
+
+def count_tokens(model: Model, documents, context: int = CONTEXT) -> int:
+    """Tokens an atlas of these documents reads (the segments' tokens, special tokens included)."""
+    return sum(n for _, text in _named(documents) for _, n in segments(model, text, context))
+
+
+def context_window(tokens: list[str], q: int, k: int, w: int = WINDOW) -> tuple[list[str], int, int]:
+    """Up to w tokens either side of the query and the key; one span when they are close, else the key's span,
+    "…", the query's span. Returns (tokens, query_at, key_at)."""
+    a, b = min(q, k), max(q, k)
+    if b - a <= 2 * w:
+        lo, hi = max(0, a - w), min(len(tokens), b + w + 1)
+        return list(tokens[lo:hi]), q - lo, k - lo
+    first, second = (k, q) if k < q else (q, k)
+    lo1, hi1 = max(0, first - w), first + w + 1
+    lo2, hi2 = second - w, min(len(tokens), second + w + 1)
+    out = list(tokens[lo1:hi1]) + ["…"] + list(tokens[lo2:hi2])
+    at1, at2 = first - lo1, (hi1 - lo1) + 1 + second - lo2
+    return (out, at2, at1) if k < q else (out, at1, at2)
+
+
+def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int | None = None,
+          progress: Callable[[int, int], None] | None = None, stop: Callable[[], bool] | None = None,
+          context: int | None = None, total_tokens: int | None = None) -> Atlas:
+    import torch
+
+    from attn_explorer.analysis import atlas_math as am
+    from attn_explorer.core.progress import Stopped, watching
+
+    check_model(model)
+    info = model.info
+    L, H = info.num_layers, info.num_heads
+    context = min(int(context or CONTEXT), info.max_positions)
+    if context < info.min_tokens + 1:
+        raise UserError(f"segments of {context} tokens are too short for {info.name}")
+    top_k = int(top_k)
+    if top_k < 1:
+        raise UserError(f"top_k must be at least 1, got {top_k}")
+    if total_tokens is None:
+        if isinstance(documents, (list, tuple)):
+            total_tokens = count_tokens(model, documents, context)
+        else:
+            total_tokens = 0
+    if max_tokens is not None:
+        total_tokens = min(total_tokens, int(max_tokens)) if total_tokens else int(max_tokens)
+    copy = am.CopyReader(model)
+    kinds = ("weight",) + METRICS
+    heaps = {(l, h, kind): TopK(top_k) for l in range(L) for h in range(H) for kind in kinds}
+    sums = {name: np.zeros((L, H)) for name in METRICS}
+    counts = {name: np.zeros((L, H)) for name in METRICS}
+    refs: dict[int, int] = {}
+    texts: dict[int, str] = {}
+    sources: dict[int, str] = {}
+    done, seg_id, docs = 0, -1, 0
+    stopped = False
+    v_names = [f"blocks.{l}.attn.hook_v" for l in range(L)] if copy.ok else []
+
+    def offer(key, score, ex: Example, sid: int):
+        kept, out = heaps[key].offer(score, ex)
+        if kept:
+            refs[sid] = refs.get(sid, 0) + 1
+        if out is not None:
+            refs[out.doc] -= 1
+
+    for name, text in _named(documents):
+        docs += 1
+        for seg_text, _ in segments(model, text, context):
+            if stop is not None and stop():
+                stopped = True
+                break
+            if max_tokens is not None and done >= max_tokens:
+                break
+            limit = context if max_tokens is None else max(info.min_tokens, min(context, max_tokens - done))
+            prep = model.prepare(seg_text, max_tokens=limit)
+            try:
+                with watching(stop=stop):
+                    t = model.trace(prep, names=v_names, lazy=True)
+            except Stopped:
+                stopped = True
+                break
+            seg_id += 1
+            ids = prep.inputs["input_ids"][0].cpu()
+            special = np.asarray(prep.special, dtype=bool)
+            n = len(prep.tokens)
+            pairs = am.segment_pairs(ids.numpy(), special)
+            base = np.ones(n, dtype=bool)
+            if info.causal:
+                base[0] = False
+            masks = {"entropy": base, "sink": base, "distance": base, "copy": base,
+                     "prev_token": np.arange(n) >= 1,
+                     "duplicate": np.isin(np.arange(n), pairs.dup_rows.numpy()),
+                     "induction": np.isin(np.arange(n), pairs.ind_rows.numpy())}
+            tmask = {k: torch.as_tensor(v) for k, v in masks.items()}
+            with torch.inference_mode():
+                for l, lz in enumerate(t.lazy.layers):
+                    z = None
+                    if copy.ok:
+                        from attn_explorer.api.hooks import heads_first
+
+                        v = heads_first(t.cache[f"blocks.{l}.attn.hook_v"], H)[0].float()  # (H, n, d)
+                        z = copy.z(l, v, ids)
+                    for sc, cols in am.layer_chunks(lz, pairs, z, info.causal):
+                        r = sc.rows
+                        for kind in METRICS:
+                            if kind == "copy" and z is None:
+                                continue
+                            mk = tmask[kind][r]
+                            val = sc.values[kind]
+                            sums[kind][l] += val[:, mk].sum(-1).double().numpy()
+                            if kind == "copy":
+                                counts[kind][l] += (1.0 - sc.values["sink"][:, mk]).sum(-1).double().numpy()
+                            else:
+                                counts[kind][l] += float(mk.sum())
+                            _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, prep.tokens, seg_id, offer)
+                        vals, qi, ki = am.top_weights(sc.p, r, cols, pairs.sink_cols, top_k)
+                        for h in range(H):
+                            floor = heaps[(l, h, "weight")].floor()
+                            for w, q, k in zip(vals[h].tolist(), qi[h].tolist(), ki[h].tolist()):
+                                if w > floor and w > 0:
+                                    toks, qa, ka = context_window(prep.tokens, q, k)
+                                    offer((l, h, "weight"), w, Example(seg_id, q, k, w, "weight", toks, qa, ka, w), seg_id)
+            del t
+            if refs.get(seg_id, 0) > 0:
+                texts[seg_id], sources[seg_id] = seg_text, name
+            for d in [d for d in texts if refs.get(d, 0) <= 0]:
+                texts.pop(d), sources.pop(d), refs.pop(d, None)
+            done += n
+            if progress is not None:
+                progress(done, max(total_tokens, done))
+        if stopped or (max_tokens is not None and done >= max_tokens):
+            break
+    if seg_id < 0:
+        if stopped:
+            raise Stopped("stopped before the first segment: nothing was measured")
+        raise UserError("the corpus has no text to read")
+    metrics = {k: np.where(counts[k] > 0, sums[k] / np.maximum(counts[k], 1e-30), np.nan) for k in METRICS}
+    notes = {k: am_note for k, am_note in _notes(copy, context).items()}
+    if not copy.ok:
+        metrics["copy"] = np.full((L, H), np.nan)
+    examples = {}
+    for (l, h, kind), heap in heaps.items():
+        examples.setdefault((l, h), []).extend(heap.best())
+    return Atlas(model=info.name, n_layers=L, n_heads=H, tokens=done, documents=docs, metrics=metrics,
+                 examples=examples, notes=notes, complete=not stopped, texts=texts, sources=sources)
+
+
+def _notes(copy, context: int) -> dict[str, str]:
+    out = {"segments": f"documents cut into segments of at most {context} tokens, each read whole"}
+    out["copy"] = copy.reason if not copy.ok else (
+        "z-score of the attended token's logit in the head's direct OV output (final norm's gain, W_U), "
+        "weighted by attention to keys that are not sinks")
+    out["examples"] = ("top pairs by weight (a token on itself and sinks left out); by a metric: the rows where "
+                       "it is largest, the key being where that row's metric comes from")
+    return out
+
+
+def _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, tokens, seg_id, offer) -> None:
+    from attn_explorer.analysis.atlas_math import row_key
+
+    H, r = val.shape
+    if not bool(mk.any()):
+        return
+    masked = val.masked_fill(~mk[None, :], float("-inf"))
+    kk = min(top_k, r)
+    vals, idx = masked.topk(kk, dim=-1)
+    for h in range(H):
+        floor = heaps[(l, h, kind)].floor()
+        for s, i in zip(vals[h].tolist(), idx[h].tolist()):
+            if not np.isfinite(s) or s <= floor:
+                break
+            q = sc.rows.start + i
+            k = row_key(kind, sc, cols, h, i, pairs, pairs.sink_cols)
+            w = float(sc.p[h, i, k - cols.start]) if cols.start <= k < cols.stop else 0.0
+            toks, qa, ka = context_window(tokens, q, k)
+            offer((l, h, kind), s, Example(seg_id, q, k, w, kind, toks, qa, ka, float(s)), seg_id)
