@@ -57,6 +57,12 @@ def _corpus(state):
     return CorpusPage(state)
 
 
+def _atlas(state):  # issue 27: every head over a corpus
+    from attn_explorer.gui.analysis.atlas import AtlasPage
+
+    return AtlasPage(state)
+
+
 def _custom(state):
     from attn_explorer.gui.analysis.custom import CustomAnalysisPage
 
@@ -72,5 +78,6 @@ ANALYSIS_PAGES: list[Page] = [
     Page("compare", "Compare", _compare, GROUP),
     Page("lines", "Lines", _lines, GROUP),
     Page("corpus", "Corpus", _corpus, GROUP),
+    Page("atlas", "Atlas", _atlas, GROUP),  # issue 27: every head over a corpus, two models matched
     Page("custom", "Your analyses", _custom, GROUP),  # ax.register_analysis(name, fn): one page, a chooser
 ]

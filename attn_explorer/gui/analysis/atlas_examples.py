@@ -1,0 +1,142 @@
+"""The Atlas page's side panel: a head's numbers and suggested roles, and its top examples as text snippets with
+the query and the key marked; clicking one emits `example_chosen(index)`.
+"""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+
+QUERY_STYLE = "background:#ffd54f; font-weight:bold;"  # amber: the query token
+KEY_STYLE = "background:#80deea; text-decoration:underline;"  # cyan: the key it looks at
+BOTH_STYLE = "background:#c5e1a5; font-weight:bold;"  # the query looks at itself
+PERCENT = ("sink", "prev_token", "duplicate", "induction")  # metrics that are shares of weight
+UNITS = {"entropy": " bits", "distance": " tokens"}
+
+
+def metric_value(name: str, v: float) -> str:
+    """One metric's value in words: a share as a percentage, entropy in bits, distance in tokens."""
+    if v is None or not np.isfinite(v):
+        return "n/a"
+    return f"{v:.0%}" if name in PERCENT else f"{v:.2f}{UNITS.get(name, '')}"
+
+
+def hover_line(atlas, layer: int, head: int, first: tuple[str, ...] = ()) -> str:
+    """"L3 H5: induction 0.62, prev_token 0.10, …": the metrics named in `first` come first."""
+    names = list(dict.fromkeys([*first, *atlas.metrics]))
+    vals = ", ".join(f"{n} {float(atlas.metrics[n][layer, head]):.2f}" for n in names if n in atlas.metrics)
+    return f"L{layer} H{head}: {vals}"
+
+
+def _piece(t: str) -> tuple[str, bool]:
+    """A token as shown, and whether a space goes before it (wordpieces '##ing' and tokens that carry their own
+    leading space join without one)."""
+    if t.startswith("##"):
+        return t[2:], False
+    if t[:1] in (" ", "\n", "\t"):
+        return t, False
+    return t, True
+
+
+def snippet_html(tokens: list[str], query_at: int, key_at: int) -> str:
+    """The window of tokens as HTML, the query and the key marked (the query in amber, the key in cyan)."""
+    out = []
+    for i, t in enumerate(tokens):
+        text, space = _piece(t)
+        text = html.escape(text.replace("\n", " ⏎ "))
+        style = BOTH_STYLE if i == query_at == key_at else QUERY_STYLE if i == query_at else \
+            KEY_STYLE if i == key_at else ""
+        if style:
+            text = f'<span style="{style}">{text}</span>'
+        out.append((" " if space and i else "") + text)
+    return "".join(out)
+
+
+def example_label(ex, doc_name: str = "") -> str:
+    """One example's rich text: weight (and the score it ranked by), where it is, the snippet."""
+    score = "" if ex.metric == "weight" or not np.isfinite(ex.score) else f", {ex.metric} {ex.score:.2f}"
+    where = f"{html.escape(doc_name)}, " if doc_name else f"segment {ex.doc}, "
+    head = (f'<span style="color:#555">weight {ex.weight:.2f}{score} · {where}query {ex.query} → key {ex.key}'
+            f"</span>")
+    return f"{head}<br>{snippet_html(ex.tokens, ex.query_at, ex.key_at)}"
+
+
+class ExamplePanel(QWidget):
+    """The selected head's title, numbers and roles, and its examples (one rich-text row each)."""
+
+    example_chosen = Signal(int)  # the row clicked, an index into `examples`
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.title = QLabel("Click a head")
+        self.title.setTextFormat(Qt.RichText)
+        self.numbers = QLabel("")
+        self.numbers.setWordWrap(True)
+        self.numbers.setTextFormat(Qt.RichText)
+        self.list = QListWidget()
+        self.list.setToolTip("Its top (query, key) pairs: the query in amber, the key in cyan. "
+                             "Click one to open it in the One-head view with that query")
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.list.setWordWrap(True)
+        self.list.setSpacing(2)
+        self.roles = QLabel("")
+        self.roles.setWordWrap(True)
+        self.roles.setStyleSheet("color:#555;")
+        self.examples: list = []
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        for w in (self.title, self.numbers):
+            lay.addWidget(w)
+        lay.addWidget(self.list, 1)
+        lay.addWidget(self.roles)
+        self.list.itemClicked.connect(self._clicked)
+        self.list.itemActivated.connect(self._clicked)
+
+    def clear(self, title: str = "Click a head") -> None:
+        self.title.setText(title)
+        self.numbers.setText("")
+        self.list.clear()
+        self.examples = []
+
+    def show_head(self, atlas, layer: int, head: int, roles: list[str], examples: list, note: str = "") -> None:
+        """The head's metrics, roles and examples (best first)."""
+        self.title.setText(f"<b>L{layer} H{head}</b> of {html.escape(atlas.model)}")
+        nums = " · ".join(f"{n} {metric_value(n, float(v[layer, head]))}" for n, v in atlas.metrics.items())
+        role = ", ".join(roles) if roles else "none reaches its threshold"
+        self.numbers.setText(f"{nums}<br><b>suggested role:</b> {html.escape(role)}"
+                             + (f"<br><i>{html.escape(note)}</i>" if note else ""))
+        self.list.clear()
+        self.examples = list(examples)
+        for ex in self.examples:
+            item = QListWidgetItem()
+            label = QLabel(example_label(ex, atlas.sources.get(ex.doc, "")))
+            label.setTextFormat(Qt.RichText)
+            label.setWordWrap(True)
+            label.setAttribute(Qt.WA_TransparentForMouseEvents)  # the click selects the row under it
+            label.setContentsMargins(2, 2, 2, 2)
+            self.list.addItem(item)
+            self.list.setItemWidget(item, label)
+            w = self.list.viewport().width() - 6
+            item.setSizeHint(QSize(w, label.heightForWidth(w) + 4) if w > 50 else label.sizeHint())
+        if not self.examples:
+            self.list.addItem("no examples of this kind were kept for this head")
+
+    def resizeEvent(self, event) -> None:  # wrapped rows take the height their new width needs
+        super().resizeEvent(event)
+        w = self.list.viewport().width() - 6
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            label = self.list.itemWidget(item)
+            if label is not None and w > 50:
+                item.setSizeHint(QSize(w, label.heightForWidth(w) + 4))
+
+    def row_of(self, index: int):
+        """The list row of example `index` (tests click it)."""
+        return self.list.item(index)
+
+    def _clicked(self, item) -> None:
+        row = self.list.row(item)
+        if 0 <= row < len(self.examples):
+            self.example_chosen.emit(row)
