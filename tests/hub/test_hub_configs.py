@@ -229,8 +229,8 @@ ROWS = {
                                                                   "global"], weights="float32"),
     "gemma-2": Row("google/gemma-2-2b", GEMMA2, ["local, window 5", "global"] * 2, weights="float32"),
     "gemma-3-1b": Row("google/gemma-3-1b-it", GEMMA3_1B, _n(["local, window 5"] * 5 + ["global"], 7)),
-    "gemma-3-4b": Row("google/gemma-3-4b-it", GEMMA3_4B, _n(["local, window 5"] * 5 + ["global"], 7),
-                      family="gemma3_text",  # its language model; the SigLIP tower is left out
+    "gemma-3-4b": Row("google/gemma-3-4b-it", GEMMA3_4B,  # a vision-language model (its text-only run here)
+                      _n(["local, window 5, image tokens both ways"] * 5 + ["global, image tokens both ways"], 7),
                       rename=(("model.language_model.", "language_model.model."),
                               ("model.vision_tower.", "vision_tower."),
                               ("model.multi_modal_projector.", "multi_modal_projector."),

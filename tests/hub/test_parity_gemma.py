@@ -178,7 +178,8 @@ def test_unsupported_gemma_configs_are_one_line(change, message):
 
 
 def test_gemma3_multimodal_checkpoint_loads_its_language_model(tmp_path):
-    """A Gemma3ForConditionalGeneration folder: the text decoder is read, the SigLIP tower left out."""
+    """A Gemma3ForConditionalGeneration folder (a vision-language model: tests/hub/test_parity_vlm_gemma3_onevision)
+    run on ids alone: its language model, as transformers' own."""
     text = _gemma3(layers=3).config.to_dict()
     vision = dict(hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, image_size=28,
                   patch_size=14)
