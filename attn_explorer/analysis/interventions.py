@@ -20,7 +20,7 @@ Only NumPy arrays and plain values leave this module (`Scan`, `Patched`, `Compar
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -29,6 +29,7 @@ import torch
 from attn_explorer.analysis.metrics import Metric, embedding, is_classifier, is_decoder, make_metric
 from attn_explorer.api.hooks import ABLATIONS, head_hook, head_mask, heads_of
 from attn_explorer.api.model import Model
+from attn_explorer.api.vlm import analysis as vlm_analysis
 from attn_explorer.budget import default_budget
 from attn_explorer.errors import UserError
 from attn_explorer.validate import existing_head
@@ -55,15 +56,30 @@ def forward(model: Model, inputs: dict, plans: dict | None = None, copies: int =
     applied as hooks on blocks.{layer}.attn.hook_z (api.hooks.head_hook; masks broadcastable to (B, N, H, 1)),
     no maps kept. Returns (the module's output, {layer: z after its hook (B, N, H, d_v)} when save_ctx)."""
     kw = run_kw or {}
+    if copies > 1 and model.info.modality == "image-text":  # one picture per forward (core.vlm): copy by copy
+        parts = [forward(model, inputs, _one_copy(plans, b, copies), 1, run_kw, save_ctx) for b in range(copies)]
+        return (replace(parts[0][0], hidden=torch.cat([o.hidden for o, _ in parts])),
+                {i: torch.cat([c[i] for _, c in parts]) for i in parts[0][1]})
     hooks = {z_name(layer): head_hook(edits) for layer, edits in (plans or {}).items()}
     names = [z_name(i) for i in range(model.info.num_layers)] if save_ctx else ()
-    t = model.trace(_expand(inputs, copies), hooks, names, dk_scale=kw.get("dk_scale", 1.0),
-                    dk_layers=kw.get("dk_layers"))
+    with vlm_analysis("interventions"):  # a vision-language model's trace serves this analysis (api.vlm)
+        t = model.trace(_expand(inputs, copies), hooks, names, dk_scale=kw.get("dk_scale", 1.0),
+                        dk_layers=kw.get("dk_layers"))
     return t.out, ({i: t.cache[z_name(i)] for i in range(model.info.num_layers)} if save_ctx else {})
 
 
+def _one_copy(plans: dict | None, b: int, copies: int) -> dict:
+    """Copy b's part of plans made for `copies` copies: masks and replacement tensors with one row per copy
+    keep row b; those made for every copy (one row) stay."""
+    def row(t):
+        return t[b:b + 1] if torch.is_tensor(t) and t.dim() and t.shape[0] == copies else t
+
+    return {layer: [(row(m), row(src)) for m, src in edits] for layer, edits in (plans or {}).items()}
+
+
 def prepare(model: Model, x, run_kw: dict | None = None):
-    """x made ready as `model.run` makes it, with the run's cut and image size."""
+    """x made ready as `model.run` makes it, with the run's cut and image size (a vision-language model: x is the
+    pair (image, text))."""
     kw = run_kw or {}
     if model.info.encoder_decoder:
         raise UserError("interventions are not supported yet for encoder-decoders (BART)")
@@ -307,6 +323,10 @@ def _grid(info, jobs: list, values: np.ndarray) -> np.ndarray:
 
 def _clean_and_corrupt(model: Model, clean, corrupt, metric, target, foil, run_kw):
     """Both inputs prepared, the clean run's every-layer ctx, the metric and its value on both runs."""
+    if model.info.modality == "image-text":
+        raise UserError(f"{model.info.family}: activation patching is not supported yet for vision-language models "
+                        "(the clean and corrupt inputs' pictures and prompts are not paired up yet); switching heads "
+                        "off is")
     cp, xp = prepare(model, clean, run_kw), prepare(model, corrupt, run_kw)
     n = same_length(cp, xp, model)
     with torch.inference_mode():

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from attn_explorer.analysis.relevance_methods import METHOD_TITLES, METHODS
 from attn_explorer.api.model import Model
+from attn_explorer.api.vlm import analysis as vlm_analysis
 from attn_explorer.errors import UserError
 
 __all__ = ["METHODS", "METHOD_TITLES", "Relevance", "explain", "patch_relevance"]
@@ -57,6 +58,9 @@ class Relevance:
     patch_offset: int = 0  # image models: patches are tokens[patch_offset:]
     image: np.ndarray | None = None  # image models: uint8 (H, W, 3), the pixels seen
     notes: list[str] = field(default_factory=list)
+    # vision-language models (analysis.relevance_vlm): each image token's place, as RunResult has them
+    image_token_positions: np.ndarray | None = None  # int32 (n, 5): token, tile, row, col, merge
+    image_tiles: tuple[int, int] | None = None
 
 
 def check_method(method) -> str:
@@ -100,7 +104,9 @@ def read_rows(M: torch.Tensor, rows: list[int]) -> torch.Tensor:
 def num_layers(module) -> int:
     from attn_explorer.core.blocks import BlockStack
 
-    stack = next((m for m in module.modules() if isinstance(m, BlockStack)), None)
+    own = getattr(module, "blocks", None)  # a vision-language model's decoder (its tower has a stack too)
+    stack = own if isinstance(own, BlockStack) else next((m for m in module.modules() if isinstance(m, BlockStack)),
+                                                         None)
     if stack is None:
         raise UserError("this model has no attention layers to explain")
     return len(stack.layers)
@@ -126,7 +132,7 @@ def token_relevance(model: Model, inputs: dict, score: Callable, method: str, ro
     if grads_needed and not any(p.requires_grad for p in model.module.parameters()):
         raise UserError("this model's weights are frozen (requires_grad off): gradient relevance needs autograd")
     mode = torch.enable_grad() if grads_needed else torch.no_grad()
-    with mode, (lrp_rules() if method == "attnlrp" else nullcontext()):
+    with mode, (lrp_rules() if method == "attnlrp" else nullcontext()), vlm_analysis("relevance"):
         t = model.trace(inputs, ticks, names, dk_scale=dk_scale, grad=grads_needed)
         y = score(t.out)  # (B,)
     probs = [t.cache[f"blocks.{i}.attn.hook_pattern"] for i in range(L)]
@@ -245,11 +251,16 @@ def class_index(model: Model, target) -> int:
 def explain(model: Model, x, method: str = "gradient_rollout", target=None, reference: str | None = None,
             dk_scale: float = 1.0, max_tokens: int | None = None, image_size: int | None = None,
             progress: Callable[[float, str], None] | None = None) -> Relevance:
-    """The relevance of each token of x (text or an image) for one score of `model` (an api Model).
+    """The relevance of each token of x (text, an image, or a vision-language model's (image, text) pair: see
+    analysis.relevance_vlm) for one score of `model` (an api Model).
 
     target: image models, a class label or number (default: the predicted class); decoders, one token of
     text (default: the most likely next token). reference: encoders, the sentence to compare with (needed)."""
     method = check_method(method)
+    if model.info.modality == "image-text":  # x: (image, text); relevance over image and text tokens
+        from attn_explorer.analysis.relevance_vlm import explain_picture
+
+        return explain_picture(model, x, method, target, dk_scale, progress)
     kind = model_kind(model)
     dk_scale, _ = model.check_dk(dk_scale, None)
     prep = model.prepare(x, max_tokens=max_tokens, image_size=image_size)

@@ -9,13 +9,14 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
-from attn_explorer.budget import attention_maps_bytes, default_budget, human_bytes
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
+from attn_explorer.budget import default_budget
 from attn_explorer.api import prefix, routing, sinks
+from attn_explorer.api.keep import head_shape, keep_lazily
 from attn_explorer.api.hooks import (ActivationCache, Trace, ablation_hooks, caching_hook, check_names, merge,
                                      model_hook_names, select_names)
-from attn_explorer.api.lazy import LazyAttention, module_kept_bytes
+from attn_explorer.api.lazy import LazyAttention
 from attn_explorer.api.result import ModelInfo, NotKept, RunResult
 from attn_explorer.core.hooks import HookError, Hooks
 from attn_explorer.hub.text import TextTokenizer
@@ -152,13 +153,16 @@ class Model:
         return merge(*self._context_hooks)
 
     def trace(self, inputs, hooks: Mapping[str, Callable] | None = None, names=(), *, dk_scale: float = 1.0,
-              dk_layers=None, attentions: bool = False, grad: bool = False, lazy: bool = False) -> Trace:
+              dk_layers=None, attentions: bool = False, grad: bool = False, lazy: bool = False,
+              ablate: dict | None = None) -> Trace:
         """One forward pass of prepared inputs (`prepare(x)`, or its `.inputs`: the module's keyword
         arguments, which may hold a batch of copies) with hooks {name: fn}, keeping the activations named
         by `names` (a list, None for all, or a callable). What analyses build on: no RunResult, no memory
         guard, tensors out. attentions: also the module's stacked maps (out.attentions, (B, L, H, N, M)).
         grad: run with autograd (the cache keeps tensors in the graph). lazy: keep each layer's q, k and lse
-        (Trace.lazy) instead of any map."""
+        (Trace.lazy) instead of any map. ablate: {(layer, head): "zero" | "mean"} as run's.
+        The one forward every run goes through (run, run_with_cache, run_with_hooks, a vision-language run), so
+        hooks meet one order: ablation, the open `with m.hooks()` blocks, `hooks`, then the caching of `names`."""
         inputs = inputs.inputs if isinstance(inputs, Prepared) else inputs
         dk_scale, dk_layers = self.check_dk(dk_scale, dk_layers)
         valid = self.hook_names()
@@ -167,7 +171,9 @@ class Model:
         chosen = select_names(names, valid)
         store: dict = {}
         rt = routing.Recorder(self.info)  # MoE models: each token's experts, for result_of and api.prefix
-        table = merge(*self._context_hooks, hooks, {n: caching_hook(store, detach=not grad) for n in chosen}, rt.table)
+        first = ablation_hooks(ablate, self.info) if ablate else None
+        table = merge(first, *self._context_hooks, hooks, {n: caching_hook(store, detach=not grad) for n in chosen},
+                      rt.table)
         out, ms, logits = self._forward(inputs, dk_scale, dk_layers, Hooks(table, keep=lazy),
                                         output_attentions=attentions, grad=grad)
         return Trace(out, ActivationCache(store, valid), ms, logits, getattr(out, "lazy", None), rt.result())
@@ -199,7 +205,7 @@ class Model:
         if bad:
             raise UserError(f"run takes no argument {sorted(bad)[0]!r}")
         dk_scale, dk_layers = self.check_dk(kw["dk_scale"], kw["dk_layers"])
-        ablate = ablation_hooks(kw["ablate"], self.info) if kw["ablate"] else None
+        ablate = ablation_hooks(kw["ablate"], self.info) if kw["ablate"] else None  # checked before any work
         prep = self.prepare(x, max_tokens=kw["max_tokens"], image_size=kw["image_size"])
         dec = prepare_target(self, prep, kw["target"], kw["max_tokens"])
         hidden = kw["hidden"]
@@ -209,29 +215,37 @@ class Model:
         asked = kw["reuse_prefix"] and self.info.modality == "text" and dec is None
         reuse = asked and not table and cache is None and prefix.reusable(self) and set(prep.inputs) == {"input_ids"}
         keep = self._keep_lazily(prep, kw["lazy"], hidden, dec is not None, kv_cache=reuse)
-        if cache is not None:
-            names, store, every = cache
-            if keep:
-                lost = [n for n in names if n.endswith("attn.hook_pattern")]
-                if lost and not every:
-                    raise UserError(f"this run is lazy (a long input: no maps are kept), so {lost[0]} is never made; "
-                                    "read r.attention(layer, head, rows=..., cols=...) instead, or pass lazy=False")
-                names = [n for n in names if n not in lost]
-            table = merge(table, {n: caching_hook(store) for n in names})
-        if keep and any(n.endswith("attn.hook_pattern") for n in table):
-            raise UserError("this run is lazy (a long input: no maps are kept), so attn.hook_pattern is never "
-                            "reached; read r.attention(layer, head, ...) instead, or pass lazy=False")
         if reuse:
             return prefix.run(self, prep, dk_scale, dk_layers, hidden, lazy=keep)
-        rt = routing.Recorder(self.info)  # MoE models: RunResult.routing, recorded by hooks in this same forward
-        hooks_on = Hooks(merge(table, rt.table), keep=keep) if table or keep or rt.table else None
-        out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, hooks_on, output_attentions=not keep)
+        t = self.traced_run(prep, keep, hooks, cache, kw)
+        out, ms = t.out, t.ms
         if self.info.modality == "text":
             line = prefix.not_reused(self, len(prep.tokens), hooked=bool(table)) if asked else ""
             return self._result(out, ms, prep.tokens, prep.special, dk_scale, hidden, truncated=prep.truncated,
-                                notes=prep.notes, total_tokens=prep.total_tokens, reuse=line, routing=rt.result(),
+                                notes=prep.notes, total_tokens=prep.total_tokens, reuse=line, routing=t.routing,
                                 **(result_fields(out, dec, hidden) if dec is not None else {}))
         return self._image_result(out, ms, prep, dk_scale, hidden)
+
+    def traced_run(self, prep: Prepared, keep: bool, hooks: Mapping, cache: tuple | None, kw: dict) -> Trace:
+        """A run's one forward, through trace (so run and trace apply hooks in one order): kw's ablate, dk_scale and
+        dk_layers; the maps (keep False) or each layer's q, k and lse (keep True); cache (names, store, every)
+        fills store with the activations named (a lazy run never makes hook_pattern: asked by name, refused)."""
+        names: list = []
+        if cache is not None:
+            names, store, every = cache
+            lost = [n for n in names if n.endswith("attn.hook_pattern")] if keep else []
+            if lost and not every:
+                raise UserError(f"this run is lazy (no maps are kept), so {lost[0]} is never made; "
+                                "read r.attention(layer, head, rows=..., cols=...) instead, or pass lazy=False")
+            names = [n for n in names if n not in lost]
+        if keep and any(n.endswith("attn.hook_pattern") for n in merge(*self._context_hooks, hooks)):
+            raise UserError("this run is lazy (no maps are kept), so attn.hook_pattern is never "
+                            "reached; read r.attention(layer, head, ...) instead, or pass lazy=False")
+        t = Model.trace(self, prep, hooks, names, dk_scale=kw.get("dk_scale", 1.0), dk_layers=kw.get("dk_layers"),
+                        attentions=not keep, lazy=keep, ablate=kw.get("ablate"))
+        if cache is not None:
+            store.update(t.cache)
+        return t
 
     def token_count(self, prep: Prepared) -> int:
         """How many tokens the module will see for this prepared input."""
@@ -244,74 +258,14 @@ class Model:
 
     def _keep_lazily(self, prep: Prepared, lazy: bool | None, hidden: bool, seq2seq: bool,
                      kv_cache: bool = False) -> bool:
-        """Whether this run keeps q, k and lse instead of the maps (see run's `lazy`), after the memory guard
-        for what it will really keep: the maps (dense), or every layer's q, k, lse and the hidden state; and
-        with kv_cache (reuse_prefix on a decoder) the keys and values it keeps for the next run (a lazy run's
-        keys are the cache's own: only the values add)."""
-        if lazy is not None and not isinstance(lazy, bool):
-            raise UserError(f"lazy must be True, False or None (automatic), got {lazy!r}")
-        if seq2seq or self.info.encoder_decoder:
-            if lazy:
-                raise UserError("lazy attention (q and k kept instead of the maps) is not supported yet for "
-                                "encoder-decoders (BART): use fewer tokens")
-            self._check_memory(prep)
-            return False
-        # lazy hybrids: Mamba-2 layers keep B, C, dt, A (core.mamba2), Gated DeltaNet q, k, g, β (core.deltanet)
-        if any(k not in ("softmax", "mamba2", "deltanet") for k in self.info.mixers):  # a kind with no lazy store
-            if lazy:
-                raise UserError(f"{self.info.family}: lazy attention is not supported yet for its recurrent layers "
-                                "(their maps are computed whole); pass lazy=False or use fewer tokens")
-            self._check_memory(prep)
-            return False
-        n = self.token_count(prep)
-        dense = self._dense_bytes(n)
-        budget = default_budget(self.device)
-        i = self.info
-        H, H_kv, d = self._head_shape()
-        kv_one = i.num_layers * H_kv * n * d * self.dtype.itemsize if kv_cache else 0  # the cache's k (or v)
-        if lazy is False or (lazy is None and dense + 2 * kv_one <= min(budget, DENSE_MAX_BYTES)):
-            self._check_memory(prep, 2 * kv_one)
-            return False
-        need = module_kept_bytes(self.module, n, i.num_layers, H, H_kv, d, self.dtype.itemsize) + (
-            n * i.hidden_size * 4 if hidden else 0)
-        if need + kv_one > budget:
-            cache = f" and {human_bytes(kv_one)} of values for the KV cache a reused prefix keeps" if kv_one else ""
-            raise UserError(f"{n:,} tokens would keep {human_bytes(need)} of queries and keys{cache} for "
-                            f"{i.num_layers} layers × {H} heads (the maps themselves: {human_bytes(dense)}); only "
-                            f"{human_bytes(budget)} can be spared now: use fewer tokens or a smaller image size")
-        return True
-
-    def _dense_bytes(self, n: int) -> int:
-        """What the maps of n tokens take while a run makes them (see _check_memory)."""
-        elem = self.dtype.itemsize + (0 if self.dtype == torch.float32 else 4)
-        return attention_maps_bytes(n, self.info.num_layers, self.info.num_heads, elem=elem)
+        """Whether this run keeps q, k and lse instead of the maps, after the memory guard (api.keep.keep_lazily,
+        with DENSE_MAX_BYTES and default_budget as they stand now)."""
+        return keep_lazily(self, prep, lazy, hidden, seq2seq, DENSE_MAX_BYTES, default_budget(self.device),
+                           kv_cache)
 
     def _head_shape(self) -> tuple[int, int, int]:
-        """(query heads, key/value heads, head size) of the module's attention layers."""
-        layers = getattr(getattr(self.module, "blocks", None), "layers", None) or []
-        # hybrids (core.recurrent): the first softmax layer's (a recurrent mixer has no key/value heads)
-        attn = next((b.attn for b in layers if hasattr(getattr(b, "attn", None), "num_kv_heads")), None)
-        if attn is None:
-            i = self.info
-            return i.num_heads, i.num_heads, i.hidden_size // max(1, i.num_heads)
-        return attn.num_heads, attn.num_kv_heads, attn.head_dim
-
-    def _check_memory(self, prep: Prepared, cache_bytes: int = 0) -> None:
-        """Refuse, before running, an input whose attention maps would not fit in memory (the same
-        budget the Cost page uses: half of the free memory on the CPU, 80 % on a GPU). The module holds
-        the maps in its own dtype, and a RunResult's are float32: a float16 or bfloat16 model holds both
-        at once while the copy is made, 2 + 4 bytes an element; a float32 model shares one buffer, 4.
-        cache_bytes: the keys and values a decoder's run keeps for the next one (reuse_prefix), beside the maps."""
-        n = self.token_count(prep)
-        i = self.info
-        elem = self.dtype.itemsize + (0 if self.dtype == torch.float32 else 4)
-        maps = attention_maps_bytes(n, i.num_layers, i.num_heads, elem=elem)
-        budget = default_budget(self.device)
-        if maps + cache_bytes > budget:
-            cache = f" and {human_bytes(cache_bytes)} for the KV cache a reused prefix keeps" if cache_bytes else ""
-            raise UserError(f"{n:,} tokens would need {human_bytes(maps + cache_bytes)}: {human_bytes(maps)} for the "
-                            f"attention maps of {i.num_layers} layers × {i.num_heads} heads{cache}; only "
-                            f"{human_bytes(budget)} can be spared now: use fewer tokens or a smaller image size")
+        """(query heads, key/value heads, head size) of the module's attention layers (api.keep.head_shape)."""
+        return head_shape(self)
 
     def generate(self, prompt: str, max_new_tokens=32, temperature=0.0, top_k=None, chat: bool = False, seed=None):
         """Steps of generating text after prompt, each with its attention (decoders; see api.generate)."""

@@ -7,12 +7,16 @@
     r.tokens                   # image tokens read "<image r3c5>" (tile prefix "t1 " where there are tiles)
 
 The prompt's `<image>` is expanded as the model's own processor expands it (hub.vlm_inputs); a prompt without
-one gets the picture where the processor or chat template puts it (a note says so). Lazy maps, prefix reuse
-and encoder-decoder targets are refused in one line; hooks (run_with_hooks, run_with_cache), ablation and
-`with m.hooks(...)` reach the decoder's blocks.
+one gets the picture where the processor or chat template puts it (a note says so). lazy=True keeps the
+decoder's q, k and row statistics (the tower's maps too where they are no larger). Prefix reuse and
+encoder-decoder targets are refused in one line; hooks (run_with_hooks, run_with_cache), ablation and
+`with m.hooks(...)` reach the decoder's blocks, in the order Model.trace gives them. Relevance
+(analysis.relevance_vlm) and interventions' ablation trace these models inside `analysis(...)`.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -20,7 +24,8 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from attn_explorer.api.hooks import ablation_hooks, caching_hook, merge
+from attn_explorer.api.hooks import ablation_hooks
+from attn_explorer.api.lazy import module_kept_bytes
 from attn_explorer.api.model import DENSE_MAX_BYTES, Model, Prepared
 from attn_explorer.budget import default_budget, human_bytes
 from attn_explorer.api.result import RunResult
@@ -32,6 +37,18 @@ from attn_explorer.hub.vlm_inputs import (IMAGE_TOKEN, QWEN_PAD, build_inputs, e
 from attn_explorer.validate import text_size_ok
 
 POSITION_COLUMNS = ("token", "tile", "row", "col", "merge")  # image_token_positions' columns
+_ANALYSIS: ContextVar = ContextVar("vlm_analysis", default=None)  # the analysis now tracing (see `analysis`)
+
+
+@contextmanager
+def analysis(name: str):
+    """Open VisionLanguageModel.trace to the analysis `name` inside the block: the analyses that have been
+    checked on these models (interventions' ablation, relevance) run their forwards in one; others stay refused."""
+    token = _ANALYSIS.set(name)
+    try:
+        yield
+    finally:
+        _ANALYSIS.reset(token)
 
 
 @dataclass
@@ -65,26 +82,29 @@ class VisionLanguageModel(Model):
         bad = set(kw) - {"dk_scale", "dk_layers", "hidden", "ablate"}
         if bad:
             raise UserError(f"run takes no argument {sorted(bad)[0]!r}")
-        dk_scale, dk_layers = self.check_dk(kw.get("dk_scale", 1.0), kw.get("dk_layers"))
+        kw["dk_scale"], kw["dk_layers"] = self.check_dk(kw.get("dk_scale", 1.0), kw.get("dk_layers"))
+        if kw.get("ablate"):
+            ablation_hooks(kw["ablate"], self.info)  # a bad head is refused before any work
         prep = self.prepare(x, text=text)
         hidden = kw.get("hidden", False)
         keep = self._keep_lazily(prep, lazy, hidden, False)  # the decoder's maps, or its q, k and lse (api.lazy)
-        table = merge(ablation_hooks(kw["ablate"], self.info) if kw.get("ablate") else None, *self._context_hooks,
-                      hooks)
-        if cache is not None:
-            names, store, every = cache
-            if keep and any(n.endswith("attn.hook_pattern") for n in names) and not every:
-                raise UserError("this run is lazy (no maps are kept), so attn.hook_pattern is never made; read "
-                                "r.attention(layer, head, rows=..., cols=...) instead, or pass lazy=False")
-            table = merge(table, {n: caching_hook(store) for n in names if not (keep and n.endswith("hook_pattern"))})
         vision_bytes = self.vision_maps_bytes(prep)
         tower = vision_bytes <= min(default_budget(self.device), DENSE_MAX_BYTES)
         if not tower:
             prep.notes.append(f"the vision tower's maps ({human_bytes(vision_bytes)}) were not kept: too large")
+        elif keep and vision_bytes > self._lazy_bytes(prep):  # a lazy run stays the size of its q and k
+            tower = False
+            prep.notes.append(f"the vision tower's maps ({human_bytes(vision_bytes)}) were not kept: a lazy run keeps "
+                              "the decoder's q and k only (lazy=False keeps every map)")
         prep.inputs["vision_maps"] = tower
-        out, ms, _ = self._forward(prep.inputs, dk_scale, dk_layers, Hooks(table, keep=keep) if table or keep else None,
-                                   output_attentions=not keep)
-        return self._vlm_result(out, ms, prep, dk_scale, hidden)
+        t = self.traced_run(prep, keep, hooks, cache, kw)  # Model's one forward: ablation, context hooks, hooks, cache
+        return self._vlm_result(t.out, t.ms, prep, kw["dk_scale"], hidden)
+
+    def _lazy_bytes(self, prep: Prepared) -> int:
+        """What the decoder's lazy store of this input keeps (api.lazy.module_kept_bytes)."""
+        H, H_kv, d = self._head_shape()
+        return module_kept_bytes(self.module, self.token_count(prep), self.info.num_layers, H, H_kv, d,
+                                 self.dtype.itemsize)
 
     def vision_maps_bytes(self, prep: Prepared) -> int:
         """What the tower's float32 maps of this input take: views × layers × heads × tokens²."""
@@ -96,17 +116,22 @@ class VisionLanguageModel(Model):
         n = (h // v.patch_size) * (w // v.patch_size) + v.num_extra_tokens
         return T * v.num_layers * v.num_heads * n * n * 4
 
-    def trace(self, *_a, **_kw):
-        """Analyses (interventions' scans and patching, relevance, the logit lens, probes, norms) build on
-        trace(prepare(x)) with text-or-image inputs: refused in one line for the picture-and-prompt input."""
-        raise UserError(f"{self.info.family}: this analysis (interventions' scans and patching, relevance, the logit "
-                        "lens, probes) is not supported yet for vision-language models; run(image, text=..., "
-                        "ablate={(layer, head): 'zero'}) and run_with_hooks / run_with_cache are")
+    def trace(self, inputs, hooks=None, names=(), **kw):
+        """Model.trace of prepare((image, text)) inside the analyses that serve these models (`analysis(...)`:
+        interventions' ablation, relevance); every other analysis built on trace is refused in one line."""
+        if _ANALYSIS.get() is None:
+            raise UserError(f"{self.info.family}: this analysis (activation patching, the logit lens, probes, norms) "
+                            "is not supported yet for vision-language models; relevance, switching heads off "
+                            "(interventions' ablation), run(image, text=..., ablate=...) and run_with_hooks are")
+        return super().trace(inputs, hooks, names, **kw)
 
     def prepare(self, x, max_tokens: int | None = None, image_size: int | None = None, text: str | None = None
                 ) -> Prepared:
-        """The picture's pixels and the prompt's ids with the placeholder expanded (the module's inputs)."""
+        """The picture's pixels and the prompt's ids with the placeholder expanded (the module's inputs). x may be
+        the pair (image, text), as analyses take it. max_tokens and image_size are not read (run refuses them)."""
         name = self.info.family
+        if text is None and isinstance(x, tuple) and len(x) == 2:  # (image, text): what analyses are given
+            x, text = x
         given_text_only = text is None and isinstance(x, str) and not Path(x).exists()  # run("a prompt")
         if x is None or (isinstance(x, str) and not x.strip()) or given_text_only:
             raise UserError(f"{name} is a vision-language model: give it an image (and a prompt: text=...)")
@@ -258,7 +283,8 @@ class ImageOverlay:
 
 def image_overlay(r: RunResult, query: int, layer: int | None = None, head: int | None = None) -> ImageOverlay:
     """Where token `query` of a vision-language run looks in the picture: in `layer`'s `head`, or averaged over
-    the heads (head None) and the layers (layer None). Reads r.attention, so it serves dense and lazy runs."""
+    the heads (head None) and the layers (layer None). Reads r.attention, so it serves dense and lazy runs; only
+    the query's row over the image tokens' span is computed (a lazy run: one row of q·kᵀ per head)."""
     pos = r.image_token_positions
     if pos is None:
         raise UserError("this run has no image tokens (run a vision-language model on a picture and a prompt)")
@@ -268,16 +294,27 @@ def image_overlay(r: RunResult, query: int, layer: int | None = None, head: int 
     L, H = r.attentions.shape[:2]
     layers = range(L) if layer is None else [layer]
     heads = range(H) if head is None else [head]
-    row = np.mean([r.attention(i, h, rows=int(query) % n) for i in layers for h in heads], axis=0)
+    lo, hi = int(pos[:, 0].min()), int(pos[:, 0].max()) + 1  # the image tokens' span
+    row = np.zeros(n, np.float32)
+    row[lo:hi] = np.mean([r.attention(i, h, rows=int(query) % n, cols=(lo, hi)) for i in layers for h in heads],
+                         axis=0)
+    return place_on_picture(row, pos, r.image_tiles)
+
+
+def place_on_picture(values: np.ndarray, pos: np.ndarray, tiles: tuple[int, int] | None) -> ImageOverlay:
+    """One number per token (N,) put back on the picture: each image token's value at its tile, row and column
+    (image_token_positions `pos`), merges undone (each patch shows its image token's value), tiles assembled
+    (`tiles`: (rows, cols) of tiles before the global view, or None). Shared by the attention overlay and
+    relevance (analysis.relevance_vlm)."""
     merge = int(pos[0, 4])
     placed = pos[pos[:, 2] >= 0]
     T, R, C = int(pos[:, 1].max()) + 1, int(placed[:, 2].max()) + 1, int(placed[:, 3].max()) + 1
     tokens = np.zeros((T, R, C), np.float32)
-    tokens[placed[:, 1], placed[:, 2], placed[:, 3]] = row[placed[:, 0]]
+    tokens[placed[:, 1], placed[:, 2], placed[:, 3]] = values[placed[:, 0]]
     views = tokens.repeat(merge, axis=1).repeat(merge, axis=2)
-    cls = float(row[pos[pos[:, 2] < 0, 0]].sum())
-    if r.image_tiles is None:
+    cls = float(values[pos[pos[:, 2] < 0, 0]].sum())
+    if tiles is None:
         return ImageOverlay(views, views[0], None, cls)
-    tr, tc = r.image_tiles
+    tr, tc = tiles
     grid = views[:-1].reshape(tr, tc, *views.shape[1:]).transpose(0, 2, 1, 3).reshape(tr * views.shape[1], -1)
     return ImageOverlay(views, grid, views[-1], cls)
