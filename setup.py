@@ -8,5 +8,6 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["attn_explorer", "attn_explorer.*"]) + ["attn_explorer._resources"],
     package_dir={"attn_explorer._resources": "resources"},
-    package_data={"attn_explorer._resources": ["*.png", "samples/*", "models/*", "html/*"]},
+    package_data={"attn_explorer._resources": ["*.png", "samples/*", "models/*", "html/*",
+                                           "corpus/*.txt", "corpus/README.md"]},  # corpus: the atlas (issue 27)
 )

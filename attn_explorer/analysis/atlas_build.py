@@ -33,11 +33,13 @@ def check_model(model: Model) -> None:
 
 def _units(text: str) -> list[str]:
     """Paragraphs (blank-line separated), or lines when a text has no blank lines."""
+    from attn_explorer.validate import has_visible_text
+
     paras = [p.strip() for p in text.replace("\r\n", "\n").split("\n\n")]
     paras = [p for p in paras if p]
     if len(paras) <= 1:
         paras = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return paras
+    return [p for p in paras if has_visible_text(p)]
 
 
 def _count(model: Model, text: str) -> int:

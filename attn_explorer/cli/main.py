@@ -27,6 +27,10 @@ SUBCOMMANDS = {
              "logit attribution of a target token (.json)"),
     "corpus": ("attn_explorer.cli.corpus", "run many sentences (one a line) and save every head's statistics and "
                "chosen heads' query/key embeddings (.npz)"),
+    # the head atlas (issue 27)
+    "atlas": ("attn_explorer.cli.atlas", "stream a corpus (default: the bundled one) and save every head's metrics "
+              "and top examples (.npz)"),
+    "induction": ("attn_explorer.cli.induction", "every head's induction score by repeated random tokens (.npz)"),
 }
 
 
