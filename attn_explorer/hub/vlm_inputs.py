@@ -203,7 +203,7 @@ GEMMA_BOI, GEMMA_EOI, GEMMA_PAD = "<start_of_image>", "<end_of_image>", "<image_
 class VLMInputs:
     ids: list  # the prompt's token ids, the picture's placeholders expanded
     pixels: "np.ndarray"  # float32 (views, C, H, W)
-    positions: "np.ndarray"  # int32 (image tokens, 5): token, tile, row, col, merge (row, col -1: no place)
+    positions: "np.ndarray"  # int32 (image tokens, 5): token, tile, row, col, merge (row, col -1: a newline token)
     tokens: list  # the tokens as shown, image tokens labelled
     special: list
     notes: list
@@ -314,10 +314,12 @@ def build_inputs(cfg, img, text: str, tok, pp: ImagePreprocess, family: str, max
     place = [i for i, t in enumerate(ids) if t == cfg.image_token_id]
     if len(place) != n_image:
         raise UserError(f"{family}: the prompt already holds {len(place) - n_image} image tokens of its own")
+    # (tile, row, col, merge) per image token; a row's newline token has no place (-1, -1): it is named by its row
     spots = [(t, r, c, m) for t, R, C, m, nl in views for r in range(R) for c in [*range(C), *([-1] if nl else [])]]
-    pos = np.array([(i, *s) for i, s in zip(place, spots)], dtype=np.int32).reshape(-1, 5)
+    pos = np.array([(i, t, r if c >= 0 else -1, c, m) for i, (t, r, c, m) in zip(place, spots)],
+                   dtype=np.int32).reshape(-1, 5)
     tokens = tok.display(ids)
-    for i, t, r, c, _m in pos:
+    for i, (t, r, c, _m) in zip(place, spots):
         where = "global " if cfg.kind == "llava_onevision" and t == 0 else ""
         tokens[i] = f"<image {where}r{r}c{c}>" if c >= 0 else f"<image newline r{r}>"
     image = set(place)
