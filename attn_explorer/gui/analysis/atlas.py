@@ -18,6 +18,8 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QSpinBox)
 
+from superqt.utils import signals_blocked
+
 from attn_explorer.errors import UserError
 from attn_explorer.gui.analysis.atlas_examples import ExamplePanel, hover_line
 from attn_explorer.gui.analysis.atlas_pair import PairPanel
@@ -46,7 +48,8 @@ class AtlasPage(AnalysisPage):
         self.atlas_source = ""  # "built here" or "opened from x.npz"
         self.roles: dict = {}
         self.selected: tuple[int, int] | None = None
-        self.documents = None  # the corpus chosen for the next run (session.atlas.Documents)
+        self.documents = None  # the corpus of the next run as last read (session.atlas.Documents)
+        self._paths: list[str] | None = None  # the folder or files chosen (None: the bundled corpus)
         self._projection = None  # (method, Projection) of the first atlas
         self._pending_open = None  # (layer, head, query, text) until the opened document has run
 
@@ -109,7 +112,7 @@ class AtlasPage(AnalysisPage):
         self.save_button.clicked.connect(self._save_dialog)
         self.open_button.clicked.connect(self._open_dialog)
         self.corpus_combo.activated.connect(self._corpus_chosen)
-        self.per_line.toggled.connect(lambda *_: self._corpus_chosen())
+        self.per_line.toggled.connect(lambda *_: self._read_quietly())
         for combo in (self.view_combo, self.x_combo, self.y_combo):
             combo.currentIndexChanged.connect(lambda *_: self.redraw())
         self.kind_combo.currentIndexChanged.connect(lambda *_: self._show_side())
@@ -119,7 +122,7 @@ class AtlasPage(AnalysisPage):
         state.attention_ready.connect(self._opened_ran)
         self._set_enabled()
         self._prompt()
-        self._update_caption()
+        self._read_quietly()
 
     # ---------------------------------------------------------------------------------- corpus
     def refresh(self, *_):
@@ -138,29 +141,45 @@ class AtlasPage(AnalysisPage):
             paths, _ = QFileDialog.getOpenFileNames(self, "Text files", "", "Text files (*.txt);;All files (*)")
             if paths:
                 self.set_corpus(paths)
-        self._update_caption()
+        else:
+            self._paths = None
+        self._read_quietly()
 
     def set_corpus(self, paths: list[str], per_line: bool | None = None) -> bool:
-        """The corpus for the next run; a bad one goes to the banner and the last good one stays."""
+        """The corpus for the next run (a folder, or files); a bad one goes to the banner and the last good one
+        stays."""
         if per_line is not None:
-            self.per_line.setChecked(per_line)
+            with signals_blocked(self.per_line):
+                self.per_line.setChecked(per_line)
         try:
             self.documents = read_documents(paths, self.per_line.isChecked())
         except UserError as e:
             self.state.error_raised.emit(str(e))
             return False
+        self._paths = list(paths)
+        folder = len(paths) == 1 and Path(paths[0]).is_dir()
+        self.corpus_combo.setCurrentIndex(self.corpus_combo.findData("folder" if folder else "files"))
         self._update_caption()
         return True
 
     def current_documents(self):
-        """The corpus the next run reads: the chosen files, or the bundled corpus."""
-        if self.corpus_combo.currentData() == "bundled" or self.documents is None:
+        """The corpus the next run reads, read now: the chosen folder or files, else the bundled corpus."""
+        if self._paths is not None:
+            self.documents = read_documents(self._paths, self.per_line.isChecked())
+        else:
             d = bundled_corpus()
             if d is None:
                 raise UserError("this installation has no bundled corpus: choose a folder or text files")
-            if self.documents is None or self.documents.source != "the bundled corpus":
-                self.documents = read_documents([d], self.per_line.isChecked(), source="the bundled corpus")
+            self.documents = read_documents([d], self.per_line.isChecked(), source="the bundled corpus")
         return self.documents
+
+    def _read_quietly(self) -> None:
+        """The caption's count of the next run's documents (a problem is said there, and again at Run)."""
+        try:
+            self.current_documents()
+        except UserError:
+            self.documents = None
+        self._update_caption()
 
     # ---------------------------------------------------------------------------------- run
     def run(self) -> None:
@@ -388,6 +407,10 @@ class AtlasPage(AnalysisPage):
             return
         self.state.set_query(ex.query)
         self.open_head(layer, head)
+        shown = result.tokens[ex.query]
+        if shown != ex.tokens[ex.query_at]:  # the view's run read the text otherwise than the atlas's did
+            self.state.error_raised.emit(f"the view's token {ex.query} is {shown!r}; the atlas's query was "
+                                         f"{ex.tokens[ex.query_at]!r}: the run here read the text differently")
 
     # ---------------------------------------------------------------------------------- state
     def _model_loaded(self, info) -> None:
@@ -399,13 +422,10 @@ class AtlasPage(AnalysisPage):
     def _update_caption(self) -> None:
         a = self.atlas
         if a is None:
-            try:
-                d = self.documents if self.corpus_combo.currentData() != "bundled" else None
-                what = (f"next run: {len(d):,} documents from {d.source}" if d is not None else
-                        "next run: the bundled corpus" if bundled_corpus() is not None else
-                        "no bundled corpus here: choose a folder or text files")
-            except UserError as e:
-                what = str(e)
+            d = self.documents
+            what = (f"next run: {len(d):,} documents from {d.source}" if d is not None else
+                    "no bundled corpus here: choose a folder or text files" if self._paths is None else
+                    "the chosen files could not be read")
             self.caption.setText(f"<b>Atlas</b> — every head over a corpus; {html.escape(what)}."
                                  + untrained_tag(self.state.info))
             return
