@@ -137,7 +137,7 @@ def keep_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts, head
     if (o.window is not None or o.chunk is not None) and not o.causal:
         raise ValueError("a sliding window or attention chunks need causal attention")
     if q.device.type == "cpu" and o.softcap is None and not differentiable(q, k, v):
-        return _keep_flash_cpu(q, _rep(k, q.shape[1]), _rep(v, q.shape[1]), o)
+        return _keep_flash_cpu(q, k, v, o)  # the CPU flash kernel reads grouped k, v itself (no repeat)
     return _keep_blocked(q, _rep(k, q.shape[1]), _rep(v, q.shape[1]), o, block)
 
 
