@@ -12,7 +12,8 @@ Qwen3-Next stores the projections fused per key head (in_proj_qkvz, in_proj_ba; 
 
 The implicit map A (B, H_v, N, N) with o_t = Σ_s A[t, s] v_s is the delta rule run on one-hot values (derived in
 core.recurrent's docstring): `implicit_map`. `delta_rule` is the plain recurrence, `chunked_delta_rule` the same
-numbers in chunks of 64 (the UT transform inside each chunk, the state carried between chunks).
+numbers in chunks of 64 (the UT transform inside each chunk, the state carried between chunks). A lazy run's views
+compute any band of the map, or pool it, from q, k, g and β alone (core.delta_map; KeptDeltaNet).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from torch import nn
 
 from torch.nn import Linear  # torch's F.linear: transformers' rounding (the decay is exp'd over many tokens)
 from attn_explorer.core.cell_pool import CellPool
+from attn_explorer.core.delta_map import BLOCK, map_bands, pool_map
 from attn_explorer.core.recurrent import RecurrentMixer, RecurrentState
 
 
@@ -101,65 +103,6 @@ def map_tile(q, k, g, beta, rows: slice, cols: slice) -> torch.Tensor:
     return out.to(q.dtype)
 
 
-def map_bands(q, k, g, beta, rows: slice, cols: slice, block: int = 1 << 20, chunk: int = 64):
-    """Yield (t0, t1, A[..., t0:t1, cols]) in row order, bands covering `rows`, from the per-token quantities alone:
-    the recurrence from token cols.start on the one-hots of cols' tokens, its state (d_k × len(cols)) carried from
-    band to band, so a long map's rows never exist at once (about `block` entries a band). Float64, exact."""
-    s0, s1, t0, t1 = cols.start, cols.stop, rows.start, rows.stop
-    B, H, _, dk = q.shape
-    width = s1 - s0
-    span = max(chunk, (block // max(1, width)) // chunk * chunk)
-    if t1 <= s0:  # wholly above the diagonal
-        for a in range(t0, t1, span):
-            yield a, min(t1, a + span), q.new_zeros(B, H, min(t1, a + span) - a, width, dtype=torch.float64)
-        return
-    for a in range(t0, min(t1, s0), span):  # the rows before the first column's token: zero
-        yield a, min(t1, s0, a + span), q.new_zeros(B, H, min(t1, s0, a + span) - a, width, dtype=torch.float64)
-    S = q.new_zeros(B, H, dk, width, dtype=torch.float64)
-    for a in range(s0, t1, span):
-        b = min(t1, a + span)
-        out, S = _onehot_rows(q, k, g, beta, a, b, s0, width, S, chunk)
-        if b > t0:
-            lo = max(a, t0)
-            yield lo, b, out[:, :, lo - a:]
-
-
-def _onehot_rows(q, k, g, beta, a: int, b: int, s0: int, width: int, S, chunk: int):
-    """Rows a..b-1 of A[:, :, :, s0:s0 + width] and the state after them, from S (B, H, d_k, width): the one-hot
-    recurrence's state after token a - 1. chunked_delta_rule's chunk step, with the values one-hot: a chunk's writes
-    u = T⁻¹ diag(β) are nonzero only in its own tokens' columns, so with P = e^G q - inner·w, M = e^{G_last} I - kdᵀw,
-    rows = P·S + inner·u (in the chunk's columns) and S' = M·S + kdᵀ·u (there too): O(d_k · width) per token."""
-    B, H, _, dk = q.shape
-    n = b - a
-    pad = (chunk - n % chunk) % chunk
-    m = (n + pad) // chunk
-    qc, kc = (F.pad(t[:, :, a:b].double(), (0, 0, 0, pad)).reshape(B, H, m, chunk, dk) for t in (q, k))
-    gc, bc = (F.pad(t[:, :, a:b].double(), (0, pad)).reshape(B, H, m, chunk) for t in (g, beta))
-    G = gc.cumsum(-1)
-    upper = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).triu(1)
-    decay = (G[..., :, None] - G[..., None, :]).masked_fill(upper, float("-inf")).exp()
-    kb = kc * bc[..., None]
-    T = (kb @ kc.transpose(-1, -2)) * decay
-    u = torch.linalg.solve_triangular(T, torch.diag_embed(bc), upper=False, unitriangular=True)  # (.., C, C)
-    w = torch.linalg.solve_triangular(T, kb * G.exp()[..., None], upper=False, unitriangular=True)
-    inner = (qc @ kc.transpose(-1, -2)) * decay
-    kdT = (kc * (G[..., -1:] - G).exp()[..., None]).transpose(-1, -2)
-    P = qc * G.exp()[..., None] - inner @ w  # (B, H, m, C, d_k)
-    M = G[..., -1].exp()[..., None, None] * torch.eye(dk, dtype=torch.float64, device=q.device) - kdT @ w
-    Qu, Ru = inner @ u, kdT @ u  # the chunk's own columns: (.., C, C), (.., d_k, C)
-    out = q.new_empty(B, H, m * chunk, width, dtype=torch.float64)
-    for c in range(m):
-        rows = out[:, :, c * chunk:(c + 1) * chunk]
-        rows.copy_(P[:, :, c] @ S)
-        S = M[:, :, c] @ S
-        lo = a + c * chunk - s0
-        hi = min(width, lo + chunk)
-        if hi > lo:
-            rows[..., lo:hi] += Qu[:, :, c, :, :hi - lo]
-            S[..., lo:hi] += Ru[:, :, c, :, :hi - lo]
-    return out[:, :, :n], S
-
-
 class KeptDeltaNet:
     """What a lazy run keeps of one Gated DeltaNet layer instead of its maps (core.hooks.Hooks.kept[layer]): q and k
     per key head (B, H_k, n, d_k) (normed, q scaled), the decay g and β per value head (B, H_v, n), float32: O(n)
@@ -215,13 +158,11 @@ class KeptDeltaNet:
     def pooled(self, head: int, row_edges, col_edges, reduce: str, rows: slice, cols: slice, check=None,
                block: int = 1 << 20) -> torch.Tensor:
         """(len(row_edges) - 1, len(col_edges) - 1) cells over A[rows, cols], each the mean or the signed entry of
-        largest magnitude ("max") of its block; one pass of bands over the rows (about `block` entries each), pooled
-        as they come (core.cell_pool: bands may straddle the cells)."""
+        largest magnitude ("max") of its block; one pass of bands over the rows (core.delta_map.pool_map: tiles of
+        about `block` entries, only the columns each band can reach), pooled as they come (core.cell_pool)."""
         pool = CellPool(row_edges, col_edges, reduce, rows, cols, self.device)
-        for a, b, band in self.bands(head, rows, cols, block):
-            pool.add(a, b, band)
-            if check is not None:
-                check()
+        q, k, g, beta = (t[0, 0] for t in self._head(head))
+        pool_map(q, k, g, beta, pool, rows, cols, tile=max(64, block // BLOCK), check=check)
         return pool.result()
 
 

@@ -64,3 +64,15 @@ def test_cell_pool_signed_max_keeps_the_sign_and_zeros():
     assert pool.result().tolist() == [[-5.0, 0.5], [-2.0, -3.0]]
     with pytest.raises(ValueError):
         CellPool([0, 1], [0, 1], "sum", slice(0, 1), slice(0, 1))
+
+
+def test_cell_pool_signed_max_over_tiles_and_bands_breaks_a_tie_for_the_positive():
+    """add_tile: a band a run of whole column cells at a time, row cells straddling two bands; the signed entry of
+    largest magnitude is chosen across bands and tiles alike, a tie going to the positive entry in any order."""
+    a = torch.tensor([[-3.0, 1.0, 0.0, 2.0], [3.0, -1.0, -2.0, 0.5], [0.5, 0.25, 2.0, -4.0]], dtype=torch.float64)
+    for order in ([(0, 1), (1, 3)], [(1, 3), (0, 1)]):
+        pool = CellPool([0, 2, 3], [0, 1, 4], "max", slice(0, 3), slice(0, 4))
+        for r0, r1 in order:
+            pool.add_tile(r0, r1, a[r0:r1, 1:4], 1)
+            pool.add_tile(r0, r1, a[r0:r1, 0:1], 0)
+        assert pool.result().tolist() == [[3.0, 2.0], [0.5, -4.0]]

@@ -207,3 +207,38 @@ def test_a_lazy_pass_keeps_the_per_token_quantities_and_its_views_equal_the_dens
             assert abs(float(got[i, j]) - float(cell[cell.abs().argmax()])) < 1e-6
     with pytest.raises(ValueError, match="lazy"):
         m(x, AttentionOptions(hooks=Hooks(fns={"blocks.0.attn.hook_pattern": (lambda a, n: a,)}, keep=True).layer(0)))
+
+
+def _dense_pool(A, re, ce, reduce):
+    """A (rows, cols) float64 pooled by hand: each cell's mean or its signed entry of largest magnitude."""
+    out = torch.empty(len(re) - 1, len(ce) - 1, dtype=torch.float64)
+    for i in range(len(re) - 1):
+        for j in range(len(ce) - 1):
+            cell = A[re[i]:re[i + 1], ce[j]:ce[j + 1]].flatten()
+            out[i, j] = cell.mean() if reduce == "mean" else cell[cell.abs().argmax()]
+    return out
+
+
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+@pytest.mark.parametrize("case", ["plain", "no decay, beta near 1"])
+def test_pooled_views_over_many_blocks_equal_the_dense_map(case, reduce):
+    """core.delta_map.pool_map: 700 tokens are three blocks of 256 rows (the state carried from block to block,
+    the blocks' own triangles laid over the product), each band in tiles of a few cells (the buffer reused), only
+    the columns a band can reach computed; cells that do not divide the map, a window of rows and columns. Equal to
+    the dense float64 map pooled by hand, to float32's rounding."""
+    from attn_explorer.core.deltanet import KeptDeltaNet
+    from attn_explorer.core.lazy import pool_edges
+    q, k, v, g, b = inputs(B=1, H=2, N=700, dtype=torch.float32, **CASES[case])
+    kept = KeptDeltaNet(q[:, :1], k[:, :1], g, b)  # two value heads on one key head
+    for h in range(2):
+        A = implicit_map(*(t.double() for t in (q[:, :1], k[:, :1], g[:, h:h + 1], b[:, h:h + 1])))[0, 0]
+        for rows, cols, cells, block in [(slice(0, 700), slice(0, 700), (37, 53), 256 * 64),
+                                         (slice(0, 700), slice(0, 700), (700, 700), 1 << 20),
+                                         (slice(300, 650), slice(20, 610), (9, 31), 256 * 100)]:
+            re = pool_edges(rows.stop - rows.start, cells[0]).tolist()
+            ce = pool_edges(cols.stop - cols.start, cells[1]).tolist()
+            got = kept.pooled(h, re, ce, reduce, rows, cols, block=block)
+            want = A[rows, cols] if cells == (700, 700) else _dense_pool(A[rows, cols], re, ce, reduce)
+            assert got.dtype == torch.float32 and got.shape == want.shape
+            err = (got.double() - want).abs().max().item()
+            assert err <= 1e-7 * want.abs().max().item(), (rows, cols, cells, err)
