@@ -227,7 +227,7 @@ class BlockStack(nn.Module):
                 kv=None if cache is None else cache.layers[i], **(layer_opts[i] if layer_opts else {}),
             )
             x, probs = block(x, o)
-            progress.layer_done(i + 1, len(self.layers), x.shape[1])  # issue 24: the caller follows, or stops here
+            progress.layer_done(i + 1, len(self.layers), x.shape[1], hooks.kept.get(i) if keep else None)  # issue 24
             if output_attentions and heads[i] != H:  # fewer heads than the widest layer: zeros past its own
                 pad = probs.new_zeros((probs.shape[0], H - heads[i], *probs.shape[2:]))
                 probs = torch.cat([probs, pad], dim=1)

@@ -27,15 +27,19 @@ _local = threading.local()
 
 @contextmanager
 def watching(on_layer: Callable[[int, int, int], None] | None = None,
-             stop: Callable[[], bool] | None = None) -> Iterator[None]:
+             stop: Callable[[], bool] | None = None,
+             on_kept: Callable[[int, object], None] | None = None) -> Iterator[None]:
     """Within the block, this thread's forwards call on_layer(layers done, layers in all, tokens) after each
-    layer, and raise Stopped between layers and between lazy tiles once stop() returns True. Nests: within
+    layer, and raise Stopped between layers and between lazy tiles once stop() returns True. on_kept(layer,
+    kept) gets what a lazy layer kept (core.hooks.KeptLayer, or a recurrent layer's store) as soon as that
+    layer is done, before on_layer: a long run's maps can be drawn layer by layer (issue 24 C). Nests: within
     an inner block, what it leaves None is the outer watcher's (a job's stop flag, a run's layer report)."""
     before = getattr(_local, "watch", None)
     if before is not None:
         on_layer = on_layer if on_layer is not None else before[0]
         stop = stop if stop is not None else before[1]
-    _local.watch = (on_layer, stop)
+        on_kept = on_kept if on_kept is not None else before[2]
+    _local.watch = (on_layer, stop, on_kept)
     try:
         yield
     finally:
@@ -49,11 +53,14 @@ def check() -> None:
         raise Stopped("stopped")
 
 
-def layer_done(done: int, total: int, tokens: int = 0) -> None:
-    """A layer of a forward has finished: tell the watcher, then stop if it asks to."""
+def layer_done(done: int, total: int, tokens: int = 0, kept: object = None) -> None:
+    """A layer of a forward has finished: tell the watcher (with what the layer kept, for a lazy forward: layer
+    done - 1's store), then stop if it asks to."""
     watch = getattr(_local, "watch", None)
     if watch is None:
         return
+    if kept is not None and watch[2] is not None:
+        watch[2](int(done) - 1, kept)
     if watch[0] is not None:
         watch[0](int(done), int(total), int(tokens))
     check()

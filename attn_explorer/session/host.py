@@ -64,11 +64,13 @@ class ModelHost(QObject):
         return () if stack == "encoder" else (stack,)
 
     def run_task(self, x: Any, kw: dict, hide_special: bool, stack: str, on_result: Callable[[Any], None],
-                 on_error: Callable[[str], None], on_progress: Callable[[float, str], None] | None = None) -> Task:
+                 on_error: Callable[[str], None], on_progress: Callable[[float, str], None] | None = None,
+                 on_partial: Callable[[Any], None] | None = None) -> Task:
         """The job that runs the model on x (Model.run keyword arguments kw) and pools its grid mosaic;
-        on_progress(fraction, jobs.layer_message) after each layer of its forward."""
+        on_progress(fraction, jobs.layer_message) after each layer of its forward; on_partial(LivePart) after
+        each layer of a long (lazy) run, its heads' cells filled in (session.live_run)."""
         return Task(run_job, (self.model, x, kw, hide_special, *self.stack_args(stack)), on_result=on_result,
-                    on_error=on_error, on_progress=on_progress)
+                    on_error=on_error, on_progress=on_progress, on_partial=on_partial)
 
     @classmethod
     def pool_task(cls, r: RunResult, hide_special: bool, stack: str, on_result: Callable[[RunResult], None],

@@ -171,13 +171,16 @@ def parse_layers(message: str) -> tuple[int, int, int] | None:
 
 
 def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack: str = "encoder",
-            progress: Callable[[float, str], None] | None = None) -> Ran:
+            progress: Callable[[float, str], None] | None = None, partial: Callable[[Any], None] | None = None) -> Ran:
     """Run the model and pool its attention for the grid, in the same worker job.
 
     Text longer than the memory allows is cut to the first tokens that fit, with a note, instead of being
     refused: a model switch carries a long text over this way. What must fit is what the run keeps: all
     L·H·n² maps, or, for a model that runs long inputs lazily, each layer's q, k and row statistics (then the
-    cut is usually the model's own positions)."""
+    cut is usually the model's own positions).
+
+    partial: where a long (lazy) run sends each finished layer (session.live_run.LivePart: the run so far, that
+    layer's heads pooled into the grid's mosaic) while later layers run; its whole mosaic then comes with it."""
     configure_torch()
     t0 = time.perf_counter()
     info: ModelInfo = model.info
@@ -200,7 +203,12 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack:
         if progress is not None:  # the worker's callback: it also raises Cancelled once the job was stopped
             progress(done / max(1, total), layer_message(done, total, tokens))
 
-    with watching(on_layer=layer_done):  # the job's stop flag (workers.launch) stays the outer watcher's
+    live = None
+    if partial is not None and stack == "encoder" and info.modality == "text":
+        from attn_explorer.session.live_run import LiveFill
+
+        live = LiveFill(model, x, kwargs, partial)
+    with watching(on_layer=layer_done, on_kept=live):  # the job's stop flag (workers.launch): the outer watcher's
         r = model.run(x, **kwargs)
     t1 = time.perf_counter()
     cut = ""
@@ -216,6 +224,9 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack:
         else:
             cut = f"{info.name} reads at most {info.max_positions:,} tokens"
     r = pool_job(r, hide_special, stack)
+    grid = live.final_grid(r) if live is not None else None
+    if grid is not None:  # every layer's cells were filled in as it ran: the grid's lane has nothing left to do
+        r = dataclasses.replace(r, display=grid)
     return Ran(result=r, started=t0, forward_done=t1, ended=time.perf_counter(), fit_tokens=fit, cut=cut)
 
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial as bind
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from attn_explorer.session.workers import await_workers, launch
 
@@ -46,6 +47,15 @@ class Task:
     on_error: Callable[[str], None] | None = None  # one line
     on_progress: Callable[[float, str], None] | None = None  # loads: fraction, message
     on_yield: Callable[[Any], None] | None = None  # side jobs whose fn is a generator: each value
+    # runs: a part of the result while it is computed (session.live_run.LivePart, a layer at a time); fn then
+    # gets `partial`, a callable to send those with from its worker thread (issue 24 C)
+    on_partial: Callable[[Any], None] | None = None
+
+
+class _Parts(QObject):
+    """A run's channel for its parts (created in the GUI thread, so the queued handler runs there)."""
+
+    sent = Signal(object)
 
 
 @dataclass
@@ -67,6 +77,7 @@ class _InFlight:
     worker: Any = None
     cancelled: bool = False
     started: float = 0.0  # time.perf_counter() when it started
+    parts: Any = None  # its _Parts channel, held while it runs
 
 
 # A run in flight younger than this finishes when a newer request comes (a fast model keeps drawing while the user
@@ -312,11 +323,23 @@ class Runner(QObject):
                 task.on_progress(fraction, message)
 
         def finished() -> None:
+            job.parts = None
             if self._current is job:
                 self._current = None
             self._next()
 
-        job.worker = launch(task.fn, *task.args, on_result=result, on_error=error,
+        fn = task.fn
+        if task.on_partial is not None:  # a part is dropped as a result is: stopped job, older run, old model
+            on_partial = task.on_partial
+
+            def part(value: Any) -> None:
+                if fresh() and not (kind == "run" and gen <= self._delivered_gen):
+                    on_partial(value)
+
+            job.parts = _Parts()
+            job.parts.sent.connect(part, Qt.ConnectionType.QueuedConnection)
+            fn = bind(task.fn, partial=job.parts.sent.emit)
+        job.worker = launch(fn, *task.args, on_result=result, on_error=error,
                             on_progress=progress if task.on_progress is not None else None, on_finished=finished)
 
     def _stop(self, job: _InFlight) -> None:

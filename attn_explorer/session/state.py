@@ -273,7 +273,7 @@ class SessionState(QObject):
         self.watch.start(self.info.name if self.info is not None else "", getattr(self.info, "num_layers", 0))
         return self.host.run_task(x, kw, self.hide_special, self.shown_stack,  # an encoder-decoder: its stack shown
                                   lambda ran: self._on_ran(ran, asked, launched, source), self.error_raised.emit,
-                                  self._run_progress)
+                                  self._run_progress, self._on_live)
 
     # ----------------------------------------------------------------------------- the run in flight (issue 24)
     def _run_progress(self, fraction: float, message: str) -> None:
@@ -281,6 +281,19 @@ class SessionState(QObject):
         if layers is not None and self.watch.active:
             self.watch.update(*layers)
             self.run_progressed.emit(layers[0], layers[1], self.watch.line())
+
+    def _on_live(self, part: Any) -> None:
+        """A long run's next layer is done (session.live_run.LivePart): the run so far goes on screen, its finished
+        layers' heads drawn and readable, the rest blank; `incomplete(result)` says how far it is."""
+        if not self.has_input:
+            return
+        r = part.result
+        self._shown_from = None  # not a whole run: an edit, Stop or a knob never re-pools it, it runs again
+        if not self._query_chosen:
+            self.query = default_query(r)
+        self.query = min(self.query, r.num_tokens - 1)
+        self.result = r
+        self.attention_ready.emit(r)
 
     def run_status(self) -> dict | None:
         """The run in flight (RunWatch.status): model, tokens, layer, layers, elapsed_s, left_s; None when idle."""

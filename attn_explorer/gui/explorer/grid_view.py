@@ -27,6 +27,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QHBoxLayout, QLabel, QProgressB
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
                                        style_colorbar, waiting_for_input)
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
+from attn_explorer.session.live_run import incomplete
 from attn_explorer.session.long_view import GRID_LANE, overview_job, result_tag, reused_prefix
 from attn_explorer.gui.explorer.mixer_marks import MixerOverlay, grid_note
 from attn_explorer.session.stacks import STACK_NAMES, short_kind, stack_maps
@@ -127,6 +128,10 @@ class HeadGridView(LazyPage, QWidget):
             return
         grid = grid if grid is not None else self.state.grid_image
         if r is not None and getattr(r, "is_lazy", False):
+            if grid is not None and grid is getattr(r, "display", None):  # filled in as the run went (live_run)
+                self._stop_filling(hide=True)
+                if not incomplete(r):  # whole: what an edit that reuses the prefix starts from
+                    self._complete = (grid, r.num_tokens, list(r.tokens), r.model, float(r.dk_scale))
             grid = grid if grid is not None else self._lazy_grid(r)
         else:
             self._stop_filling(hide=True)
@@ -240,6 +245,8 @@ class HeadGridView(LazyPage, QWidget):
         ov = self._overview
         if r is None or not getattr(r, "is_lazy", False):
             return ""
+        if getattr(r, "display", None) is not None:  # filled in layer by layer as it ran (issue 24 C)
+            return incomplete(r)
         if ov is None or ov[0] != result_tag(r):
             return "no head filled in yet"
         done, total = ov[2], ov[3]
@@ -340,6 +347,10 @@ class HeadGridView(LazyPage, QWidget):
             coming = f" — <i>loading {html.escape(self._coming or 'the default model')}…</i>"
         elif info is not None and r is not None and not same and st.busy:
             coming = f" — <i>running {html.escape(info.name)}…</i>"
+        elif r is not None and incomplete(r):  # issue 24 C: a long run's layers as they come, or those a Stop kept
+            running = st.busy and st.run_status() is not None
+            coming = (f" — <b>{incomplete(r)}</b>"
+                      + (f" <i>({html.escape(st.watch.line())})</i>" if running else " (stopped)"))
         elif r is not None and st.busy and st.run_status() is not None:  # issue 24: a new input's run is in flight
             coming = f" — <b>{PREVIOUS}</b> <i>({html.escape(st.watch.line())})</i>"
         elif info is not None and r is not None and not same:

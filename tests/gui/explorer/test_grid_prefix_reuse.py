@@ -24,23 +24,25 @@ def folder(tmp_path_factory):
 
 def test_an_edit_with_a_reused_prefix_recomputes_only_the_changed_rows(qtbot, settings, folder, monkeypatch):
     from attn_explorer.api import model as api_model
-    from attn_explorer.api.result import RunResult
+    from attn_explorer.api.lazy import LazyAttention
     from attn_explorer.gui.explorer.grid_view import HeadGridView
     from attn_explorer.gui.window.app import build_window, get_qapp
     from attn_explorer.session.long_view import overview_job, reused_prefix
 
     monkeypatch.setattr(api_model, "DENSE_MAX_BYTES", 0)  # every run keeps q and k: the grid fills from them
     rows = []
-    plain = RunResult.attention
+    plain = LazyAttention.attention
 
+    # every head's rows asked of a lazy store: the first run's fill as it runs (session.live_run) and the grid's
+    # lane after an edit (session.long_view.overview_job) both ask here
     def counting(self, layer, head, rows_=None, cols=None, pool=None, *a, rows=None, **kw):
         span = rows if rows is not None else rows_
-        lo, hi = (0, self.num_tokens) if span is None else span
+        lo, hi = (0, self.layers[0].n) if span is None else span
         counted.append(hi - lo)
-        return plain(self, layer, head, rows=span, cols=cols, pool=pool, *a, **kw)
+        return plain(self, layer, head, span, cols, pool, *a, **kw)
 
     counted = rows
-    monkeypatch.setattr(RunResult, "attention", counting)
+    monkeypatch.setattr(LazyAttention, "attention", counting)
     get_qapp()
     args = argparse.Namespace(model=folder, text=TEXT + "Q", image=None, device="cpu", view="grid",
                               screenshot=None)

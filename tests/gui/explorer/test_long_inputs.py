@@ -274,7 +274,7 @@ def test_a_lazy_run_on_the_explorer_pages_with_no_torch_on_the_gui_thread(lazy_w
     w = lazy_window
     st, hv = w.state, w.head_view
     r = st.result
-    assert r.is_lazy and r.display is None  # no mosaic pooled with the run: the grid fills it in
+    assert r.is_lazy and r.display is not None  # its mosaic was filled in layer by layer as it ran (issue 24 C)
     dense = r.lazy  # the store: every check below compares with what it computes
     with TorchCalls() as calls:
         qtbot.waitUntil(lambda: hv.long and hv.long_map.base is not None, timeout=20000)
@@ -298,7 +298,7 @@ def test_a_lazy_run_on_the_explorer_pages_with_no_torch_on_the_gui_thread(lazy_w
     np.testing.assert_allclose(win.values, dense.attention(st.layer, st.head, rows=win.ask.rows, cols=win.ask.cols),
                                atol=1e-7)
     np.testing.assert_allclose(hv.strip.strip.values.max(), dense.attention(st.layer, st.head, rows=N - 1).max())
-    c = g._overview[1].cell
+    c = r.display.cell
     for layer, head in ((0, 0), (1, 3)):
         np.testing.assert_allclose(g.last_image[layer * c:(layer + 1) * c, head * c:(head + 1) * c],
                                    dense.attention(layer, head, pool=c), atol=1e-7)
