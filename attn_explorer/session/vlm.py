@@ -72,3 +72,44 @@ def vlm_overlay_job(r: Any, query: int, layer: int, head: int, average: str = "h
                       picture=np.ascontiguousarray(shown.picture, np.float32),
                       heads=np.stack([np.ascontiguousarray(o.picture, np.float32) for o in per_head]),
                       global_weight=glob, cls=float(shown.cls), total=float(row[pos[:, 0]].sum()))
+
+
+@dataclass
+class ImageBlock:
+    """One run of image tokens the one-head view draws as a labelled band: tokens start..stop-1, one view (a tile,
+    the global view, or the one picture) of rows × cols image tokens; `label` in words ("image tile 2 (t1),
+    16 × 16", "image global view, 16 × 16", "image 16 × 16"), `short` for an axis ("tile 2 16×16")."""
+
+    start: int
+    stop: int
+    tile: int
+    rows: int
+    cols: int
+    label: str
+    short: str
+
+
+def image_blocks(r: Any) -> list[ImageBlock]:
+    """The image tokens of a vision-language run as contiguous blocks, one per view (a view split by other tokens
+    gives one block per run); [] for any other run."""
+    if not is_vlm(r):
+        return []
+    pos = r.image_token_positions
+    tiles = r.image_tiles
+    n_tiles = tiles[0] * tiles[1] if tiles is not None else 0
+    out = []
+    for t in np.unique(pos[:, 1]):
+        mine = pos[pos[:, 1] == t]
+        placed = mine[mine[:, 2] >= 0]
+        R, C = (int(placed[:, 2].max()) + 1, int(placed[:, 3].max()) + 1) if len(placed) else (0, 0)
+        cls = " + class token" if len(placed) < len(mine) else ""
+        if not n_tiles:
+            label, short = f"image {R} × {C}{cls}", f"image {R}×{C}"
+        elif t == n_tiles:
+            label, short = f"image global view, {R} × {C}{cls}", f"global {R}×{C}"
+        else:
+            label, short = f"image tile {t + 1} (t{t}), {R} × {C}{cls}", f"tile {t + 1} {R}×{C}"
+        idx = np.sort(mine[:, 0])
+        for run in np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1):
+            out.append(ImageBlock(int(run[0]), int(run[-1]) + 1, int(t), R, C, label, short))
+    return sorted(out, key=lambda b: b.start)

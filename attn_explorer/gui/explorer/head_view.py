@@ -23,16 +23,16 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
-from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, TokenAxis, add_heat_image,
+from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, colormap, add_heat_image,
                                        cell_under, follow_loading, set_bar_label, style_colorbar)
 from attn_explorer.gui.explorer.colour_key import ColourScaleBox, scale_text
 from attn_explorer.gui.explorer.mixer_marks import diverging_colormap
-from attn_explorer.gui.widgets.heatmap import colormap
 from attn_explorer.session import mixers as mx
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
 from attn_explorer.gui.explorer.goto_box import GoToBox, view_around
 from attn_explorer.gui.explorer.head_maps import AXIS_TITLES, common_prefix, shown_count, stack_matrix, with_sink
 from attn_explorer.gui.explorer.head_maps import head_matrix  # noqa: F401 - tests/gui/test_readable.py imports it here
+from attn_explorer.gui.explorer.image_bands import BandedAxis, ImageBands  # issue 26 B: image blocks as bands
 from attn_explorer.gui.explorer.hover import HOVER_HINT, HoverLine, cell_text, window_cell_text
 from attn_explorer.gui.explorer.long_map import LongMap
 from attn_explorer.gui.explorer.query_strip import QueryStrip
@@ -65,8 +65,8 @@ class HeadView(LazyPage, QWidget):
         self.canvas = PaintedGraphicsWidget()
         self.stack = CanvasStack(self.canvas)
         self.placeholder = self.stack.placeholder
-        self.left_axis = TokenAxis("left")
-        self.bottom_axis = TokenAxis("bottom", rotate=True)
+        self.left_axis = BandedAxis("left")
+        self.bottom_axis = BandedAxis("bottom", rotate=True)
         self.plot = self.canvas.addPlot(axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
         self.plot.invertY(True)
         self.plot.setMenuEnabled(False)
@@ -179,6 +179,7 @@ class HeadView(LazyPage, QWidget):
             self.goto_box.forget()  # it named a token of the old input
         self.left_axis.set_labels(rows)
         self.bottom_axis.set_labels(cols)
+        ImageBands.on(self).show(self)
         R, C = len(rows), len(cols)
         vb = self.plot.getViewBox()
         vb.setLimits(xMin=-lead, xMax=C, yMin=0, yMax=R, minXRange=min(C, 4), minYRange=min(R, 4))
