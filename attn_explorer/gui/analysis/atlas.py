@@ -58,8 +58,8 @@ class AtlasPage(AnalysisPage):
             self.corpus_combo.addItem(title, key)
         self.corpus_combo.setToolTip("What the model reads: the corpus that ships with the app, a folder's .txt "
                                      "files, or text files you choose")
-        self.per_line = QCheckBox("docs by line")
-        self.per_line.setToolTip("Off: each file is one document. On: each non-blank line is one")
+        self.per_line = QCheckBox("by line")
+        self.per_line.setToolTip("On: each non-blank line is a document. Off: each file is one")
         self.budget = QSpinBox()
         self.budget.setRange(100, 2_000_000)
         self.budget.setSingleStep(5000)
@@ -90,13 +90,15 @@ class AtlasPage(AnalysisPage):
             combo.setCurrentIndex(METRICS.index(first))
         self.kind_combo = QComboBox()
         for kind in EXAMPLE_KINDS:
-            self.kind_combo.addItem(f"examples by {kind}", kind)
-        self.kind_combo.setToolTip("Which of a head's top lists to show: by weight, or by each metric's own score")
+            self.kind_combo.addItem(f"by {kind}", kind)
+        self.kind_combo.setToolTip("The examples listed: a head's top pairs by weight, or its top rows by each "
+                                   "metric's own score")
         for combo in (self.corpus_combo, self.view_combo, self.x_combo, self.y_combo, self.kind_combo):
             combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-            combo.setMinimumContentsLength(9 if combo is self.corpus_combo else 6)
+            combo.setMinimumContentsLength(8 if combo is self.corpus_combo else 6)
         row = QHBoxLayout()
-        for w in (self.view_combo, QLabel("x"), self.x_combo, QLabel("y"), self.y_combo, self.kind_combo):
+        for w in (self.view_combo, QLabel("x"), self.x_combo, QLabel("y"), self.y_combo, QLabel("examples"),
+                  self.kind_combo):
             row.addWidget(w)
         row.addStretch(1)
         self.add_row(row)
@@ -233,6 +235,11 @@ class AtlasPage(AnalysisPage):
             return
         super().keyPressEvent(e)
 
+    def resizeEvent(self, e) -> None:  # the two models side by side, or one under the other
+        super().resizeEvent(e)
+        if getattr(self, "pair", None) is not None:
+            self.pair.arrange()
+
     def busy(self) -> bool:
         return self.state.job_busy(BUILD) or self.state.job_busy(self.pair.BUILD)
 
@@ -344,6 +351,7 @@ class AtlasPage(AnalysisPage):
 
     def _drawn(self) -> None:
         self.stack.show_canvas()
+        self.pair.arrange()
         self.scatter.select(self.selected)
         self.pair.selection_changed()
 
@@ -434,6 +442,7 @@ class AtlasPage(AnalysisPage):
         other = ("" if info is not None and info.name == a.model else
                  f" The loaded model is {html.escape(info.name) if info else 'none'}: examples open only with "
                  f"{html.escape(a.model)}.")
+        docs = f"{a.documents:,} document" + ("" if a.documents == 1 else "s")
         self.caption.setText(f"<b>Atlas</b> of <b>{html.escape(a.model)}</b> — {a.tokens:,} tokens in "
-                             f"{a.documents:,} documents{stopped}; {html.escape(self.atlas_source)}.{other}"
+                             f"{docs}{stopped}; {html.escape(self.atlas_source)}.{other}"
                              + (untrained_tag(info) if not other else ""))

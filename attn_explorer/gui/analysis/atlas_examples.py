@@ -45,7 +45,7 @@ def snippet_html(tokens: list[str], query_at: int, key_at: int) -> str:
     out = []
     for i, t in enumerate(tokens):
         text, space = _piece(t)
-        text = html.escape(text.replace("\n", " ⏎ "))
+        text = html.escape(text.replace("\n", "⏎").replace("\\n", "⏎"))  # a newline, or its display "\\n"
         style = BOTH_STYLE if i == query_at == key_at else QUERY_STYLE if i == query_at else \
             KEY_STYLE if i == key_at else ""
         if style:

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton
 
 from attn_explorer.gui.analysis.atlas_examples import snippet_html
-from attn_explorer.gui.analysis.atlas_view import HeadScatter
+from attn_explorer.gui.analysis.atlas_view import HeadScatter, set_title
 from attn_explorer.gui.analysis.common import HeatPanel, peak
 from attn_explorer.session.atlas import (TOP_K, SecondModel, load_atlas_job, match_job, project_job, prompt_map_job,
                                          second_atlas_job, second_prompt_map_job)
@@ -26,6 +26,8 @@ from attn_explorer.session.atlas import (TOP_K, SecondModel, load_atlas_job, mat
 MATCH, OPEN_B, PROJECT_B, PROMPT_A, PROMPT_B = ("atlas-match", "atlas-open-b", "atlas-project-b", "atlas-prompt-a",
                                                 "atlas-prompt-b")
 SAMPLE_PROMPT = "The cat sat on the mat. The cat sat on the"
+WIDE = 760  # canvas pixels from which the two models sit side by side; narrower, one under the other
+ROW_PX = 260  # each row of plots at least this tall when stacked (the page then scrolls)
 
 
 class PairPanel(QObject):
@@ -47,6 +49,7 @@ class PairPanel(QObject):
         self.heat: tuple[HeatPanel, HeatPanel] | None = None  # made with the first prompt
         self._projection = None
         self._title = ""
+        self._arranged = None  # (columns, blocks) the canvas is laid out for
 
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("second model: built-in name, folder or hub id")
@@ -77,6 +80,34 @@ class PairPanel(QObject):
         self.open_button.clicked.connect(self._open_dialog)
         self.prompt_button.clicked.connect(self.show_prompt)
         self.prompt_edit.returnPressed.connect(self.show_prompt)
+
+    # ------------------------------------------------------------------------------------- layout
+    def arrange(self, force: bool = False) -> None:
+        """The plots in the canvas: the first scatter, the second (when there is a second atlas), then the two
+        prompt maps (once asked for); two columns when the canvas is wide enough, else one (taller, scrolled)."""
+        page = self.page
+        blocks = [page.scatter] + ([self.scatter] if self.scatter is not None and self.atlas is not None else [])
+        maps = list(self.heat) if self.heat is not None and self.atlas is not None else []
+        cols = 2 if page.canvas.width() >= WIDE or len(blocks) + len(maps) == 1 else 1
+        key = (cols, len(blocks), len(maps))
+        if key == self._arranged and not force:
+            return
+        self._arranged = key
+        ci = page.canvas.ci
+        every = [page.scatter] + ([self.scatter] if self.scatter is not None else [])
+        for item in [i for b in every for i in (b.plot, b.bar)] + [p.plot for p in (self.heat or ())]:
+            if item in ci.items:
+                ci.removeItem(item)
+        for n, b in enumerate(blocks):
+            r, c = (0, 2 * n) if cols == 2 else (n, 0)
+            ci.addItem(b.plot, r, c)
+            ci.addItem(b.bar, r, c + 1)
+        first = 1 if cols == 2 else len(blocks)
+        for n, p in enumerate(maps):
+            r, c = (first, 2 * n) if cols == 2 else (first + n, 0)
+            ci.addItem(p.plot, r, c, 1, 2)
+        rows = (1 + (1 if maps else 0)) if cols == 2 else len(blocks) + len(maps)
+        page.stack.setMinimumHeight(ROW_PX * rows if rows > 1 else 0)
 
     # ------------------------------------------------------------------------------------- second atlas
     def set_enabled(self, on: bool) -> None:
@@ -121,7 +152,8 @@ class PairPanel(QObject):
         if not source.startswith("built"):
             self.holder.model = None  # an opened atlas has no model here: the prompt must not run the last one
         if self.scatter is None:
-            self.scatter = HeadScatter(self.page.canvas, 0, 2, self.select_b)
+            self.scatter = HeadScatter(self.page.canvas, 20, 0, self.select_b)  # a free cell; arrange() places it
+        self.arrange()
         self.page._set_enabled()
         self.redraw()
         self._match()
@@ -133,6 +165,7 @@ class PairPanel(QObject):
         if self.scatter is not None:
             self.scatter.clear()
         self._clear_prompt()
+        self.arrange()
 
     def first_changed(self) -> None:
         """The first atlas changed (a new run, an opened file, or none): the match is redone or goes."""
@@ -223,14 +256,14 @@ class PairPanel(QObject):
             self.scatter.mark_match((lb, hb))
             self.page.readout.setText(f"{self.page.atlas.model} L{a_sel[0]} H{a_sel[1]} ↔ {self.atlas.model} "
                                       f"L{lb} H{hb}: similarity {s:.2f} (cosine of the standardised metrics)")
-            plot.setTitle(f"{self._title}<br>match of L{a_sel[0]} H{a_sel[1]}: L{lb} H{hb}, similarity {s:.2f}")
+            set_title(plot, f"{self._title}<br>match of L{a_sel[0]} H{a_sel[1]}: L{lb} H{hb}, similarity {s:.2f}")
             if self.heat is not None and self.prompt_edit.text().strip():
                 self.show_prompt()  # the maps follow the selected pair
         else:
             self.scatter.mark_match(None)
             self.scatter.select(self.selected_b)
             if self.atlas is not None:
-                plot.setTitle(self._title)
+                set_title(plot, self._title)
 
     def match_note(self) -> str:
         sel = self.page.selected
@@ -250,7 +283,8 @@ class PairPanel(QObject):
             return
         lb, hb, _ = self.a2b[a_sel]
         if self.heat is None:
-            self.heat = (HeatPanel(self.page.canvas, 1, 0, "viridis"), HeatPanel(self.page.canvas, 1, 2, "viridis"))
+            self.heat = (HeatPanel(self.page.canvas, 21, 0, "viridis"), HeatPanel(self.page.canvas, 22, 0, "viridis"))
+        self.arrange()
         self._clear_prompt(keep_panels=True)
         if self.state.info is None or self.state.info.name != self.page.atlas.model:
             self.prompt_note.setText(f"The loaded model is not {html.escape(self.page.atlas.model)}: load it to run "
@@ -269,14 +303,15 @@ class PairPanel(QObject):
             f"its L{lb} H{hb}'s top example instead: " + (snippet_html(ex[0].tokens, ex[0].query_at, ex[0].key_at)
                                                           if ex else "none kept"))
         self.prompt_note.show()
-        self.heat[1].plot.setTitle(f"{html.escape(self.atlas.model)} L{lb} H{hb}: no model here (see the line above)")
+        set_title(self.heat[1].plot, f"{html.escape(self.atlas.model)} L{lb} H{hb}: no model here (see the line above)")
 
     def _map(self, side: int, m) -> None:
         if self.heat is None:
             return
         panel = self.heat[side]
         panel.show(m.weights, m.tokens, m.tokens, (0.0, peak(m.weights)), "viridis",
-                   title=f"{html.escape(Path(m.model).name)} L{m.layer} H{m.head}, {len(m.tokens)} tokens")
+                   label="weight")
+        set_title(panel.plot, f"{html.escape(Path(m.model).name)} L{m.layer} H{m.head}, {len(m.tokens)} tokens")
 
     def _clear_prompt(self, keep_panels: bool = False) -> None:
         for key in (PROMPT_A, PROMPT_B):
@@ -287,4 +322,4 @@ class PairPanel(QObject):
             for p in self.heat:
                 p.image.clear()
                 p.matrix = None
-                p.plot.setTitle("" if keep_panels else "press Same prompt for the selected pair's maps")
+                set_title(p.plot, "" if keep_panels else "press Same prompt for the selected pair's maps")

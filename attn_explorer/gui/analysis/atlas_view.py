@@ -14,6 +14,18 @@ LAYER_MAP = "viridis"
 SELECTED_PEN = pg.mkPen("#d32f2f", width=2.5)  # red ring: the head clicked
 MATCH_PEN = pg.mkPen("#ff6f00", width=2.5, style=pg.QtCore.Qt.DashLine)  # orange dashed ring: its match
 HIT_PX = 9  # a hover or click within this many pixels of a point is on it
+TITLE_PX = 200  # a longer plot title wraps at this width
+
+
+def set_title(plot: pg.PlotItem, text: str) -> None:
+    """A plot's title that never widens its plot: a narrow plot clips its title rather than pushing its colour
+    bar out of sight (pyqtgraph makes a title's width the plot's minimum)."""
+    plot.setTitle(text, size="9pt")
+    label = plot.titleLabel
+    label.item.setTextWidth(-1)
+    if label.item.boundingRect().width() > TITLE_PX:
+        label.item.setTextWidth(TITLE_PX)  # a longer one wraps
+    label.updateMin()
 
 
 class HeadScatter:
@@ -24,6 +36,8 @@ class HeadScatter:
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.showGrid(x=True, y=True, alpha=0.15)
+        for side in ("left", "bottom"):
+            self.plot.getAxis(side).enableAutoSIPrefix(False)  # shares stay 0.4, not 400 (x0.001)
         self.points = pg.ScatterPlotItem(size=9, pen=pg.mkPen("#333", width=0.5), hoverable=False)
         self.ring = pg.ScatterPlotItem(size=18, pen=SELECTED_PEN, brush=None, symbol="o")
         self.match_ring = pg.ScatterPlotItem(size=22, pen=MATCH_PEN, brush=None, symbol="o")
@@ -51,14 +65,14 @@ class HeadScatter:
         self.bar.setLevels(values=(0, max(1, L - 1)))
         self.plot.setLabel("bottom", xlabel)
         self.plot.setLabel("left", ylabel)
-        self.plot.setTitle(title)
+        set_title(self.plot, title)
         self.plot.autoRange()
 
     def clear(self, title: str = "") -> None:
         self.shape, self.xy = (0, 0), np.zeros((0, 2))
         for item in (self.points, self.ring, self.match_ring):
             item.setData(x=[], y=[])
-        self.plot.setTitle(title)
+        set_title(self.plot, title)
         self.plot.setLabel("bottom", "")
         self.plot.setLabel("left", "")
 
