@@ -157,3 +157,18 @@ def test_real_config_json_shrunk_loads_and_runs_a_picture(real, tmp_path):
     hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
     print(f"{real} (shrunk, {dtype} tensors): decoder maps {dec:.2e} hidden {hid:.2e}")
     assert dec <= TOL and hid <= TOL
+
+
+@pytest.mark.parametrize("name", ["gemma3", "llava_onevision"])
+def test_relevance_reaches_the_picture(built, name):  # noqa: F811
+    """Part C: relevance (analysis.relevance_vlm: gradient rollout and AttnLRP) over the image and text tokens, through
+    Gemma 3's two-way image mask and OneVision's canvas, the image tokens put on the picture."""
+    from attn_explorer.analysis.relevance_vlm import explain_picture, picture_relevance
+
+    _, folder = built(name)
+    m = ax.load_model(str(folder), device="cpu")
+    for method in ("gradient_rollout", "attnlrp"):
+        rel = explain_picture(m, (picture(), "the cat"), method)
+        pos = rel.image_token_positions
+        assert np.isfinite(rel.scores).all() and np.abs(rel.scores[pos[:, 0]]).sum() > 0
+        assert picture_relevance(rel).shape == ((8, 8) if name == "gemma3" else (6, 8))
