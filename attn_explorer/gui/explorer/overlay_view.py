@@ -110,6 +110,7 @@ class PatchOverlayView(LazyPage, QWidget):
         self.average.currentIndexChanged.connect(lambda *_: self.refresh())
         follow_loading(state, self.placeholder.setText)
         state.input_cleared.connect(lambda: (self.caption.setText(""), self.stack.setCurrentIndex(0)))
+        vlm_overlay.watch_input(self)  # a new picture or prompt: the old overlay and caption go until it is drawn
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         self._place: tuple | None = None  # (y, x, grid, query): the chosen patch's centre as a fraction of the picture
         state.query_changed.connect(self._remember_place)

@@ -9,7 +9,7 @@ import math
 from html import escape
 
 import numpy as np
-from PySide6.QtCore import QRectF
+from PySide6.QtCore import QRectF, QTimer
 from PySide6.QtWidgets import QComboBox
 
 from attn_explorer.gui.widgets.heatmap import colormap, set_bar_label
@@ -17,7 +17,7 @@ from attn_explorer.gui.widgets.overlay import THUMB, blend, heat_label, heat_lev
 from attn_explorer.session.long_view import result_tag
 from attn_explorer.session.vlm import AVERAGES, VLM_LANE, is_vlm, vlm_overlay_job
 
-__all__ = ["is_vlm", "average_box", "draw_vlm", "fill_tokens", "image_token_at", "patch_grid"]
+__all__ = ["is_vlm", "average_box", "draw_vlm", "fill_tokens", "image_token_at", "patch_grid", "watch_input"]
 
 
 def average_box() -> QComboBox:
@@ -63,9 +63,48 @@ def image_token_at(r, row: int, col: int) -> int | None:
     return int(pos[hit[0], 0]) if hit.size else None
 
 
+def watch_input(view) -> None:
+    """A new picture or prompt: the overlay and caption of the old run go at once (they no longer match the
+    input on screen) until the new run is drawn; if it fails, the old run comes back, said to be the old one."""
+    view._moved = None  # (what changed, the run shown then, the error since or "")
+    view._old_note = None  # (run, words): the run drawn is the one before an input that failed
+
+    def moved(what: str) -> None:
+        r = view.state.result
+        if what in ("text", "image") and is_vlm(r) and view.vlm_bar.isVisible():
+            view._moved = ("prompt" if what == "text" else "picture", result_tag(r), "")
+            view._vlm = view.big_rgb = None
+            view.big_img.clear()
+            view.small_img.clear()
+            view.query_box.setData([], [])
+            view.caption.setText(f"The {view._moved[0]} changed: running the picture and the prompt again…")
+            QTimer.singleShot(0, lambda: settled(view.state.busy))  # no run started (the same input): draw again
+
+    def failed(message: str) -> None:
+        if view._moved is not None and not view._moved[2]:
+            view._moved = (*view._moved[:2], message)
+
+    def settled(busy: bool) -> None:
+        if not busy and view._moved is not None:
+            view.refresh()  # the new run was drawn already, or none came: draw what is on screen, said as such
+
+    view.state.inputs.input_changed.connect(moved)
+    view.state.error_raised.connect(failed)
+    view.state.busy_changed.connect(settled)
+
+
 def draw_vlm(view, r) -> None:
     """Draw (or ask the worker for) the query's overlay on the picture; `view` is the PatchOverlayView."""
     st = view.state
+    tag = result_tag(r)
+    moved = getattr(view, "_moved", None)
+    if moved is not None:
+        if moved[1] == tag and st.busy:
+            return  # the old run, while the new one is on its way: the caption says so
+        view._moved = None
+        if moved[1] == tag and moved[2]:  # the new input failed: the old run is what there is
+            view._old_note = (tag, f"<b>The run before the change</b> (the new {moved[0]} did not run: "
+                                   f"{escape(moved[2], quote=False)}). ")
     q = min(st.query, r.num_tokens - 1)
     avg = view.average.currentData() or "head"
     fill_tokens(view.token_pick, r, q)
@@ -112,7 +151,8 @@ def draw_vlm(view, r) -> None:
     x0, y0 = sx * side, sy * side
     view.sel_box.setData([x0, x0 + THUMB, x0 + THUMB, x0, x0], [y0, y0, y0 + THUMB, y0 + THUMB, y0])
     view._place_labels(H, cols_m, side)
-    view.caption.setText(_caption(st, r, got, q))
+    old = getattr(view, "_old_note", None)
+    view.caption.setText((old[1] if old is not None and old[0] == tag else "") + _caption(st, r, got, q))
 
 
 def _caption(st, r, got, q: int) -> str:
