@@ -21,10 +21,11 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, Q
 from superqt.utils import signals_blocked
 
 from attn_explorer.errors import UserError
-from attn_explorer.gui.analysis.atlas_examples import ExamplePanel, hover_line
+from attn_explorer.gui.analysis.atlas_examples import ExamplePanel, atlas_caption, hover_line
+from attn_explorer.gui.analysis.atlas_open import ExampleOpener
 from attn_explorer.gui.analysis.atlas_pair import PairPanel
 from attn_explorer.gui.analysis.atlas_view import HeadScatter
-from attn_explorer.gui.analysis.common import AnalysisPage, untrained_tag
+from attn_explorer.gui.analysis.common import AnalysisPage
 from attn_explorer.session.atlas import (TOP_K, EXAMPLE_KINDS, METRIC_HELP, METRICS, atlas_job, bundled_corpus,
                                          load_atlas_job, project_job, read_documents, role_text, save_atlas_job,
                                          suggest_roles, umap_available)
@@ -51,7 +52,8 @@ class AtlasPage(AnalysisPage):
         self.documents = None  # the corpus of the next run as last read (session.atlas.Documents)
         self._paths: list[str] | None = None  # the folder or files chosen (None: the bundled corpus)
         self._projection = None  # (method, Projection) of the first atlas
-        self._pending_open = None  # (layer, head, query, text) until the opened document has run
+        self.opener = ExampleOpener(self)
+        self._budget_used = None  # the token budget of the run that made the atlas (None: opened)
 
         self.corpus_combo = QComboBox()
         for key, title in CORPORA:
@@ -120,8 +122,8 @@ class AtlasPage(AnalysisPage):
         self.kind_combo.currentIndexChanged.connect(lambda *_: self._show_side())
         self.side.example_chosen.connect(self.open_example)
         self.canvas.scene().sigMouseMoved.connect(self._hovered)
+        state.model_loading.connect(self._model_loading)
         state.model_loaded.connect(self._model_loaded)
-        state.attention_ready.connect(self._opened_ran)
         self._set_enabled()
         self._prompt()
         self._read_quietly()
@@ -203,7 +205,7 @@ class AtlasPage(AnalysisPage):
         self._set_enabled()
         started = self.state.submit(atlas_job, docs, TOP_K, int(self.budget.value()), key=BUILD,
                                     on_progress=self._progressed,
-                                    on_result=lambda a: self._atlas_arrived(a, docs, "built here"),
+                                    on_result=lambda a, b=int(self.budget.value()): self._built(a, docs, b),
                                     on_error=self._failed_job)
         if not started:
             self._failed_job("no model is loaded yet")
@@ -250,6 +252,11 @@ class AtlasPage(AnalysisPage):
             self.stack.show_message("No atlas: the message at the top of the window says why.")
         self.state.error_raised.emit(message)
 
+    def _built(self, atlas, docs, budget: int) -> None:
+        self._atlas_arrived(atlas, docs, "built here")
+        self._budget_used = budget
+        self._update_caption()
+
     def _atlas_arrived(self, atlas, docs, source: str) -> None:
         self.progress.finish()
         if atlas is None:
@@ -265,6 +272,7 @@ class AtlasPage(AnalysisPage):
     def _forget(self) -> None:
         """No atlas: its picture, examples, selection and match go (nothing stale stays on screen)."""
         self.atlas, self.atlas_docs, self.roles, self.selected, self._projection = None, None, {}, None, None
+        self._budget_used = None
         self.state.cancel(PROJECT)
         self.scatter.clear()
         self.side.clear()
@@ -382,67 +390,22 @@ class AtlasPage(AnalysisPage):
         self.side.show_head(self.atlas, l, h, self.roles.get((l, h), []), exs, self.pair.match_note())
 
     def open_example(self, index: int) -> None:
-        """Open example `index` of the listed ones: its document in the text box, then, once it has run, the
-        One-head view of its head with its query selected."""
-        a, info = self.atlas, self.state.info
-        if a is None or self.selected is None or not (0 <= index < len(self.side.examples)):
-            return
-        ex = self.side.examples[index]
-        if info is None or info.name != a.model:
-            self.state.error_raised.emit(f"this atlas is of {a.model}; the loaded model is "
-                                         f"{info.name if info else 'none'}: load {a.model} to open its examples")
-            return
-        text = a.texts.get(ex.doc)
-        if text is None:
-            self.state.error_raised.emit(f"the atlas has no text for segment {ex.doc}: it cannot be opened again")
-            return
-        self._pending_open = (*self.selected, ex, text)
-        if self.state.text == text and self.state.result is not None:
-            self._opened_ran(self.state.result)
-        else:
-            self.state.set_text(text)
-
-    def _opened_ran(self, result) -> None:
-        if self._pending_open is None:
-            return
-        layer, head, ex, text = self._pending_open
-        if self.state.text != text:
-            return  # a run of the text before it; the document's own run follows
-        self._pending_open = None
-        if ex.query >= result.num_tokens:
-            self.state.error_raised.emit(f"the example's query is token {ex.query}; the view ran the first "
-                                         f"{result.num_tokens:,} tokens of the document only")
-            return
-        self.state.set_query(ex.query)
-        self.open_head(layer, head)
-        shown = result.tokens[ex.query]
-        if shown != ex.tokens[ex.query_at]:  # the view's run read the text otherwise than the atlas's did
-            self.state.error_raised.emit(f"the view's token {ex.query} is {shown!r}; the atlas's query was "
-                                         f"{ex.tokens[ex.query_at]!r}: the run here read the text differently")
+        """Open example `index` of the listed ones in the One-head view, its query selected (atlas_open)."""
+        if self.atlas is not None and self.selected is not None and 0 <= index < len(self.side.examples):
+            self.opener.open(self.atlas, self.selected, self.side.examples[index])
 
     # ---------------------------------------------------------------------------------- state
+    def _model_loading(self, *_) -> None:
+        """A model load stops the build on the old model (the runner drops its answer): say so, keep nothing."""
+        if self.state.job_busy(BUILD):
+            self.state.cancel(BUILD)
+            self.progress.stopped("The model changed: the run was stopped and nothing was kept.")
+            self._set_enabled()
+
     def _model_loaded(self, info) -> None:
-        if self.progress.running and self.state.job_busy(BUILD) is False:
-            self.progress.finish()
         self._set_enabled()
         self._update_caption()
 
     def _update_caption(self) -> None:
-        a = self.atlas
-        if a is None:
-            d = self.documents
-            what = (f"next run: {len(d):,} documents from {d.source}" if d is not None else
-                    "no bundled corpus here: choose a folder or text files" if self._paths is None else
-                    "the chosen files could not be read")
-            self.caption.setText(f"<b>Atlas</b> — every head over a corpus; {html.escape(what)}."
-                                 + untrained_tag(self.state.info))
-            return
-        stopped = "" if a.complete else " (stopped early at the token budget or a cancel)"
-        info = self.state.info
-        other = ("" if info is not None and info.name == a.model else
-                 f" The loaded model is {html.escape(info.name) if info else 'none'}: examples open only with "
-                 f"{html.escape(a.model)}.")
-        docs = f"{a.documents:,} document" + ("" if a.documents == 1 else "s")
-        self.caption.setText(f"<b>Atlas</b> of <b>{html.escape(a.model)}</b> — {a.tokens:,} tokens in "
-                             f"{docs}{stopped}; {html.escape(self.atlas_source)}.{other}"
-                             + (untrained_tag(info) if not other else ""))
+        self.caption.setText(atlas_caption(self.atlas, self.atlas_source, self.state.info, self.documents,
+                                           self._paths is None, self._budget_used))

@@ -9,6 +9,8 @@ import numpy as np
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
+from attn_explorer.gui.analysis.common import untrained_tag
+
 QUERY_STYLE = "background:#ffd54f; font-weight:bold;"  # amber: the query token
 KEY_STYLE = "background:#80deea; text-decoration:underline;"  # cyan: the key it looks at
 BOTH_STYLE = "background:#c5e1a5; font-weight:bold;"  # the query looks at itself
@@ -61,6 +63,26 @@ def example_label(ex, doc_name: str = "") -> str:
     head = (f'<span style="color:#555">weight {ex.weight:.2f}{score} · {where}query {ex.query} → key {ex.key}'
             f"</span>")
     return f"{head}<br>{snippet_html(ex.tokens, ex.query_at, ex.key_at)}"
+
+
+def atlas_caption(a, source: str, info, documents, bundled: bool, budget: int | None) -> str:
+    """The page's caption: the atlas's model, tokens, documents and where it came from (and whether the loaded
+    model can open its examples); with no atlas, what the next run reads."""
+    untrained = untrained_tag(info)
+    if a is None:
+        d = documents
+        what = (f"next run: {len(d):,} documents from {d.source}" if d is not None else
+                "no bundled corpus here: choose a folder or text files" if bundled else
+                "the chosen files could not be read")
+        return f"<b>Atlas</b> — every head over a corpus; {html.escape(what)}." + untrained
+    docs = f"{a.documents:,} document" + ("" if a.documents == 1 else "s")
+    cut = (" (stopped early)" if not a.complete else
+           " (the token budget ended the run)" if budget is not None and a.tokens >= budget else "")
+    other = ("" if info is not None and info.name == a.model else
+             f" The loaded model is {html.escape(info.name) if info else 'none'}: examples open only with "
+             f"{html.escape(a.model)}.")
+    return (f"<b>Atlas</b> of <b>{html.escape(a.model)}</b> — {a.tokens:,} tokens in {docs}{cut}; "
+            f"{html.escape(source)}.{other}" + (untrained if not other else ""))
 
 
 class ExamplePanel(QWidget):

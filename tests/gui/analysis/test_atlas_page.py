@@ -171,3 +171,39 @@ def test_two_atlases_linked(make_window, qtbot, planted, tmp_path):
     page.select_head(1, 0)
     pair.show_prompt()
     assert pair.prompt_note.isVisible() and "without its model" in pair.prompt_note.text()
+
+
+def test_hover_names_the_head_and_its_metrics(make_window, qtbot, planted, tmp_path):
+    w, page = built(make_window, qtbot, planted, tmp_path)
+    w.show_page("atlas")
+    qtbot.wait(50)
+    page._hovered(page.scatter.scene_pos_of((1, 0)))
+    text = page.readout.text()
+    v = page.atlas.metrics["induction"][1, 0]
+    assert text.startswith("L1 H0: prev_token ") and f"induction {v:.2f}" in text and "entropy" in text
+
+
+def test_a_bad_second_model_is_one_banner_line_and_the_first_stays(make_window, qtbot, planted, tmp_path):
+    w, page = built(make_window, qtbot, planted, tmp_path)
+    lines = []
+    w.state.error_raised.connect(lines.append)
+    page.pair.model_edit.setText(str(tmp_path / "no-such-model"))
+    page.pair.run()
+    qtbot.waitUntil(lambda: bool(lines), timeout=30000)
+    assert len(lines) == 1 and "\n" not in lines[0] and "Traceback" not in lines[0]
+    assert not page.progress.running and page.run_button.isEnabled()
+    assert page.atlas is not None and page.pair.atlas is None
+
+
+def test_a_model_load_stops_the_build_and_says_so(make_window, qtbot, planted, tmp_path):
+    w = make_window(model=planted, view="atlas")
+    page = w.pages["atlas"]
+    page.set_corpus([str(corpus(tmp_path, 400, half=30))])
+    page.budget.setValue(page.budget.maximum())
+    page.run()
+    qtbot.waitUntil(lambda: page.progress.bar.value() > 0, timeout=30000)
+    w.state.load_model("textbook")
+    assert "model changed" in page.progress.label.text() and page.run_button.isEnabled()
+    qtbot.waitUntil(lambda: w.state.info.name == "textbook", timeout=30000)
+    qtbot.waitUntil(lambda: not page.busy(), timeout=30000)
+    assert page.atlas is None
