@@ -106,6 +106,18 @@ def expected_text(name, prompt, n):
     return prompt.replace("<image>", "<image>" * n) if "<image>" in prompt else "<image>" * n + "\n" + prompt
 
 
+def onevision_processor_count(ratio: str) -> int:
+    """LlavaOnevisionProcessor._get_number_of_features for the 40 × 52 picture, 16 tokens a view, on PINPOINTS
+    (called on a stand-in for the processor: building one wants a video processor, which wants torchvision)."""
+    from types import SimpleNamespace
+
+    cls = transformers.LlavaOnevisionProcessor
+    proc = SimpleNamespace(image_processor=SimpleNamespace(image_grid_pinpoints=PINPOINTS), num_image_tokens=16,
+                           vision_aspect_ratio=ratio)
+    proc._get_unpadded_features = lambda *a: cls._get_unpadded_features(proc, *a)
+    return cls._get_number_of_features(proc, 40, 52, 32, 32)
+
+
 def hf_inputs(name, prep):
     ids, pixels = prep.inputs["input_ids"], prep.inputs["pixels"]
     if name == "gemma3":  # the processor's token types: 1 at the image soft tokens
@@ -127,7 +139,9 @@ def test_parity_with_transformers(built, name):
     assert n == IMAGE_TOKENS[name][0]
     hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=gemma_tokenizer())
     assert ids[0].tolist() == hf_tok(expected_text(name, prompt, n))["input_ids"]
-    if family == "llava_onevision":  # the base view and the tiles as transformers' own image processor cuts them
+    if family == "llava_onevision":  # the count LlavaOnevisionProcessor's own arithmetic gives ("full": no -1)
+        assert n == onevision_processor_count(CASES[name][2].get("vision_aspect_ratio", "anyres_max_9"))
+        # the base view and the tiles as transformers' own image processor cuts them
         pp = transformers.LlavaOnevisionImageProcessorPil(**{k: v for k, v in preprocessor(name).items()})
         want = pp(picture(), return_tensors="pt")
         assert want["image_sizes"].tolist() == [[40, 52]] and prep.inputs["image_size"] == (40, 52)
