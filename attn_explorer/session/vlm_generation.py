@@ -9,8 +9,8 @@ place), then one `api.generate.Step` per new token, whose `attention` (L, H, n) 
 chose that token over every earlier token, image and text. tests/session/test_vlm_generation.py checks the
 tokens and rows against `m.generate`.
 
-`step_overlay` puts one step's row back on the picture through `api.vlm.image_overlay` (NumPy only: it runs in
-the GUI thread on the step's plain arrays, no torch), for the selected head, the layer's heads averaged or
+`step_overlay` puts one step's row back on the picture through `api.vlm.place_on_picture`, as image_overlay does
+for a run (NumPy only: it runs in the GUI thread on the step's plain arrays, no torch), for the selected head, the layer's heads averaged or
 every layer and head averaged (session.vlm.AVERAGES).
 """
 from __future__ import annotations
@@ -101,37 +101,21 @@ def vlm_generation_job(model: Any, image: Any, text: str, max_new_tokens: int):
     return n_new
 
 
-class _StepRows:
-    """A step's rows dressed as the run api.vlm.image_overlay reads: the query is the row's own token (the last
-    one fed), and `attention(layer, head, rows=query)` is its row."""
-
-    def __init__(self, row: np.ndarray, prompt: VlmPromptInfo):
-        self.attentions = np.broadcast_to(np.float32(0), row.shape[:2] + (1, 1))  # only its shape is read
-        self.image_token_positions = prompt.image_token_positions
-        self.image_tiles = prompt.image_tiles
-        self.num_tokens = int(row.shape[-1])
-        self._row = row
-
-    def attention(self, layer: int, head: int, rows=None, **_kw) -> np.ndarray:
-        return self._row[layer, head]
-
-
 def step_overlay(step: Any, prompt: VlmPromptInfo, layer: int, head: int, average: str = "all") -> StepOverlay:
-    """Where the query that chose `step`'s token looked in the picture (see StepOverlay)."""
-    from attn_explorer.api.vlm import image_overlay
+    """Where the query that chose `step`'s token looked in the picture (see StepOverlay): its row, one head,
+    the layer's heads or every layer and head averaged, placed by api.vlm.place_on_picture."""
+    from attn_explorer.api.vlm import place_on_picture
 
     if average not in AVERAGES:
         raise ValueError(f"average must be one of {', '.join(AVERAGES)}, not {average!r}")
-    row = step.attention
-    runs = _StepRows(row, prompt)
-    q = runs.num_tokens - 1
-    lay = None if average == "all" else int(layer)
-    hd = int(head) if average == "head" else None
-    got = image_overlay(runs, q, lay, hd)
-    rows = row if lay is None else row[lay:lay + 1]
-    rows = rows if hd is None else rows[:, hd:hd + 1]
-    mean = rows.reshape(-1, row.shape[-1]).mean(axis=0)
+    rows = step.attention  # (L, H, n)
+    if average != "all":
+        rows = rows[int(layer):int(layer) + 1]
+    if average == "head":
+        rows = rows[:, int(head):int(head) + 1]
+    mean = rows.reshape(-1, rows.shape[-1]).mean(axis=0)
     pos = prompt.image_token_positions
+    got = place_on_picture(mean, pos, prompt.image_tiles)
     glob = float(got.global_view.sum() / (int(pos[0, 4]) ** 2)) if got.global_view is not None else 0.0
     return StepOverlay(np.ascontiguousarray(got.picture, np.float32), float(mean[pos[:, 0]].sum()), glob,
                        float(got.cls))
