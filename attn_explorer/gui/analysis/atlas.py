@@ -21,18 +21,18 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, Q
 from superqt.utils import signals_blocked
 
 from attn_explorer.errors import UserError
-from attn_explorer.gui.analysis.atlas_examples import ExamplePanel, atlas_caption, hover_line
+from attn_explorer.gui.analysis.atlas_examples import ExamplePanel, atlas_caption, hover_line, roles_text
 from attn_explorer.gui.analysis.atlas_open import ExampleOpener
 from attn_explorer.gui.analysis.atlas_pair import PairPanel
 from attn_explorer.gui.analysis.atlas_view import HeadScatter
 from attn_explorer.gui.analysis.common import AnalysisPage
-from attn_explorer.session.atlas import (TOP_K, EXAMPLE_KINDS, METRIC_HELP, METRICS, atlas_job, bundled_corpus,
-                                         load_atlas_job, project_job, read_documents, role_text, save_atlas_job,
+from attn_explorer.session.atlas import (EXAMPLE_KINDS, METRIC_HELP, METRICS, ROLE_THRESHOLDS, TOP_K, atlas_job,
+                                         bundled_corpus, load_atlas_job, project_job, read_documents, save_atlas_job,
                                          suggest_roles, umap_available)
 from attn_explorer.session.state import SessionState
 
 BUILD, PROJECT, SAVE, OPEN = "atlas-build", "atlas-project", "atlas-save", "atlas-open"
-DEFAULT_BUDGET = 20_000  # tokens: a minute or so on a CPU for a small model
+DEFAULT_BUDGET = 5_000  # tokens: SmolLM2-135M read 3,000 in 93 s on a busy 2-core CPU
 VIEWS = (("metrics", "two metrics"), ("pca", "PCA of the metrics"), ("umap", "UMAP of the metrics"))
 CORPORA = (("bundled", "bundled corpus"), ("folder", "folder…"), ("files", "files…"))
 
@@ -108,7 +108,7 @@ class AtlasPage(AnalysisPage):
         self.scatter = HeadScatter(self.canvas, 0, 0, self.select_head)
         self.pair = PairPanel(self)  # the second atlas: its row of controls, its scatter, the match, same prompt
         self.side = ExamplePanel()
-        self.side.roles.setText(f"Suggested roles, when a head's corpus-wide metric reaches: {role_text()}.")
+        self.side.roles.setText(roles_text(ROLE_THRESHOLDS))
         self.side.setMinimumWidth(220)
         self.add_side(self.side, (3, 1))
 
@@ -264,6 +264,7 @@ class AtlasPage(AnalysisPage):
         self._forget()
         self.atlas, self.atlas_docs, self.atlas_source = atlas, docs, source
         self.roles = suggest_roles(atlas)
+        self.side.roles.setText(roles_text(ROLE_THRESHOLDS, atlas, self.roles))
         self._set_enabled()
         self._update_caption()
         self.redraw()
@@ -273,6 +274,7 @@ class AtlasPage(AnalysisPage):
         """No atlas: its picture, examples, selection and match go (nothing stale stays on screen)."""
         self.atlas, self.atlas_docs, self.roles, self.selected, self._projection = None, None, {}, None, None
         self._budget_used = None
+        self.side.roles.setText(roles_text(ROLE_THRESHOLDS))
         self.state.cancel(PROJECT)
         self.scatter.clear()
         self.side.clear()

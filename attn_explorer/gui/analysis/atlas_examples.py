@@ -65,6 +65,20 @@ def example_label(ex, doc_name: str = "") -> str:
     return f"{head}<br>{snippet_html(ex.tokens, ex.query_at, ex.key_at)}"
 
 
+def roles_text(thresholds: dict, atlas=None, roles: dict | None = None, most: int = 6) -> str:
+    """Each role's threshold and, with an atlas, the heads that reach it ("induction (induction ≥ 0.3): L1 H0,
+    L3 H2"), for the line under the examples; "none" where no head does, "not in this atlas" where the atlas
+    has no such metric (retrieval: the retrieval lab measures it)."""
+    parts = []
+    for role, (metric, t) in thresholds.items():
+        heads = [f"L{l} H{h}" for (l, h), rs in sorted((roles or {}).items()) if role in rs]
+        more = f" and {len(heads) - most} more" if len(heads) > most else ""
+        found = ("" if atlas is None else ": not in this atlas" if metric not in atlas.metrics else
+                 f": {', '.join(heads[:most]) or 'none'}{more}")
+        parts.append(f"<b>{html.escape(role)}</b> ({metric} ≥ {t:g}){found}")
+    return "Suggested roles, where a head's corpus-wide metric reaches the threshold: " + "; ".join(parts) + "."
+
+
 def atlas_caption(a, source: str, info, documents, bundled: bool, budget: int | None) -> str:
     """The page's caption: the atlas's model, tokens, documents and where it came from (and whether the loaded
     model can open its examples); with no atlas, what the next run reads."""
@@ -105,6 +119,7 @@ class ExamplePanel(QWidget):
         self.list.setSpacing(2)
         self.roles = QLabel("")
         self.roles.setWordWrap(True)
+        self.roles.setTextFormat(Qt.RichText)
         self.roles.setStyleSheet("color:#555;")
         self.examples: list = []
         lay = QVBoxLayout(self)

@@ -55,7 +55,9 @@ def test_run_shows_progress_every_head_and_the_roles(make_window, qtbot, planted
     assert len(x) == 4  # 2 layers x 2 heads
     np.testing.assert_allclose(sorted(x), sorted(page.atlas.metrics["prev_token"].ravel()))
     assert page.roles.get((0, 0)) and "previous-token" in page.roles[(0, 0)]
-    assert "prev_token ≥ 0.4" in page.side.roles.text()
+    roles = page.side.roles.text()
+    assert "<b>previous-token</b> (prev_token ≥ 0.4): L0 H0" in roles
+    assert "(retrieval ≥ 0.1): not in this atlas" in roles  # the lab measures it, not the atlas
     page.view_combo.setCurrentIndex(page.view_combo.findData("pca"))
     qtbot.waitUntil(lambda: page._projection is not None, timeout=30000)
     assert "PCA 1" in page.scatter.plot.getAxis("bottom").labelText and not page.x_combo.isEnabled()
