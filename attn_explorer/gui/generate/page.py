@@ -265,10 +265,9 @@ class GeneratePage(QWidget):
         self.temperature.setEnabled(not vlm)
         self.temperature.setToolTip("greedy only for a vision-language model" if vlm else self.temperature.toolTip())
         if vlm:
-            self.notice.setText(f"{info.name}: {info.num_layers} layers × {info.num_heads} heads, vision-language: it "
-                                "writes after the picture open in the window and this prompt (greedy), and each new "
-                                "word's attention to the image tokens is drawn on the picture. "
-                                + weights_words(info) + (f" {info.note}" if info.note else ""))
+            self.notice.setText(f"{info.name}: {info.num_layers} layers × {info.num_heads} heads, vision-language: "
+                                "it writes after the window's picture and this prompt (greedy); each new word's "
+                                "attention to the image tokens is drawn on the picture. " + weights_words(info))
             self.prompt.setText(self.state.text)
             self.layer.setEnabled(True)
             self.head.setEnabled(True)

@@ -65,7 +65,7 @@ class VlmGenerationPanel(QWidget):
         self.average.currentIndexChanged.connect(lambda *_: self.redraw())
         self.words = QTextBrowser()
         self.words.setOpenLinks(False)
-        self.words.setMaximumHeight(64)
+        self.words.setMaximumHeight(40)
         self.words.setToolTip("the words written: click one to draw where it looked in the picture")
         self.words.anchorClicked.connect(lambda url: self.choose(int(url.toString())))
         self.canvas = pg.GraphicsLayoutWidget()
