@@ -278,7 +278,10 @@ def gemma3_prompt(prompt: str, image_tokens: int) -> Expanded:
 
 def build_inputs(cfg, img, text: str, tok, pp: ImagePreprocess, family: str, max_positions: int) -> VLMInputs:
     """Gemma 3's or LLaVA OneVision's inputs for a picture (RGB PIL image) and a prompt, as their processors
-    make them. Views: (tile, rows, cols, merge, a newline token after each row) in the image tokens' order."""
+    make them. Views: (tile, rows, cols, merge, a newline token after each row) in the image tokens' order.
+    OneVision's tile 0 is the canvas (the picture's tiles as one grid, the padding cut: it lies on the picture, so
+    the overlay draws it there), tile 1 the base view (the whole picture at the tower's size), though the base view's
+    tokens come first in the prompt."""
     import numpy as np
 
     if tok is None:
@@ -301,7 +304,7 @@ def build_inputs(cfg, img, text: str, tok, pp: ImagePreprocess, family: str, max
     else:
         pixels, layout, seen = anyres_views(img, cfg, pp)
         g = cfg.vision.native_grid
-        views = [(0, g, g, 1, False), (1, *layout.out, 1, True)]
+        views = [(1, g, g, 1, False), (0, *layout.out, 1, True)]  # the canvas is tile 0: it lies on the picture
         ex = expand_prompt("llava", text, g * g + layout.tokens, 1, None)
         notes.append(f"the picture read as a {g} × {g} base view and {layout.tiles[0]} × {layout.tiles[1]} tiles "
                      f"({layout.out[0]} × {layout.out[1]} image tokens after the padding is cut)")
@@ -320,7 +323,7 @@ def build_inputs(cfg, img, text: str, tok, pp: ImagePreprocess, family: str, max
                    dtype=np.int32).reshape(-1, 5)
     tokens = tok.display(ids)
     for i, (t, r, c, _m) in zip(place, spots):
-        where = "global " if cfg.kind == "llava_onevision" and t == 0 else ""
+        where = "global " if cfg.kind == "llava_onevision" and t == 1 else ""
         tokens[i] = f"<image {where}r{r}c{c}>" if c >= 0 else f"<image newline r{r}>"
     image = set(place)
     special = [bool(s) and i not in image for i, s in enumerate(enc.special_tokens_mask)]

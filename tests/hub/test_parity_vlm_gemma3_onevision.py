@@ -173,7 +173,8 @@ def test_parity_with_transformers(built, name):
         assert r.attentions[1, :, first - 1, first].max() == 0  # <start_of_image> does not see it
         assert m.info.layer_kinds[0] == "local, window 5, image tokens both ways"
     else:
-        assert r.vision_attentions.shape[0] == 5 and (pos[:16, 1] == 0).all() and (pos[16:, 1] == 1).all()
+        # the base view's tokens first (tile 1), then the canvas's (tile 0: it lies on the picture)
+        assert r.vision_attentions.shape[0] == 5 and (pos[:16, 1] == 1).all() and (pos[16:, 1] == 0).all()
         assert r.attentions[:, :, first, first + 1].max() == 0  # causal
 
     g = m.generate(picture(), text=prompt, max_new_tokens=6)

@@ -45,8 +45,12 @@ def test_hooks_ablation_lazy_and_refusals(built, name):  # noqa: F811
     pos = r.image_token_positions
     if name == "gemma3":  # 4 × 4 image tokens, each a 2 × 2 square of patches
         assert dense.views.shape == (1, 8, 8) and dense.cls == 0
-    else:  # the base view (4 × 4) and the canvas (6 × 8) in one array; the newline tokens' weight kept apart
-        assert dense.views.shape == (2, 6, 8) and np.allclose(dense.picture[:4, :4], dense.views[0][:4, :4])
+    else:  # the canvas (6 × 8, tile 0) is the picture; the base view (4 × 4) beside it; newline tokens apart
+        row = r.attentions[:, :, -1].mean((0, 1))
+        canvas = pos[(pos[:, 1] == 0) & (pos[:, 3] >= 0)]
+        assert dense.views.shape == (2, 6, 8) and dense.picture.shape == (6, 8)
+        assert np.allclose(dense.picture[canvas[:, 2], canvas[:, 3]], row[canvas[:, 0]], atol=1e-6)
+        assert np.allclose(dense.views[1][:4, :4].ravel(), row[pos[:16, 0]], atol=1e-6)
         newline = pos[pos[:, 3] < 0, 0]
         assert len(newline) == 6 and np.isclose(dense.cls, r.attentions[:, :, -1][..., newline].sum(-1).mean())
     with pytest.raises(UserError, match=f"{name}: reuse_prefix is not supported yet"):
