@@ -37,7 +37,11 @@ def test_each_new_word_is_drawn_on_the_picture_as_it_is_written(qtbot, settings,
     assert "random weights" in page.notice.text()  # a folder's weights are never called trained
     drawn = []  # at each step: the step drawn and its picture, taken when the step arrives
     page.session.step_arrived.connect(lambda s: drawn.append((page.vlm.shown, s.index, page.vlm.image.image.copy())))
-    ends = _generate(qtbot, page, 5)
+    from tests.gui.lessons.test_gui_thread import TorchCalls
+
+    with TorchCalls() as calls:  # the steps run in the worker; the GUI thread only places rows on the picture
+        ends = _generate(qtbot, page, 5)
+    assert not calls.calls, calls.report()
     steps = page.session.steps
     assert ends == ["done"] and len(steps) >= 2 and len(drawn) == len(steps)
     assert [d[0] for d in drawn] == [d[1] for d in drawn] == list(range(len(steps)))  # the newest, as it came
@@ -56,11 +60,13 @@ def test_each_new_word_is_drawn_on_the_picture_as_it_is_written(qtbot, settings,
     cap = page.vlm.caption.text()
     assert f"word {len(steps)}" in cap and "16 image tokens" in cap and "random weights" in cap
     # clicking the first word: its overlay, for the selected head when asked
-    page.vlm.words.anchorClicked.emit(__import__("PySide6.QtCore", fromlist=["QUrl"]).QUrl("0"))
-    assert page.vlm.shown == 0 and page.vlm.pinned and "word 1)" in page.vlm.caption.text()
-    page.vlm.average.setCurrentIndex(page.vlm.average.findData("head"))
-    page.layer.setValue(2)
-    page.head.setValue(3)
+    with TorchCalls() as calls:
+        page.vlm.words.anchorClicked.emit(__import__("PySide6.QtCore", fromlist=["QUrl"]).QUrl("0"))
+        assert page.vlm.shown == 0 and page.vlm.pinned and "word 1)" in page.vlm.caption.text()
+        page.vlm.average.setCurrentIndex(page.vlm.average.findData("head"))
+        page.layer.setValue(2)
+        page.head.setValue(3)
+    assert not calls.calls, calls.report()
     got = page.vlm.overlay
     assert np.allclose(got.picture, step_overlay(steps[0], prompt, 2, 3, "head").picture)
     assert np.allclose(got.picture.ravel(), steps[0].attention[2, 3, r.image_token_positions[:, 0]])
