@@ -63,8 +63,8 @@ def forward(model: Model, inputs: dict, plans: dict | None = None, copies: int =
     hooks = {z_name(layer): head_hook(edits) for layer, edits in (plans or {}).items()}
     names = [z_name(i) for i in range(model.info.num_layers)] if save_ctx else ()
     with vlm_analysis("interventions"):  # a vision-language model's trace serves this analysis (api.vlm)
-        t = model.trace(_expand(inputs, copies), hooks, names, dk_scale=kw.get("dk_scale", 1.0),
-                        dk_layers=kw.get("dk_layers"))
+        t = model.trace(inputs if copies == 1 else _expand(inputs, copies), hooks, names,  # (tiles stay tiles)
+                        dk_scale=kw.get("dk_scale", 1.0), dk_layers=kw.get("dk_layers"))
     return t.out, ({i: t.cache[z_name(i)] for i in range(model.info.num_layers)} if save_ctx else {})
 
 

@@ -9,9 +9,9 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
+from attn_explorer.budget import default_budget
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess, open_image
-from attn_explorer.budget import default_budget
 from attn_explorer.api import prefix, routing, sinks
 from attn_explorer.api.keep import head_shape, keep_lazily
 from attn_explorer.api.hooks import (ActivationCache, Trace, ablation_hooks, caching_hook, check_names, merge,

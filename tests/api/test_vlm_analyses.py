@@ -102,6 +102,21 @@ def test_interventions_switch_heads_off_on_a_picture_and_a_prompt(models):
         interventions.patch(m, x, (picture(5), PROMPT["llava"]))
 
 
+def test_switching_a_head_off_on_tiles_and_a_global_view(tmp_path):
+    """Idefics3: five views (2 × 2 tiles and the global view) in one picture's pixels; compare's copies are each
+    their own forward, and its intervened copy is run(ablate=...)'s."""
+    from attn_explorer.analysis import interventions
+
+    make(tmp_path, "idefics3")
+    m = ax.load_model(str(tmp_path), device="cpu")
+    x = (picture(), PROMPTS["idefics3"])
+    off = m.run(x[0], text=x[1], ablate={(2, 5): "zero"}, hidden=True)
+    with torch.no_grad():
+        p_off = torch.softmax(m.module.logits(torch.from_numpy(off.hidden[-1:])).float(), -1)[0].numpy()
+    c = interventions.compare(m, x, {(2, 5): "zero"})
+    assert all(np.abs(p_off - v).min() < 1e-6 for v in c.after) and np.abs(c.after - c.before).max() > 1e-6
+
+
 @pytest.mark.parametrize("name", ["llava", "qwen3_vl"])
 def test_relevance_over_image_and_text_tokens_on_the_picture(models, name):
     from attn_explorer.analysis.relevance import explain
