@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 BLOCK = 256  # L: the rows of a pooled view's band (a multiple of the chunk)
+TILE = 1024  # the columns of a pooled view's band computed at once (256 × 1,024 float64: 2 MB)
 
 
 def _chunk_ops(q, k, g, beta, a: int, length: int, chunk: int):
@@ -121,19 +122,19 @@ def map_bands(q, k, g, beta, rows: slice, cols: slice, block: int = 1 << 20, chu
         yield r0, b, band
 
 
-def pool_map(q, k, g, beta, pool, rows: slice, cols: slice, tile: int = 4096, chunk: int = 64, check=None) -> None:
+def pool_map(q, k, g, beta, pool, rows: slice, cols: slice, tile: int = TILE, chunk: int = 64, check=None) -> None:
     """Add one head's A[rows, cols] (q, k (N, d_k), g, beta (N,)) to a core.cell_pool.CellPool a band of BLOCK rows
-    at a time, each band about `tile` columns at a time (whole cells, written into one buffer), and only the columns
-    the band can reach (CellPool.visible; the rest are 0). check() runs after each band."""
+    at a time: only the columns the band can reach (CellPool.visible; the rest are 0), `tile` columns at a time
+    written into one buffer and pooled over their rows at once (CellPool.pool_rows), the band's row cells then
+    pooled over their columns (add_rows). check() runs after each band."""
     s0, s1, t0, t1 = cols.start, cols.stop, rows.start, rows.stop
     width = s1 - s0
     if t0 < min(t1, s0):  # rows before the first column's token: zero
         pool.add(t0, min(t1, s0), q.new_zeros(min(t1, s0) - t0, 0, dtype=torch.float64))
     if t1 <= s0:
         return
-    edges = pool.ce
-    widest = max(tile, max(b - a for a, b in zip(edges, edges[1:])))
-    buf = q.new_empty(BLOCK * widest, dtype=torch.float64)
+    buf = q.new_empty(BLOCK * min(tile, width), dtype=torch.float64)
+    parts = []  # the band's row cells × columns: max and min (or sums), one flat array each, grown as needed
     for a, Pp, own, Ut in _scan(q, k, g, beta, s0, width, t1, BLOCK, chunk):
         b = min(t1, a + BLOCK)
         if b <= t0:
@@ -141,19 +142,19 @@ def pool_map(q, k, g, beta, pool, rows: slice, cols: slice, tile: int = 4096, ch
         r0 = max(a, t0)
         P, visible = Pp[r0 - a:b - a], pool.visible(b)
         lo, hi = a - s0, min(width, a - s0 + BLOCK)
-        j = 0
-        while edges[j] < visible:  # runs of whole cells [j, e) of at most `tile` columns (or one wider cell)
-            e = j + 1
-            while edges[e] < visible and edges[e + 1] - edges[j] <= tile:
-                e += 1
-            x, y = edges[j], edges[e]
+        i0, i1 = pool.row_cells(r0, b, q.device)[:2]
+        need = (i1 - i0) * visible
+        if not parts or parts[0].numel() < need:
+            parts = [q.new_empty(need, dtype=torch.float64) for _ in range(2 if pool.reduce == "max" else 1)]
+        band = [t[:need].view(i1 - i0, visible) for t in parts]
+        for x in range(0, visible, tile):
+            y = min(visible, x + tile)
             out = buf[:(b - r0) * (y - x)].view(b - r0, y - x)
             torch.matmul(P, Ut[x:y].T, out=out)  # 0 from column lo on: own lies over it
             ox, oy = max(x, lo), min(y, hi)
             if oy > ox:
                 out[:, ox - x:oy - x] = own[r0 - a:b - a, ox - lo:oy - lo]
-            pool.add_tile(r0, b, out, x)
-            j = e
-        pool.hidden(r0, b, visible)
+            pool.pool_rows(r0, b, out, [t[:, x:y] for t in band])
+        pool.add_rows(r0, b, *band)
         if check is not None:
             check()

@@ -25,7 +25,7 @@ from torch import nn
 
 from torch.nn import Linear  # torch's F.linear: transformers' rounding (the decay is exp'd over many tokens)
 from attn_explorer.core.cell_pool import CellPool
-from attn_explorer.core.delta_map import BLOCK, map_bands, pool_map
+from attn_explorer.core.delta_map import BLOCK, TILE, map_bands, pool_map
 from attn_explorer.core.recurrent import RecurrentMixer, RecurrentState
 
 
@@ -156,7 +156,7 @@ class KeptDeltaNet:
         return out
 
     def pooled(self, head: int, row_edges, col_edges, reduce: str, rows: slice, cols: slice, check=None,
-               block: int = 1 << 20) -> torch.Tensor:
+               block: int = BLOCK * TILE) -> torch.Tensor:
         """(len(row_edges) - 1, len(col_edges) - 1) cells over A[rows, cols], each the mean or the signed entry of
         largest magnitude ("max") of its block; one pass of bands over the rows (core.delta_map.pool_map: tiles of
         about `block` entries, only the columns each band can reach), pooled as they come (core.cell_pool)."""

@@ -67,12 +67,19 @@ def test_cell_pool_signed_max_keeps_the_sign_and_zeros():
 
 
 def test_cell_pool_signed_max_over_tiles_and_bands_breaks_a_tie_for_the_positive():
-    """add_tile: a band a run of whole column cells at a time, row cells straddling two bands; the signed entry of
-    largest magnitude is chosen across bands and tiles alike, a tie going to the positive entry in any order."""
+    """A band pooled over its rows a tile of columns at a time (pool_rows into one array) and handed over once
+    (add_rows), row cells straddling two bands, cells of unequal rows: the signed entry of largest magnitude is
+    chosen across bands and tiles alike, a tie going to the positive entry in either order; the mean too."""
     a = torch.tensor([[-3.0, 1.0, 0.0, 2.0], [3.0, -1.0, -2.0, 0.5], [0.5, 0.25, 2.0, -4.0]], dtype=torch.float64)
     for order in ([(0, 1), (1, 3)], [(1, 3), (0, 1)]):
-        pool = CellPool([0, 2, 3], [0, 1, 4], "max", slice(0, 3), slice(0, 4))
-        for r0, r1 in order:
-            pool.add_tile(r0, r1, a[r0:r1, 1:4], 1)
-            pool.add_tile(r0, r1, a[r0:r1, 0:1], 0)
-        assert pool.result().tolist() == [[3.0, 2.0], [0.5, -4.0]]
+        for reduce in ("max", "mean"):
+            pool = CellPool([0, 2, 3], [0, 1, 4], reduce, slice(0, 3), slice(0, 4))
+            for r0, r1 in order:
+                i0, i1 = pool.row_cells(r0, r1)[:2]
+                band = [torch.empty(i1 - i0, 4, dtype=torch.float64) for _ in range(2 if reduce == "max" else 1)]
+                for x, y in [(0, 3), (3, 4)]:  # tiles need not follow the cells
+                    pool.pool_rows(r0, r1, a[r0:r1, x:y], [t[:, x:y] for t in band])
+                pool.add_rows(r0, r1, *band)
+            want = [[3.0, 2.0], [0.5, -4.0]] if reduce == "max" else \
+                [[0.0, (1.0 + 0.0 + 2.0 - 1.0 - 2.0 + 0.5) / 6], [0.5, (0.25 + 2.0 - 4.0) / 3]]
+            assert torch.allclose(pool.result().double(), torch.tensor(want, dtype=torch.float64)), (order, reduce)
