@@ -306,6 +306,9 @@ def build_inputs(cfg, img, text: str, tok, pp: ImagePreprocess, family: str, max
         g = cfg.vision.native_grid
         views = [(1, g, g, 1, False), (0, *layout.out, 1, True)]  # the canvas is tile 0: it lies on the picture
         ex = expand_prompt("llava", text, g * g + layout.tokens, 1, None)
+        if ex.note:
+            ex.note = (f"no {IMAGE_TOKEN} in the prompt: the picture goes first, as LLaVA OneVision's chat template "
+                       "puts it")
         notes.append(f"the picture read as a {g} × {g} base view and {layout.tiles[0]} × {layout.tiles[1]} tiles "
                      f"({layout.out[0]} × {layout.out[1]} image tokens after the padding is cut)")
     enc = tok.tok.encode(ex.text, add_special_tokens=ex.add_special)

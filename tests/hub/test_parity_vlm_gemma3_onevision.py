@@ -176,6 +176,8 @@ def test_parity_with_transformers(built, name):
         # the base view's tokens first (tile 1), then the canvas's (tile 0: it lies on the picture)
         assert r.vision_attentions.shape[0] == 5 and (pos[:16, 1] == 1).all() and (pos[16:, 1] == 0).all()
         assert r.attentions[:, :, first, first + 1].max() == 0  # causal
+        if "<image>" not in prompt:
+            assert any("as LLaVA OneVision's chat template puts it" in note for note in r.notes), r.notes
 
     g = m.generate(picture(), text=prompt, max_new_tokens=6)
     with torch.no_grad():
