@@ -1,0 +1,43 @@
+"""session.vlm.image_blocks: a vision-language run's image tokens as the one-head view's labelled bands, from
+image_token_positions; tiny random models built by the parity tests (LLaVA with the class token kept, Qwen2.5-VL's
+merged squares, Idefics3's tiles and global view)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import attn_explorer as ax  # noqa: E402
+from attn_explorer.session.vlm import image_blocks  # noqa: E402
+from tests.hub.test_parity_qwen_vl import picture as qwen_picture, qwen_folder  # noqa: E402,F401
+from tests.hub.test_parity_vlm import PROMPTS, make, picture  # noqa: E402
+
+
+def test_qwen_merged_squares_are_one_block(qwen_folder):  # noqa: F811
+    _, folder = qwen_folder
+    r = ax.load_model(str(folder), device="cpu").run(qwen_picture(27, 37), text="the cat <image> sat on")
+    (b,) = image_blocks(r)
+    pos = r.image_token_positions
+    assert (b.start, b.stop) == (int(pos[0, 0]), int(pos[-1, 0]) + 1) and b.stop - b.start == 15
+    assert (b.rows, b.cols) == (3, 5) and b.label == "image 3 × 5" and b.short == "image 3×5"
+    assert r.tokens[b.start - 1] != r.tokens[b.start]  # <|vision_start|> before it, not in the band
+
+
+@pytest.mark.parametrize("name", ["llava-qwen2-full", "idefics3"])
+def test_class_token_and_tiles(tmp_path, name):
+    make(tmp_path, name)
+    r = ax.load_model(str(tmp_path), device="cpu").run(picture(), text=PROMPTS[name])
+    blocks = image_blocks(r)
+    covered = sorted(i for b in blocks for i in range(b.start, b.stop))
+    assert covered == sorted(r.image_token_positions[:, 0].tolist())  # every image token in one band, no other
+    if name == "idefics3":
+        assert [b.label for b in blocks] == [f"image tile {k + 1} (t{k}), 2 × 2" for k in range(4)] + \
+            ["image global view, 2 × 2"]
+    else:  # the "full" strategy keeps the tower's class token: in the band, said in its name
+        (b,) = blocks
+        assert b.label == "image 4 × 4 + class token" and b.stop - b.start == 17
+
+
+def test_a_text_run_has_none():
+    r = ax.load_model("textbook", device="cpu").run("the cat sat")
+    assert image_blocks(r) == [] and image_blocks(None) == []
