@@ -14,7 +14,7 @@ LAYER_MAP = "viridis"
 SELECTED_PEN = pg.mkPen("#d32f2f", width=2.5)  # red ring: the head clicked
 MATCH_PEN = pg.mkPen("#ff6f00", width=2.5, style=pg.QtCore.Qt.DashLine)  # orange dashed ring: its match
 HIT_PX = 9  # a hover or click within this many pixels of a point is on it
-TITLE_PX = 200  # a longer plot title wraps at this width
+TITLE_PX = 200  # a longer plot title wraps at this width (or its plot's, when wider)
 
 
 def set_title(plot: pg.PlotItem, text: str) -> None:
@@ -23,8 +23,9 @@ def set_title(plot: pg.PlotItem, text: str) -> None:
     plot.setTitle(text, size="9pt")
     label = plot.titleLabel
     label.item.setTextWidth(-1)
-    if label.item.boundingRect().width() > TITLE_PX:
-        label.item.setTextWidth(TITLE_PX)  # a longer one wraps
+    room = max(TITLE_PX, plot.width() - 80)  # a plot already laid out wide keeps its title on one line
+    if label.item.boundingRect().width() > room:
+        label.item.setTextWidth(room)  # a longer one wraps
     label.updateMin()
 
 
