@@ -222,6 +222,10 @@ def _folder_with(folder, tmp_path, change: dict, pp: dict | None = None):
     ("llava_onevision", dict(image_grid_pinpoints=[[32, 48]]), None, "in whole multiples of the tower's image_size"),
     ("llava_onevision", dict(vision_feature_layer=[-2, -1]), None, "list of vision_feature_layer"),
     ("llava_onevision", {}, dict(image_grid_pinpoints=[[32, 32]]), "image_grid_pinpoints differ"),
+    ("gemma3", dict(vision_config=dict(SIGLIP, model_type="clip_vision_model")), None,
+     "gemma3: vision_config.model_type must be 'siglip_vision_model', got 'clip_vision_model'"),
+    ("llava_onevision", dict(vision_config=dict(SIGLIP, model_type="clip_vision_model")), None,
+     "llava_onevision: vision_config.model_type must be 'siglip_vision_model'"),
 ])
 def test_bad_config_fields_are_one_line(built, tmp_path, name, change, pp, words):
     _, folder = built(name)

@@ -24,7 +24,9 @@ def _whole(cfg: dict, key: str, default: int) -> int:
 
 
 def _gemma3_vlm_config(cfg: dict) -> VLMConfig:
-    vision, _ = _tower(cfg, "gemma3", "siglip_vision_model")
+    vision, mt = _tower(cfg, "gemma3", "siglip_vision_model")
+    if mt != "siglip_vision_model":  # a class token would not pool into the square grid the projector reads
+        raise UserError(f"gemma3: vision_config.model_type must be 'siglip_vision_model', got {mt!r}")
     text = _gemma_config(cfg)  # text_config, as Gemma3ForConditionalGeneration reads it (no final soft-cap)
     if "tie_word_embeddings" in cfg:
         text.tie_embeddings = bool(cfg["tie_word_embeddings"])

@@ -20,7 +20,9 @@ _PINPOINTS = [[384 * r, 384 * c] for r in range(1, 7) for c in range(1, 7)]
 
 def _onevision_config(cfg: dict) -> VLMConfig:
     family = "llava_onevision"
-    vision, _ = _tower(cfg, family, "siglip_vision_model", _TOWER)
+    vision, mt = _tower(cfg, family, "siglip_vision_model", _TOWER)
+    if mt != "siglip_vision_model":  # a class token would not lay out as the square grid of each view
+        raise UserError(f"{family}: vision_config.model_type must be 'siglip_vision_model', got {mt!r}")
     text = _decoder(cfg, family, "qwen2")
     if not cfg.get("tie_word_embeddings") and (cfg.get("text_config") or {}).get("tie_word_embeddings"):
         text.tie_embeddings = True  # LlavaOnevisionConfig takes the text model's tie when its own is off
