@@ -11,6 +11,7 @@ pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.session.vlm_generation import VlmPromptInfo, step_overlay, vlm_generation_job  # noqa: E402
+from tests.hub.test_parity_qwen_vl import picture as qwen_picture, qwen_folder  # noqa: E402,F401
 from tests.hub.test_parity_vlm import PROMPTS, make, picture  # noqa: E402
 
 
@@ -103,3 +104,15 @@ def test_generation_session_streams_a_vision_language_model(qtbot, folders):
     want = ax.load_model(str(folder), device="cpu").generate(str(img), text=PROMPTS["llava"], max_new_tokens=4)
     assert [s.token_id for s in gen.steps] == want.ids
     state.shutdown()
+
+
+def test_streamed_steps_equal_generate_on_qwen2_5_vl(qwen_folder):  # noqa: F811
+    """M-RoPE: the prompt's (t, h, w) positions and the delta the cache keeps for the new tokens."""
+    _, folder = qwen_folder
+    m = ax.load_model(str(folder), device="cpu")
+    img, text = qwen_picture(27, 37), "the cat <image> sat on"
+    prompt, steps = _steps(m, img, text, 5)
+    want = m.generate(img, text=text, max_new_tokens=5)
+    assert [s.token_id for s in steps] == want.ids and len(prompt.image_token_positions) == 15
+    assert all(np.array_equal(s.attention, row) for s, row in zip(steps, want.rows))
+    assert step_overlay(steps[-1], prompt, 0, 0, "all").picture.shape == (6, 10)  # 3 × 5 tokens, merges undone
