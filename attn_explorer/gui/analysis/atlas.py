@@ -409,5 +409,7 @@ class AtlasPage(AnalysisPage):
         self._update_caption()
 
     def _update_caption(self) -> None:
+        pair = getattr(self, "pair", None)
         self.caption.setText(atlas_caption(self.atlas, self.atlas_source, self.state.info, self.documents,
-                                           self._paths is None, self._budget_used))
+                                           self._paths is None, self._budget_used)
+                             + (pair.caption_line() if pair is not None and self.atlas is not None else ""))

@@ -155,6 +155,7 @@ class PairPanel(QObject):
             self.scatter = HeadScatter(self.page.canvas, 20, 0, self.select_b)  # a free cell; arrange() places it
         self.arrange()
         self.page._set_enabled()
+        self.page._update_caption()
         self.redraw()
         self._match()
 
@@ -166,6 +167,7 @@ class PairPanel(QObject):
             self.scatter.clear()
         self._clear_prompt()
         self.arrange()
+        self.page._update_caption()
 
     def first_changed(self) -> None:
         """The first atlas changed (a new run, an opened file, or none): the match is redone or goes."""
@@ -188,6 +190,7 @@ class PairPanel(QObject):
         if a is not self.page.atlas or b is not self.atlas:
             return
         self.pairs = pairs
+        self.page._update_caption()
         self.a2b = {(la, ha): (lb, hb, s) for la, ha, lb, hb, s in pairs}
         self.b2a = {(lb, hb): (la, ha, s) for la, ha, lb, hb, s in pairs}
         self.selection_changed()
@@ -204,8 +207,7 @@ class PairPanel(QObject):
         if b is None or self.scatter is None:
             return
         view = page.view_combo.currentData()
-        title = self._title = (f"{html.escape(Path(b.model).name)}: {b.n_layers} × {b.n_heads} "
-                               f"({html.escape(self.source)})")
+        title = self._title = f"{html.escape(Path(b.model).name)}: {b.n_layers} × {b.n_heads}"
         if view == "metrics":
             x, y = page.x_combo.currentData(), page.y_combo.currentData()
             self.scatter.show(self.metric_xy(b, x, y), (b.n_layers, b.n_heads), x, y, title)
@@ -224,6 +226,14 @@ class PairPanel(QObject):
         if b is self.atlas and self.page.view_combo.currentData() == view:
             self._projection = (view, p)
             self.redraw()
+
+    def caption_line(self) -> str:
+        """The second atlas in words, for the page's caption ("" without one)."""
+        b = self.atlas
+        if b is None:
+            return ""
+        return (f" Second atlas: <b>{html.escape(b.model)}</b>, {b.tokens:,} tokens, {html.escape(self.source)}; "
+                f"{len(self.pairs)} heads matched.")
 
     def hover_targets(self) -> list:
         return [(self.scatter, self.atlas)] if self.scatter is not None and self.atlas is not None else []
@@ -256,7 +266,7 @@ class PairPanel(QObject):
             self.scatter.mark_match((lb, hb))
             self.page.readout.setText(f"{self.page.atlas.model} L{a_sel[0]} H{a_sel[1]} ↔ {self.atlas.model} "
                                       f"L{lb} H{hb}: similarity {s:.2f} (cosine of the standardised metrics)")
-            set_title(plot, f"{self._title}<br>match of L{a_sel[0]} H{a_sel[1]}: L{lb} H{hb}, similarity {s:.2f}")
+            set_title(plot, f"{self._title}<br>L{lb} H{hb} ↔ L{a_sel[0]} H{a_sel[1]}, similarity {s:.2f}")
             if self.heat is not None and self.prompt_edit.text().strip():
                 self.show_prompt()  # the maps follow the selected pair
         else:

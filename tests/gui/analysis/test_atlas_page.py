@@ -155,6 +155,7 @@ def test_two_atlases_linked(make_window, qtbot, planted, tmp_path):
     i = pair.scatter.index((1, 0))
     assert ring[0][0] == pytest.approx(pair.scatter.xy[i, 0]) and ring[1][0] == pytest.approx(pair.scatter.xy[i, 1])
     assert "similarity 1.00" in page.readout.text() and "similarity 1.00" in page.side.numbers.text()
+    assert "Second atlas" in page.caption.text() and "built here; 4 heads matched" in page.caption.text()
     # a click on the second scatter selects its partner on the first
     w.show_page("atlas")
     qtbot.wait(50)
