@@ -114,7 +114,8 @@ class Atlas:
             "seg_ids": np.array(sorted(self.texts), dtype=np.int64),
             "seg_texts": np.array([self.texts[i] for i in sorted(self.texts)], dtype=str),
             "seg_sources": np.array([self.sources.get(i, "") for i in sorted(self.texts)], dtype=str),
-            "note_keys": np.array(list(self.notes), dtype=str), "note_values": np.array(list(self.notes.values()), dtype=str),
+            "note_keys": np.array(list(self.notes), dtype=str),
+            "note_values": np.array(list(self.notes.values()), dtype=str),
         }
         for name, v in self.metrics.items():
             out[f"metric_{name}"] = np.asarray(v, dtype=np.float64)
@@ -155,7 +156,8 @@ class Atlas:
             raise UserError(f"{os.path.basename(p)} is not an atlas (saved by `atlas` or the Atlas page)")
         try:
             L, H = (int(x) for x in d["shape"])
-            metrics = {k[len("metric_"):]: np.asarray(v, dtype=np.float64) for k, v in d.items() if k.startswith("metric_")}
+            metrics = {k[len("metric_"):]: np.asarray(v, dtype=np.float64) for k, v in d.items()
+                       if k.startswith("metric_")}
             for k, v in metrics.items():
                 if v.shape != (L, H):
                     raise ValueError(f"metric_{k} is shaped {v.shape}, not ({L}, {H})")

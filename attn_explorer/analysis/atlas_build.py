@@ -137,19 +137,18 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
     heaps = {(l, h, kind): TopK(top_k) for l in range(L) for h in range(H) for kind in kinds}
     sums = {name: np.zeros((L, H)) for name in METRICS}
     counts = {name: np.zeros((L, H)) for name in METRICS}
-    refs: dict[int, int] = {}
-    texts: dict[int, str] = {}
-    sources: dict[int, str] = {}
+    refs: dict[int, int] = {}  # segment -> heap items pointing at it
+    texts: dict[int, tuple[str, int, str]] = {}  # segment -> (text, its token limit, source), while pointed at
     done, seg_id, docs = 0, -1, 0
     stopped = False
     v_names = [f"blocks.{l}.attn.hook_v" for l in range(L)] if copy.ok else []
 
-    def offer(key, score, ex: Example, sid: int):
-        kept, out = heaps[key].offer(score, ex)
+    def offer(key, score, item: tuple) -> None:  # item: (segment, query, key, weight, kind, score)
+        kept, out = heaps[key].offer(score, item)
         if kept:
-            refs[sid] = refs.get(sid, 0) + 1
+            refs[item[0]] = refs.get(item[0], 0) + 1
         if out is not None:
-            refs[out.doc] -= 1
+            refs[out[0]] -= 1
 
     for name, text in _named(documents):
         docs += 1
@@ -181,13 +180,14 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
                      "induction": np.isin(np.arange(n), pairs.ind_rows.numpy())}
             tmask = {k: torch.as_tensor(v) for k, v in masks.items()}
             with torch.inference_mode():
+                u = copy.distinct(ids) if copy.ok else None
                 for l, lz in enumerate(t.lazy.layers):
                     z = None
                     if copy.ok:
                         from attn_explorer.api.hooks import heads_first
 
                         v = heads_first(t.cache[f"blocks.{l}.attn.hook_v"], H)[0].float()  # (H, n, d)
-                        z = copy.z(l, v, ids)
+                        z = copy.z(l, v, ids, u)
                     for sc, cols in am.layer_chunks(lz, pairs, z, info.causal):
                         r = sc.rows
                         for kind in METRICS:
@@ -200,19 +200,16 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
                                 counts[kind][l] += (1.0 - sc.values["sink"][:, mk]).sum(-1).double().numpy()
                             else:
                                 counts[kind][l] += float(mk.sum())
-                            _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, prep.tokens, seg_id, offer)
-                        vals, qi, ki = am.top_weights(sc.p, r, cols, pairs.sink_cols, top_k)
-                        for h in range(H):
-                            floor = heaps[(l, h, "weight")].floor()
-                            for w, q, k in zip(vals[h].tolist(), qi[h].tolist(), ki[h].tolist()):
-                                if w > floor and w > 0:
-                                    toks, qa, ka = context_window(prep.tokens, q, k)
-                                    offer((l, h, "weight"), w, Example(seg_id, q, k, w, "weight", toks, qa, ka, w), seg_id)
+                            _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, seg_id, offer)
+                        floor = torch.tensor([heaps[(l, h, "weight")].floor() for h in range(H)])
+                        for h, w, q, k in am.top_weights(sc.p, r, cols, pairs.sink_cols, top_k, floor):
+                            if w > heaps[(l, h, "weight")].floor():
+                                offer((l, h, "weight"), w, (seg_id, q, k, w, "weight", w))
             del t
             if refs.get(seg_id, 0) > 0:
-                texts[seg_id], sources[seg_id] = seg_text, name
+                texts[seg_id] = (seg_text, limit, name)
             for d in [d for d in texts if refs.get(d, 0) <= 0]:
-                texts.pop(d), sources.pop(d), refs.pop(d, None)
+                texts.pop(d), refs.pop(d, None)
             done += n
             if progress is not None:
                 progress(done, max(total_tokens, done))
@@ -226,11 +223,15 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
     notes = {k: am_note for k, am_note in _notes(copy, context).items()}
     if not copy.ok:
         metrics["copy"] = np.full((L, H), np.nan)
-    examples = {}
+    tokens = {d: model.prepare(text, max_tokens=lim).tokens for d, (text, lim, _) in texts.items()}  # as read
+    examples: dict[tuple[int, int], list[Example]] = {}
     for (l, h, kind), heap in heaps.items():
-        examples.setdefault((l, h), []).extend(heap.best())
+        for d, q, k, w, kd, score in heap.best():
+            toks, qa, ka = context_window(tokens[d], q, k)
+            examples.setdefault((l, h), []).append(Example(d, q, k, w, kd, toks, qa, ka, score))
     return Atlas(model=info.name, n_layers=L, n_heads=H, tokens=done, documents=docs, metrics=metrics,
-                 examples=examples, notes=notes, complete=not stopped, texts=texts, sources=sources)
+                 examples=examples, notes=notes, complete=not stopped,
+                 texts={d: t[0] for d, t in texts.items()}, sources={d: t[2] for d, t in texts.items()})
 
 
 def _notes(copy, context: int) -> dict[str, str]:
@@ -238,27 +239,31 @@ def _notes(copy, context: int) -> dict[str, str]:
     out["copy"] = copy.reason if not copy.ok else (
         "z-score of the attended token's logit in the head's direct OV output (final norm's gain, W_U), "
         "weighted by attention to keys that are not sinks")
-    out["examples"] = ("top pairs by weight (a token on itself and sinks left out); by a metric: the rows where "
-                       "it is largest, the key being where that row's metric comes from")
+    out["examples"] = ("top pairs by weight, one a query row (a token on itself and sinks left out); by a metric: "
+                       "the rows where it is largest, the key being where that row's metric comes from")
     return out
 
 
-def _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, tokens, seg_id, offer) -> None:
-    from attn_explorer.analysis.atlas_math import row_key
+def _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, seg_id, offer) -> None:
+    """Offer a chunk's best rows by one metric to each head's heap: only those above the heap's floor, their
+    keys found for all candidates at once."""
+    import torch
+
+    from attn_explorer.analysis.atlas_math import row_keys
 
     H, r = val.shape
     if not bool(mk.any()):
         return
+    floor = torch.tensor([heaps[(l, h, kind)].floor() for h in range(H)])
     masked = val.masked_fill(~mk[None, :], float("-inf"))
-    kk = min(top_k, r)
-    vals, idx = masked.topk(kk, dim=-1)
-    for h in range(H):
-        floor = heaps[(l, h, kind)].floor()
-        for s, i in zip(vals[h].tolist(), idx[h].tolist()):
-            if not np.isfinite(s) or s <= floor:
-                break
-            q = sc.rows.start + i
-            k = row_key(kind, sc, cols, h, i, pairs, pairs.sink_cols)
-            w = float(sc.p[h, i, k - cols.start]) if cols.start <= k < cols.stop else 0.0
-            toks, qa, ka = context_window(tokens, q, k)
-            offer((l, h, kind), s, Example(seg_id, q, k, w, kind, toks, qa, ka, float(s)), seg_id)
+    vals, idx = masked.topk(min(top_k, r), dim=-1)
+    hs, js = torch.nonzero((vals > floor[:, None]) & torch.isfinite(vals), as_tuple=True)
+    if len(hs) == 0:
+        return
+    rs = idx[hs, js]
+    keys = row_keys(kind, sc, cols, hs, rs, pairs)
+    inside = (keys >= cols.start) & (keys < cols.stop)
+    w = torch.where(inside, sc.p[hs, rs, (keys - cols.start).clamp(0, cols.stop - cols.start - 1)], 0.0)
+    for h, q, k, wt, score in zip(hs.tolist(), (rs + sc.rows.start).tolist(), keys.tolist(), w.tolist(),
+                                  vals[hs, js].tolist()):
+        offer((l, h, kind), score, (seg_id, q, k, wt, kind, score))

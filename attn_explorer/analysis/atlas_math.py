@@ -23,7 +23,7 @@ import torch
 from attn_explorer.core import lazy as core_lazy
 from attn_explorer.errors import UserError
 
-CHUNK_CELLS = 1 << 22  # probabilities held at once per layer (H × rows × keys): 16 MB of float32
+CHUNK_CELLS = 1 << 20  # probabilities held at once per layer (H × rows × keys): 4 MB of float32, cache-sized
 ROW_KINDS = ("entropy", "sink", "distance", "prev_token", "duplicate", "induction", "copy")
 LN2 = float(np.log(2.0))
 FLOOR = 1e-3  # the copy score's least logit variance, as a share of a typical direction's (CopyReader.z)
@@ -90,14 +90,19 @@ class CopyReader:
             u = u * self.gain
         return u - u.mean(-1, keepdim=True) if self.centre else u
 
+    def distinct(self, ids: torch.Tensor):
+        """(rows of the distinct ids, each id's index among them): what z takes as u, once per segment."""
+        uniq, where = torch.unique(ids, return_inverse=True)
+        return self.rows(uniq), where
+
     def _stats(self) -> None:
         V, D = self.U.shape
         total = torch.zeros(D, dtype=torch.float64)
         gram = torch.zeros(D, D, dtype=torch.float64)
-        for lo in range(0, V, 8192):  # chunks of the vocabulary: never a second (V, D) matrix
-            u = self.rows(torch.arange(lo, min(V, lo + 8192))).double()
-            total += u.sum(0)
-            gram += u.T @ u
+        for lo in range(0, V, 2048):  # chunks of the vocabulary: never a second (V, D) matrix
+            u = self.rows(torch.arange(lo, min(V, lo + 2048)))
+            total += u.sum(0).double()
+            gram += (u.T @ u).double()
         mean = total / V
         self.mean, self.cov = mean.float(), (gram / V - torch.outer(mean, mean)).float()
 
@@ -115,18 +120,25 @@ class CopyReader:
                     W = W - W.mean(-1, keepdim=True)
             M = torch.einsum("hde,ef,hgf->hdg", W, self.cov, W)
             floor = torch.einsum("hde,hge->hdg", W, W) * (FLOOR * float(torch.diagonal(self.cov).mean()))
-            self.layers = {l: (W, M, W @ self.mean, floor)}  # one layer kept at a time
+            H, d, D = W.shape
+            both = torch.cat([M, floor], dim=-1)  # (H, d, 2d): one product gives both quadratic forms
+            self.layers[l] = (W.reshape(H * d, D).T.contiguous(), both, W @ self.mean)  # D·H·d numbers a layer
         return self.layers[l]
 
-    def z(self, l: int, v: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """(H, n) z-scores of each key's own token's logit in each head's direct output. v: (H, n, d)."""
-        W, M, m, floor = self.layer(l)
-        u = self.rows(ids)  # (n, D)
-        num = torch.einsum("nd,hkd,hnk->hn", u, W, v) - torch.einsum("hk,hnk->hn", m, v)
-        var = torch.einsum("hnk,hkg,hng->hn", v, M, v)
+    def z(self, l: int, v: torch.Tensor, ids: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
+        """(H, n) z-scores of each key's own token's logit in each head's direct output. v: (H, n, d); u: the
+        keys' distinct(ids), when already at hand (one segment, every layer)."""
+        Wt, both, m = self.layer(l)
+        H, n, d = v.shape
+        if u is None:
+            u = self.distinct(ids)
+        rows, where = u  # the distinct tokens' W_U rows, and where each key's token is among them
+        g = (rows @ Wt)[where].view(n, H, d).transpose(0, 1)  # (H, n, d): head h's W_O applied to the key's W_U row
+        num = torch.linalg.vecdot(g, v) - torch.bmm(v, m[..., None])[..., 0]
+        vm = torch.bmm(v, both)  # (H, n, 2d)
+        var, least = torch.linalg.vecdot(vm[..., :d], v), torch.linalg.vecdot(vm[..., d:], v)
         # an output in a direction W_U barely reads (its logit spread under FLOOR of a typical direction's) is
         # not a copy: its z is measured against that floor, not against its own vanishing spread
-        least = torch.einsum("hnk,hkg,hng->hn", v, floor, v)
         return num / torch.maximum(var, least).clamp_min(1e-30).sqrt()
 
 
@@ -153,30 +165,50 @@ class RowScores:
     z: torch.Tensor | None  # (H, c) copy z-scores of the keys
 
 
+def _plain(o) -> bool:
+    """Whether a layer's logits are scale·q·k under the causal triangle alone (no window, chunks, mask or cap)."""
+    return o.causal and o.window is None and o.chunk is None and o.mask is None and o.softcap is None
+
+
+def _probs(q, k, ka, lse, o, rows: slice, cols: slice, n: int, m: int):
+    """(p, logp) of rows × cols for every head, float32 (H, r, c). p is exactly 0 where a key cannot be seen; logp
+    is finite wherever p > 0 (so Σ p·logp needs no mask). ka: on the fast path (_plain), the layer's keys widened
+    by a column of ones, grouped (H_kv, M, d + 1); None for the general path."""
+    ls = lse[0, :, rows].float()
+    if ka is not None:  # one product gives logit - lse: q widened by -lse (as core.lazy._Head), grouped by kv head
+        H, r, G = q.shape[1], rows.stop - rows.start, ka.shape[0]
+        qa = torch.cat([q[0, :, rows].float() * o.scale, -ls[..., None]], dim=-1)  # (H, r, d + 1)
+        logp = torch.matmul(qa.view(G, (H // G) * r, -1), ka[:, cols].transpose(1, 2)).view(H, r, -1)
+        p = torch.exp(logp).tril_(rows.start + (m - n) - cols.start)  # keys after the query: exactly 0
+        return p, logp
+    s = core_lazy.layer_logits(q, core_lazy._rep(k, q.shape[1]), o, rows, cols, n, m)[0]
+    live = torch.isfinite(ls)
+    logp = s - torch.where(live, ls, 0.0)[..., None]
+    p = torch.where(live[..., None], torch.exp(logp), 0.0)
+    return p, torch.where(p > 0, logp, 0.0)
+
+
 def layer_chunks(lz, pairs: Pairs, z: torch.Tensor | None, causal: bool):
-    """Yield RowScores for consecutive row chunks of one lazily kept layer (api.lazy.LazyLayer)."""
+    """Yield (RowScores, cols) for consecutive row chunks of one lazily kept layer (api.lazy.LazyLayer)."""
     q, k, lse, o = lz.q, lz.k, lz.lse, lz.options
     H, n, m = q.shape[1], q.shape[-2], k.shape[-2]
-    k = core_lazy._rep(k, H)
+    ka = None
+    if _plain(o) and H % k.shape[1] == 0:
+        ka = torch.cat([k[0].float(), torch.ones(k.shape[1], m, 1)], dim=-1)  # (H_kv, M, d + 1)
     step = max(1, min(n, CHUNK_CELLS // max(1, H * m)))
     cols_all = torch.arange(m, dtype=torch.float32)
     sink_mask = torch.zeros(m, dtype=torch.bool)
     sink_mask[pairs.sink_cols] = True
+    zs = None if z is None else torch.where(sink_mask, 0.0, z)  # sinks carry no copy
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         rows = slice(lo, hi)
         c_lo, c_hi = core_lazy.key_range(lo, hi, n, m, causal, o.window, o.chunk)  # keys these rows may see
         cols = slice(c_lo, max(c_lo + 1, c_hi))
-        s = core_lazy.layer_logits(q, k, o, rows, cols, n, m)[0]  # (H, r, c)
-        ls = lse[0, :, rows].float()
-        live = torch.isfinite(ls)
-        logp = s - torch.where(live, ls, 0.0)[..., None]
-        p = torch.exp(logp)
-        p = torch.where(live[..., None], p, 0.0)
-        values = {}
-        plogp = torch.where(p > 0, p * logp, 0.0)
-        values["entropy"] = -plogp.sum(-1) / LN2
-        values["sink"] = p[..., sink_mask[cols]].sum(-1)
+        p, logp = _probs(q, k, ka, lse, o, rows, cols, n, m)
+        values = {"entropy": torch.linalg.vecdot(p, logp) / -LN2}
+        sc = pairs.sink_cols[(pairs.sink_cols >= c_lo) & (pairs.sink_cols < cols.stop)] - c_lo
+        values["sink"] = p[..., sc].sum(-1) if len(sc) > 1 else (p[..., sc[0]] if len(sc) else torch.zeros(H, hi - lo))
         r = hi - lo
         qpos = torch.arange(lo, hi, dtype=torch.float32) + (m - n)
         kpos = cols_all[cols]
@@ -191,7 +223,8 @@ def layer_chunks(lz, pairs: Pairs, z: torch.Tensor | None, causal: bool):
         if ok.any():
             prev[:, (i - lo)[ok]] = p[:, (i - lo)[ok], j[ok]]
         values["prev_token"] = prev
-        for kind, pr, pc in (("duplicate", pairs.dup_rows, pairs.dup_cols), ("induction", pairs.ind_rows, pairs.ind_cols)):
+        for kind, pr, pc in (("duplicate", pairs.dup_rows, pairs.dup_cols),
+                             ("induction", pairs.ind_rows, pairs.ind_cols)):
             sel = (pr >= lo) & (pr < hi) & (pc >= c_lo) & (pc < cols.stop)
             acc = torch.zeros(H, r)
             if sel.any():
@@ -200,44 +233,66 @@ def layer_chunks(lz, pairs: Pairs, z: torch.Tensor | None, causal: bool):
                 acc.index_add_(1, rr, got)
             values[kind] = acc
         zc = None
-        if z is not None:
-            zc = torch.where(sink_mask[cols], 0.0, z[:, cols])  # sinks carry no copy
-            values["copy"] = torch.bmm(p, zc[..., None])[..., 0]
+        if zs is not None:
+            zc = zs[:, cols]
+            values["copy"] = torch.stack([p[h] @ zc[h] for h in range(H)])  # H matrix-vector products: fast
         yield RowScores(rows, values, p, zc), cols
 
 
-def row_key(kind: str, sc: RowScores, cols: slice, h: int, i_local: int, pairs: Pairs, sink_cols: torch.Tensor) -> int:
-    """The key a row's example points at for a kind (an index into the segment)."""
-    row = sc.p[h, i_local]
-    i = sc.rows.start + i_local
+def row_keys(kind: str, sc: RowScores, cols: slice, hs: torch.Tensor, rs: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+    """For candidate rows (heads hs, chunk rows rs), the key each example points at for a kind: where that row's
+    metric comes from (segment indices). Vectorised over the candidates."""
+    i = rs + sc.rows.start
     if kind == "prev_token":
-        return max(0, i - 1)
+        return (i - 1).clamp_min(0)
+    rows = sc.p[hs, rs]  # (K, c)
     if kind == "sink":
-        idx = sink_cols[(sink_cols >= cols.start) & (sink_cols < cols.stop)]
-        return int(idx[row[idx - cols.start].argmax()]) if len(idx) else cols.start
+        sk = pairs.sink_cols[(pairs.sink_cols >= cols.start) & (pairs.sink_cols < cols.stop)]
+        if len(sk) == 0:
+            return rows.argmax(-1) + cols.start
+        return sk[rows[:, sk - cols.start].argmax(-1)]
     if kind in ("duplicate", "induction"):
         pr, pc = (pairs.dup_rows, pairs.dup_cols) if kind == "duplicate" else (pairs.ind_rows, pairs.ind_cols)
-        js = pc[(pr == i) & (pc >= cols.start) & (pc < cols.stop)]
-        return int(js[row[js - cols.start].argmax()]) if len(js) else int(row.argmax()) + cols.start
+        sel = (pr >= sc.rows.start) & (pr < sc.rows.stop) & (pc >= cols.start) & (pc < cols.stop)
+        allowed = torch.zeros(sc.rows.stop - sc.rows.start, cols.stop - cols.start, dtype=torch.bool)
+        allowed[pr[sel] - sc.rows.start, pc[sel] - cols.start] = True
+        return torch.where(allowed[rs], rows, -1.0).argmax(-1) + cols.start
     if kind == "copy" and sc.z is not None:
-        return int((row * sc.z[h]).argmax()) + cols.start
+        return (rows * sc.z[hs]).argmax(-1) + cols.start
     if kind == "distance":
-        d = (torch.arange(cols.start, cols.stop) - i).abs().float()
-        return int((row * d).argmax()) + cols.start
-    return int(row.argmax()) + cols.start
+        d = (torch.arange(cols.start, cols.stop)[None, :] - i[:, None]).abs().float()
+        return (rows * d).argmax(-1) + cols.start
+    return rows.argmax(-1) + cols.start
 
 
-def top_weights(p: torch.Tensor, rows: slice, cols: slice, sink_cols: torch.Tensor, k: int):
-    """Per head the k largest weights of the chunk from a row to another token that is not a sink:
-    (values (H, k'), rows (H, k'), keys (H, k')) in segment indices."""
+def top_weights(p: torch.Tensor, rows: slice, cols: slice, sink_cols: torch.Tensor, k: int, floor: torch.Tensor):
+    """Per head its largest weights of the chunk from a row to another token that is not a sink, above that head's
+    floor (H,), at most k a head and one a row (a row's best pair): (head, value, row, key) in segment indices.
+    p is left as it was."""
     H, r, c = p.shape
-    a = p.clone()
     i = torch.arange(rows.start, rows.stop)
     j = i - cols.start
     ok = (j >= 0) & (j < c)
-    a[:, torch.nonzero(ok)[:, 0], j[ok]] = 0.0  # a token on itself does not count
+    di, dj = torch.nonzero(ok)[:, 0], j[ok]
     sc = sink_cols[(sink_cols >= cols.start) & (sink_cols < cols.stop)] - cols.start
-    if len(sc):
-        a[..., sc] = 0.0
-    vals, flat = a.reshape(H, -1).topk(min(k, r * c), dim=-1)
-    return vals, flat // c + rows.start, flat % c + cols.start
+    kept_d, kept_s = p[:, di, dj].clone(), p[..., sc].clone()
+    p[:, di, dj] = 0.0  # a token on itself does not count, nor do sinks
+    p[..., sc] = 0.0
+    try:
+        best = p.amax(-1)  # (H, r): each row's largest weight (a fast reduction; a comparison of all p is not)
+        hs, rs = torch.nonzero(best > floor[:, None], as_tuple=True)
+        if len(hs) == 0:
+            return []
+        vals = best[hs, rs]
+        keys = p[hs, rs].argmax(-1)
+        out = []
+        for h in torch.unique(hs).tolist():  # at most k rows a head: the rows' own best pairs, the largest first
+            mine = torch.nonzero(hs == h)[:, 0]
+            if len(mine) > k:
+                mine = mine[vals[mine].topk(k).indices]
+            out += [(h, float(vals[i]), int(rs[i]) + rows.start, int(keys[i]) + cols.start) for i in mine.tolist()
+                    if vals[i] > 0]
+        return out
+    finally:
+        p[:, di, dj] = kept_d
+        p[..., sc] = kept_s

@@ -7,7 +7,6 @@ The residual stream (D = 128) is laid out by hand: dims 0..23 the token (one-hot
 (one-hot, 64 positions), 88..111 the previous token, written by the previous-token head."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 WORDS = ["[UNK]"] + ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "

@@ -118,6 +118,11 @@ def test_row_chunks_and_segments_do_not_change_the_metrics(llama, monkeypatch):
     chunked = build_atlas(llama, TEXTS, top_k=2)
     for k in METRICS:
         np.testing.assert_allclose(chunked.metrics[k], whole.metrics[k], atol=1e-5, err_msg=k)
+    monkeypatch.setattr(atlas_math, "_plain", lambda o: False)  # the general path (windows, masks, soft-caps)
+    general = build_atlas(llama, TEXTS, top_k=2)
+    for k in METRICS:
+        np.testing.assert_allclose(general.metrics[k], whole.metrics[k], atol=1e-5, err_msg=k)
+    assert general.examples.keys() == whole.examples.keys()
     cut = build_atlas(llama, ["\n\n".join(TEXTS)], top_k=2, context=24)  # one document, several segments
     assert cut.documents == 1 and len({e.doc for ex in cut.examples.values() for e in ex}) > 1
 
