@@ -20,6 +20,8 @@ from typing import Callable
 
 import torch
 
+from attn_explorer.core.bf16 import log_probs_bf16, native_bf16
+from attn_explorer.core.pool_cells import _groups, _pool_axis, pool_edges  # noqa: F401 (pool_edges re-exported)
 from attn_explorer.core.masks import attention_scale, chunk_start, differentiable
 from attn_explorer.core.progress import Stopped, check as _check_stop  # one Stopped for forwards and tiles
 
@@ -254,6 +256,10 @@ class _Head:
     def log_probs(self, rows: slice, cols: slice) -> torch.Tensor:
         """log p of rows × cols, (r, c) float32: -inf where the mask, the triangle or the window hides a key."""
         o = self.o
+        if o.softcap is None and self.q.dtype == torch.bfloat16 and self.k.dtype == torch.bfloat16 \
+                and self.q.device.type == "cpu" and native_bf16():  # issue 24 E: core.bf16 states the error
+            s = log_probs_bf16(self.q[rows], self.k[cols], self.lse[rows], o.scale)
+            return self._masked(s, rows, cols)
         q, k = self.q[rows].float() * o.scale, self.k[cols].float()
         if o.softcap is None:
             q = torch.cat([q, -self.lse[rows, None]], dim=1)  # (r, d + 1)
@@ -261,6 +267,11 @@ class _Head:
         s = torch.matmul(q, k.T)
         if o.softcap is not None:
             s = s.div_(o.softcap).tanh_().mul_(o.softcap).sub_(self.lse[rows, None])
+        return self._masked(s, rows, cols)
+
+    def _masked(self, s: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+        """log p with -inf where the triangle, the window, the mask or a dead row hides it (in place)."""
+        o = self.o
         if not _whole(rows, cols, self.n, self.m, o):
             s.masked_fill_(~_band_mask(rows, cols, self.n, self.m, o.causal, o.window, s.device, o.chunk), NEG_INF)
         if o.mask is not None:
@@ -345,43 +356,6 @@ def head_row(q, k, lse, o: LayerOptions, head: int, row: int, batch: int = 0) ->
 def head_col(q, k, lse, o: LayerOptions, head: int, col: int, batch: int = 0) -> torch.Tensor:
     """Key `col`'s weight in every query's row: (N,) float32."""
     return head_probs(q, k, lse, o, head, None, (col, col + 1), batch)[:, 0]
-
-
-def pool_edges(n: int, cells: int) -> torch.Tensor:
-    """maths.pool_edges in torch: (cells + 1,) edges, edge c = floor(c·n / cells)."""
-    cells = max(1, min(int(cells), int(n)))
-    return torch.arange(cells + 1, dtype=torch.int64) * int(n) // cells
-
-
-def _groups(edges: torch.Tensor, target: int) -> list[tuple[int, int]]:
-    """Runs of whole cells [cell_a, cell_b) each covering about `target` items (at least one cell)."""
-    e = edges.tolist()
-    out, a = [], 0
-    for b in range(1, len(e)):
-        if e[b] - e[a] >= target or b == len(e) - 1:
-            out.append((a, b))
-            a = b
-    return out
-
-
-def _pool_axis(t: torch.Tensor, edges: torch.Tensor, reduce: str, dim: int) -> torch.Tensor:
-    """Reduce `dim` of t into cells with local `edges` (starting at 0): max, or sum (for the mean)."""
-    widths = edges[1:] - edges[:-1]
-    w, cells = int(widths.max()), len(widths)
-    shape = list(t.shape)
-    if int(widths.min()) == w:  # equal cells: a view
-        shape[dim:dim + 1] = [cells, w]
-        v = t.reshape(shape)
-        return v.amax(dim + 1) if reduce == "max" else v.sum(dim + 1, dtype=torch.float64)
-    if reduce == "max":
-        idx = (edges[:-1, None] + torch.arange(w)[None, :]).minimum(edges[1:, None] - 1)  # repeats are harmless
-        g = t.index_select(dim, idx.reshape(-1).to(t.device))
-        shape[dim:dim + 1] = [cells, w]
-        return g.reshape(shape).amax(dim + 1)
-    # sums over unequal cells: one product with the cells' 0/1 indicator (items × cells), BLAS-fast
-    cell = torch.repeat_interleave(torch.arange(cells), widths)
-    ind = (cell[:, None] == torch.arange(cells)[None, :]).to(t.dtype).to(t.device)
-    return (t @ ind if dim == t.dim() - 1 or dim == -1 else (ind.T @ t)).double()
 
 
 def _visible_cells(edges: list[int], rows: slice, h: _Head, target: int) -> list[tuple[int, int]]:

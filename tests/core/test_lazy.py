@@ -2,6 +2,8 @@
 against the explicit attention (core.attention.scaled_dot_product_attention, itself held to transformers)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -225,3 +227,28 @@ def test_a_kept_layer_refuses_to_return_maps_it_never_computed():
         out, none = stack(x, hooks=hooks)
         assert sorted(hooks.kept) == [0, 1]
         assert none is None and out.shape == x.shape
+
+
+def test_bf16_tiles_take_one_bf16_product_within_the_stated_error(monkeypatch):
+    """Issue 24 E: a bfloat16 layer's tiles are one bfloat16 product (core.bf16) with lse carried in two
+    bfloat16 parts: within 2^-8 / e of the float32 probabilities (core.bf16's bound), rows still summing to 1."""
+    from attn_explorer.core import bf16
+
+    monkeypatch.setattr(lazy, "native_bf16", lambda: True)  # the bf16 branch on any CPU (slower, same numbers)
+    calls = []
+    monkeypatch.setattr(lazy, "log_probs_bf16", lambda *a: calls.append(1) or bf16.log_probs_bf16(*a))
+    torch.manual_seed(0)
+    n, d = 300, 64
+    q, k = (torch.randn(1, 2, n, d) * 2).bfloat16(), (torch.randn(1, 1, n, d) * 2).bfloat16()
+    s = (q.float()[0] @ k.float()[0].transpose(-1, -2)) / 8
+    s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    lse = torch.logsumexp(s, -1)[None]
+    o = lazy.LayerOptions(causal=True, scale=1 / 8)
+    for head in (0, 1):
+        got = lazy.head_probs(q, k, lse, o, head)
+        want = torch.softmax(s[head], -1)
+        assert (got - want).abs().max().item() <= 2 ** -8 / math.e
+        assert got.triu(1).abs().max().item() == 0
+    assert calls
+    pooled = lazy.head_pooled(q, k, lse, o, 0, 50, reduce="mean")
+    assert (pooled * 6).sum(-1).sub(1).abs().max().item() < 2e-3  # 6 keys a cell: each row's mean · 6 sums to 1

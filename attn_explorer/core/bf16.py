@@ -1,0 +1,40 @@
+"""bfloat16 products where the CPU runs them natively (issue 24 B and E), with float32 statistics kept exact.
+
+On a CPU with AVX512-BF16 or AMX-BF16, oneDNN multiplies bfloat16 matrices with float32 accumulation several
+times faster than float32 ones (measured 3.4× here, AMD EPYC with avx512_bf16, 4096 × 640 × 2048; the
+issue's Intel with AMX 4.7×). Where it cannot, torch converts, and float32 is as fast or faster.
+
+`log_probs_bf16` is a lazy tile's log-probabilities, log p = scale·q·k − lse, as one bfloat16 product: q and k
+are the model's own bfloat16 numbers (no rounding there), and −lse/scale rides along as two extra columns, a
+high and a low bfloat16 part (lse to about 2^-16 of itself), so the product's float32 sum is the
+log-probability itself and only that is rounded to bfloat16 (8 significant bits): |Δ log p| ≤ 2^-8 |log p|,
+so |Δp| ≤ 2^-8 · p·|ln p| ≤ 2^-8 / e ≈ 1.4e-3 absolute, and 0.4 % of p wherever p ≥ 1/e (measured: 1.42e-3
+and 0.2 % on a random causal head at 4,096 tokens, d 256).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+@functools.lru_cache(maxsize=1)
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (avx512_bf16 or amx_bf16 in /proc/cpuinfo), read once."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def log_probs_bf16(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale · q @ k.T − lse[:, None], (r, c) float32, from one bfloat16 product. q (r, d) and k (c, d) bfloat16;
+    lse (r,) float32 (dead rows already 0)."""
+    shift = lse / scale
+    hi = shift.bfloat16()
+    lo = (shift - hi.float()).bfloat16()
+    qx = torch.cat([q, -hi[:, None], -lo[:, None]], dim=1)  # (r, d + 2)
+    kx = torch.cat([k, k.new_ones(k.shape[0], 2)], dim=1)  # (c, d + 2)
+    return torch.matmul(qx, kx.T).float().mul_(scale)
