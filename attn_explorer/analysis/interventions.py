@@ -221,6 +221,13 @@ class Scan:
     how: str = "zero"  # ablation: "zero" or "mean"; patching: "clean -> corrupt"
     tokens: list[str] = field(default_factory=list)  # the (clean) input's tokens
     passes: int = 0  # forward passes the scan took (after the clean and corrupt runs)
+    # issue 25 (hybrids): bool, values' shape, False for a head its layer does not have (ModelInfo.layer_heads); its
+    # value is the metric of nothing changed (clean, or corrupt for a patch: effect 0), as the maps hold 0 there
+    exists: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.exists is None:
+            self.exists = np.ones(np.shape(self.values), dtype=bool)
 
     @property
     def effect(self) -> np.ndarray:
@@ -242,6 +249,7 @@ class Scan:
         """(row, column, effect), the largest |effect| first."""
         e = self.effect
         order = np.argsort(-np.abs(e), axis=None, kind="stable")
+        order = order[self.exists.flat[order]]  # never a head its layer does not have
         cols = e.shape[1]
         picked = order if top is None else order[:top]
         return [(int(k // cols), int(k % cols), float(e.flat[k])) for k in picked]
@@ -251,14 +259,15 @@ class Scan:
         return {"kind": self.kind, "metric": self.metric, "how": self.how, "clean": self.clean,
                 "corrupt": self.corrupt, "tokens": list(self.tokens), "values": self.values.tolist(),
                 "effect": self.effect.tolist(), "effect_label": self.effect_label, "passes": self.passes,
-                "ranked": [list(r) for r in self.ranked(20)]}
+                "ranked": [list(r) for r in self.ranked(20)], "exists": self.exists.tolist()}
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Arrays for a .npz file (strings as NumPy unicode: no pickles)."""
         d = {"values": self.values, "effect": self.effect, "clean": np.asarray(self.clean),
              "tokens": np.asarray(self.tokens, dtype=np.str_), "kind": np.asarray(self.kind, dtype=np.str_),
              "metric": np.asarray(self.metric, dtype=np.str_), "how": np.asarray(self.how, dtype=np.str_),
-             "effect_label": np.asarray(self.effect_label, dtype=np.str_), "passes": np.asarray(self.passes)}
+             "effect_label": np.asarray(self.effect_label, dtype=np.str_), "passes": np.asarray(self.passes),
+             "exists": self.exists}
         if self.corrupt is not None:
             d["corrupt"] = np.asarray(self.corrupt)
         return d
@@ -304,8 +313,9 @@ def ablation_scan(model: Model, x, metric: Metric | None = None, how: str = "zer
     values, passes = _scan(model, prep.inputs, model.token_count(prep), jobs,
                            lambda j: (j[0], (0, j[1]), (1, heads_of(model.info, j[0]))), how,
                            metric, run_kw, batch, progress, "heads")
-    return Scan("ablation", metric.label, _grid(model.info, jobs, values), clean, how=how,
-                tokens=list(prep.tokens or []), passes=passes)
+    grid, exists = _grid(model.info, jobs, values, clean)
+    return Scan("ablation", metric.label, grid, clean, how=how, tokens=list(prep.tokens or []), passes=passes,
+                exists=exists)
 
 
 def _every_head(info) -> list[tuple[int, int]]:
@@ -313,20 +323,18 @@ def _every_head(info) -> list[tuple[int, int]]:
     return [(l, h) for l in range(info.num_layers) for h in range(heads_of(info, l))]
 
 
-def _grid(info, jobs: list, values: np.ndarray) -> np.ndarray:
-    """The L×H grid of per-head values; NaN where a layer has no such head (a hybrid's narrower layers)."""
-    grid = np.full((info.num_layers, info.num_heads), np.nan)
+def _grid(info, jobs: list, values: np.ndarray, nothing: float) -> tuple[np.ndarray, np.ndarray]:
+    """The L×H grid of per-head values and where a head exists: a hybrid's narrower layers have no heads past
+    their own, whose cells hold `nothing` (the metric with nothing changed: no NaN in a grid or a file)."""
+    grid = np.full((info.num_layers, info.num_heads), float(nothing))
+    exists = np.zeros(grid.shape, dtype=bool)
     for (l, h), v in zip(jobs, values):
-        grid[l, h] = v
-    return grid
+        grid[l, h], exists[l, h] = v, True
+    return grid, exists
 
 
 def _clean_and_corrupt(model: Model, clean, corrupt, metric, target, foil, run_kw):
     """Both inputs prepared, the clean run's every-layer ctx, the metric and its value on both runs."""
-    if model.info.modality == "image-text":
-        raise UserError(f"{model.info.family}: activation patching is not supported yet for vision-language models "
-                        "(the clean and corrupt inputs' pictures and prompts are not paired up yet); switching heads "
-                        "off is")
     cp, xp = prepare(model, clean, run_kw), prepare(model, corrupt, run_kw)
     n = same_length(cp, xp, model)
     with torch.inference_mode():
@@ -356,9 +364,9 @@ def patching_scan(model: Model, clean, corrupt, metric: Metric | None = None, pe
         cell = (lambda j: (j[0], (j[1], slice(None)), (n, heads_of(info, j[0]))))
     values, passes = _scan(model, xp.inputs, n, jobs, cell, ctx, metric, run_kw, batch, progress,
                            "heads" if per == "head" else "(layer, position) cells")
-    grid = _grid(info, jobs, values) if per == "head" else values.reshape(L, -1)
+    grid, exists = _grid(info, jobs, values, k) if per == "head" else (values.reshape(L, -1), None)
     return Scan(f"patch-{per}", metric.label, grid, c, corrupt=k, how="clean -> corrupt",
-                tokens=list(cp.tokens or []), passes=passes)
+                tokens=list(cp.tokens or []), passes=passes, exists=exists)
 
 
 @dataclass

@@ -5,6 +5,8 @@ the kept B, C, dt and A; Falcon-H1's maps are its softmax attention's), prefix r
 Mamba-2 head through attn.hook_z, patching, relevance; the logit lens refused in one line naming the family."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -132,12 +134,21 @@ def test_patching_and_compare(m):
     p = interventions.patch(m, TEXT, corrupt, heads=[(0, h) for h in range(4)])
     assert np.isfinite(p.patched) and p.patched != p.corrupt
     assert np.isfinite(interventions.patch(m, TEXT, corrupt).patched)  # every head of every layer
-    # the scans cover every head that exists: Granite's Mamba-2 layers have 4 of the grid's 6 (NaN beyond)
+    # the scans cover every head that exists: Granite's Mamba-2 layers have 4 of the grid's 6. As the maps hold 0
+    # there (no NaN in a run, a file or a view), a head that does not exist holds the metric of nothing changed
+    # (clean for an ablation, corrupt for a patch: effect 0), `exists` says which, and no ranking names one
     for scan in (interventions.ablation_scan(m, TEXT), interventions.patching_scan(m, TEXT, corrupt)):
-        grid = scan.values
-        assert grid.shape == (3, 6)
-        for layer, heads in enumerate(m.info.layer_heads or (6, 6, 6)):
-            assert np.isfinite(grid[layer, :heads]).all() and np.isnan(grid[layer, heads:]).all()
+        grid, nothing = scan.values, scan.clean if scan.corrupt is None else scan.corrupt
+        assert grid.shape == (3, 6) and np.isfinite(grid).all() and np.isfinite(scan.effect).all()
+        heads = m.info.layer_heads or (6, 6, 6)
+        assert scan.exists.tolist() == [[h < n for h in range(6)] for n in heads]
+        for layer, n in enumerate(heads):
+            assert np.all(grid[layer, n:] == nothing) and np.all(scan.effect[layer, n:] == 0)
+        named = scan.ranked()
+        assert sorted((l, h) for l, h, _ in named) == [(l, h) for l, n in enumerate(heads) for h in range(n)]
+        json.dumps(scan.to_dict(), allow_nan=False)  # strict JSON: no NaN
+        assert scan.to_dict()["exists"] == scan.exists.tolist() and np.array_equal(scan.to_arrays()["exists"],
+                                                                                    scan.exists)
 
 
 @pytest.mark.parametrize("method", ["gradient_rollout", "attnlrp", "rollout", "attention"])
