@@ -11,7 +11,7 @@ one gets the picture where the processor or chat template puts it (a note says s
 decoder's q, k and row statistics (the tower's maps too where they are no larger). Prefix reuse and
 encoder-decoder targets are refused in one line; hooks (run_with_hooks, run_with_cache), ablation and
 `with m.hooks(...)` reach the decoder's blocks, in the order Model.trace gives them. Relevance
-(analysis.relevance_vlm) and interventions' ablation trace these models inside `analysis(...)`.
+(analysis.relevance_vlm) and interventions (on the pair (image, text)) trace these models inside `analysis(...)`.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ _ANALYSIS: ContextVar = ContextVar("vlm_analysis", default=None)  # the analysis
 @contextmanager
 def analysis(name: str):
     """Open VisionLanguageModel.trace to the analysis `name` inside the block: the analyses that have been
-    checked on these models (interventions' ablation, relevance) run their forwards in one; others stay refused."""
+    checked on these models (interventions, relevance) run their forwards in one; others stay refused."""
     token = _ANALYSIS.set(name)
     try:
         yield
@@ -118,11 +118,11 @@ class VisionLanguageModel(Model):
 
     def trace(self, inputs, hooks=None, names=(), **kw):
         """Model.trace of prepare((image, text)) inside the analyses that serve these models (`analysis(...)`:
-        interventions' ablation, relevance); every other analysis built on trace is refused in one line."""
+        interventions, relevance); every other analysis built on trace is refused in one line."""
         if _ANALYSIS.get() is None:
-            raise UserError(f"{self.info.family}: this analysis (activation patching, the logit lens, probes, norms) "
-                            "is not supported yet for vision-language models; relevance, switching heads off "
-                            "(interventions' ablation), run(image, text=..., ablate=...) and run_with_hooks are")
+            raise UserError(f"{self.info.family}: this analysis (the logit lens, probes, norms) is not supported yet "
+                            "for vision-language models; relevance, interventions (switching heads off, patching), "
+                            "run(image, text=..., ablate=...) and run_with_hooks are")
         return super().trace(inputs, hooks, names, **kw)
 
     def prepare(self, x, max_tokens: int | None = None, image_size: int | None = None, text: str | None = None

@@ -3,7 +3,7 @@ here with transformers' own classes, pictures made here).
 
 - run(image, text=..., ablate={(layer, head): "zero"}) equals transformers eager with that head's slice of
   o_proj's input zeroed (a forward pre-hook): every decoder map and the last hidden state within 1e-5;
-- interventions' compare and ablation scan take the pair (image, text) and agree with those runs; patching refuses;
+- interventions' compare, ablation scan and patching take the pair (image, text) and agree with those runs;
 - relevance over image and text tokens (analysis.relevance_vlm): rollout rows sum to 1, placed on the picture
   grid, and a planted case (every layer's pattern: the last token reads one image token only, the others themselves)
   puts AttnLRP's relevance on that token's place and nowhere else."""
@@ -98,8 +98,21 @@ def test_interventions_switch_heads_off_on_a_picture_and_a_prompt(models):
     t = int(p_clean.argmax())
     assert scan.values.shape == (3, 6) and np.isclose(scan.clean, np.log(p_clean[t]), atol=1e-5)
     assert np.isclose(scan.values[1, 2], np.log(p_off[t]), atol=1e-5)
-    with pytest.raises(UserError, match="llava: activation patching is not supported yet"):
-        interventions.patch(m, x, (picture(5), PROMPT["llava"]))
+
+
+def test_patching_from_a_clean_picture_into_a_corrupt_one(models):
+    """Clean and corrupt: two pictures of one size under one prompt (the same tokens). Every head's output at every
+    position patched from the clean run gives the last token the clean run's whole stream (its own embedding is the
+    same text token), so the metric comes back exactly; a head scan's cells lie between."""
+    from attn_explorer.analysis import interventions
+
+    _, m = models("llava")
+    clean, corrupt = (picture(), PROMPT["llava"]), (picture(5), PROMPT["llava"])
+    p = interventions.patch(m, clean, corrupt)
+    assert abs(p.clean - p.corrupt) > 1e-4 and abs(p.patched - p.clean) < 1e-5
+    one = interventions.patch(m, clean, corrupt, heads=[(2, 1)])
+    scan = interventions.patching_scan(m, clean, corrupt, per="head", batch=3)
+    assert scan.values.shape == (3, 6) and np.isclose(scan.values[2, 1], one.patched, atol=1e-6)
 
 
 def test_switching_a_head_off_on_tiles_and_a_global_view(tmp_path):

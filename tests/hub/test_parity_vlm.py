@@ -220,9 +220,9 @@ def test_vlm_export_cli(built, tmp_path, capsys):
 
 def test_vlm_hooks_ablation_and_refusals(built):
     """Part C: the decoder's hook points, run_with_cache, ablation, lazy maps equal to the dense ones (PaliGemma's
-    two-way prompt mask too); prefix reuse, patching and the analyses built on trace other than relevance and
-    ablation (tests/api/test_vlm_analyses.py) refuse in one line naming the family."""
-    from attn_explorer.analysis import interventions, lens
+    two-way prompt mask too); prefix reuse and the analyses built on trace other than relevance and interventions
+    (tests/api/test_vlm_analyses.py) refuse in one line naming the family."""
+    from attn_explorer.analysis import lens
 
     _, folder = built("paligemma")
     m = ax.load_model(str(folder), device="cpu")
@@ -246,8 +246,6 @@ def test_vlm_hooks_ablation_and_refusals(built):
     assert np.allclose(image_overlay(lazy, -1).picture, image_overlay(r, -1).picture, atol=1e-6)
     with pytest.raises(UserError, match="lazy"):
         m.run_with_cache(picture(), text="cat", names=["blocks.1.attn.hook_pattern"], lazy=True)
-    with pytest.raises(UserError, match="paligemma: activation patching is not supported yet"):
-        interventions.patching_scan(m, (picture(), "cat"), (picture(), "dog"))  # switching heads off is (tests/api)
     with pytest.raises(UserError, match="paligemma: this analysis"):
         lens.logit_lens(m, picture())
 
