@@ -39,14 +39,20 @@ CASES = {
     "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration",
                dict(vision_config=dict(SIGLIP, patch_size=4), text_config=GEMMA_TEXT, mm_tokens_per_image=16,
                     image_token_index=SOFT, boi_token_index=BOI, eoi_token_index=EOI)),
+    # the image soft token past the decoder's vocabulary (305 ids): embedded as id 0 before the image vectors go in
+    "gemma3-oov": ("Gemma3Config", "Gemma3ForConditionalGeneration",
+                   dict(vision_config=dict(SIGLIP, patch_size=4), text_config=dict(GEMMA_TEXT, vocab_size=SOFT),
+                        mm_tokens_per_image=16, image_token_index=SOFT, boi_token_index=BOI, eoi_token_index=EOI)),
     "llava_onevision": ("LlavaOnevisionConfig", "LlavaOnevisionForConditionalGeneration", ONEVISION),
     "llava_onevision-shrink": ("LlavaOnevisionConfig", "LlavaOnevisionForConditionalGeneration",
                                dict(ONEVISION, vision_aspect_ratio="anyres_max_1")),
 }
-PROMPTS = {"gemma3": "<start_of_turn>user\n<start_of_image>the cat sat<end_of_turn>\n", "llava_onevision": "the cat",
+PROMPTS = {"gemma3": "<start_of_turn>user\n<start_of_image>the cat sat<end_of_turn>\n", "gemma3-oov": "the cat",
+           "llava_onevision": "the cat",
            "llava_onevision-shrink": "<image>\nthe cat sat"}
 # image tokens, and the labels of the last two
 IMAGE_TOKENS = {"gemma3": (16, ["<image r3c2>", "<image r3c3>"]),
+                "gemma3-oov": (16, ["<image r3c2>", "<image r3c3>"]),
                 "llava_onevision": (16 + 6 * 9, ["<image r5c7>", "<image newline r5>"]),
                 "llava_onevision-shrink": (16 + 3 * 5, ["<image r2c3>", "<image newline r2>"])}
 
@@ -62,7 +68,7 @@ def gemma_tokenizer():
 
 
 def preprocessor(name):
-    if name == "gemma3":
+    if name.startswith("gemma3"):
         return {"size": {"height": 32, "width": 32}, "resample": 2, "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
                 "do_pan_and_scan": None}
     return {"size": {"height": 32, "width": 32}, "resample": 3, "image_mean": [0.48, 0.45, 0.4],
@@ -71,7 +77,7 @@ def preprocessor(name):
 
 def make(folder, name):
     cfg_cls, model_cls, kw = CASES[name]
-    torch.manual_seed(sorted(CASES).index(name) + 11)
+    torch.manual_seed({"gemma3": 11, "llava_onevision": 12, "llava_onevision-shrink": 13, "gemma3-oov": 14}[name])
     cfg = getattr(transformers, cfg_cls)(**kw)
     cfg._attn_implementation = "eager"
     hf = getattr(transformers, model_cls)(cfg).eval()
@@ -100,9 +106,9 @@ def built(tmp_path_factory):
 
 def expected_text(name, prompt, n):
     """The processors' documented expansion (Gemma3Processor, LlavaOnevisionProcessor)."""
-    if name == "gemma3":
-        return prompt.replace("<start_of_image>", "\n\n<start_of_image>" + "<image_soft_token>" * n
-                              + "<end_of_image>\n\n")
+    if name.startswith("gemma3"):  # no placeholder: the picture first, where the chat template puts it
+        block = "\n\n<start_of_image>" + "<image_soft_token>" * n + "<end_of_image>\n\n"
+        return prompt.replace("<start_of_image>", block) if "<start_of_image>" in prompt else block + prompt
     return prompt.replace("<image>", "<image>" * n) if "<image>" in prompt else "<image>" * n + "\n" + prompt
 
 
@@ -120,7 +126,7 @@ def onevision_processor_count(ratio: str) -> int:
 
 def hf_inputs(name, prep):
     ids, pixels = prep.inputs["input_ids"], prep.inputs["pixels"]
-    if name == "gemma3":  # the processor's token types: 1 at the image soft tokens
+    if name.startswith("gemma3"):  # the processor's token types: 1 at the image soft tokens
         return dict(input_ids=ids, pixel_values=pixels, token_type_ids=(ids == SOFT).long())
     return dict(input_ids=ids, pixel_values=pixels[None], image_sizes=torch.tensor([prep.inputs["image_size"]]))
 
@@ -134,7 +140,7 @@ def test_parity_with_transformers(built, name):
     prompt = PROMPTS[name]
     prep = m.prepare(picture(), text=prompt)
     ids = prep.inputs["input_ids"]
-    image_id = SOFT if name == "gemma3" else ONE_IMAGE
+    image_id = SOFT if family == "gemma3" else ONE_IMAGE
     n = (ids == image_id).sum().item()
     assert n == IMAGE_TOKENS[name][0]
     hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=gemma_tokenizer())
@@ -163,7 +169,7 @@ def test_parity_with_transformers(built, name):
     assert pos.shape == (n, 5) and (ids[0, pos[:, 0]] == image_id).all()
     assert [r.tokens[i] for i in pos[-2:, 0]] == IMAGE_TOKENS[name][1]
     first = int(pos[0, 0])
-    if name == "gemma3":  # the image run both ways, inside the window on the local layers
+    if family == "gemma3":  # the image run both ways, inside the window on the local layers
         assert (pos[:, 4] == 2).all() and r.vision_attentions.shape == (1, 2, 4, 64, 64)
         assert r.attentions[1, :, first, first + 15].min() > 0  # global: the first image token reads the last
         assert r.attentions[0, :, first, first + 15].min() > 0  # local too: keys ahead in the run are not cut
