@@ -15,7 +15,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.api.result import RunResult
-from attn_explorer.session.jobs import Loaded, Loader, default_loader, load_job, pool_job, run_job
+from attn_explorer.session.jobs import Loaded, Loader, default_loader, load_job, pinned_job, pool_job, run_job
 from attn_explorer.session.runner import Runner, Task
 
 
@@ -37,25 +37,75 @@ class ModelHost(QObject):
         self.model: Any = None  # the handle for the next job; only worker threads use it
         self.builtins: list[tuple[str, str]] = []  # (name, description) of the built-in models
         self.shut_down = False
+        # issue 24 D, memory: the source the model was loaded from; the models the user pinned, {(source, dtype,
+        # device): Loaded}, kept in memory across switches (a switch back reads nothing); a model not pinned is let
+        # go when the next load begins, before its weights are read. `let_go` is (source, want_image) of the model
+        # let go by the load in flight: read again if that load fails.
+        self.source: str | None = None
+        self._want_image = False
+        self.pinned: dict[tuple, Loaded] = {}
+        self._coming: tuple | None = None  # (source, want_image) of the load in flight
+        self.let_go: tuple | None = None
+        self.came_back = False  # the model loaded last is the one a failed load had let go, read again
 
     # ----------------------------------------------------------------------------- loading
+    def key(self, src: str | None) -> tuple:
+        """What a pinned model is found by: its source, dtype and device."""
+        return (src, self.dtype, self.device)
+
     def load(self, src: str | None, want_image: bool) -> None:
-        """Load `src` (None: the default text or image model) in the background; whatever is in flight stops."""
-        self.runner.load(Task(partial(load_job, dtype=self.dtype), (self.loader, src, self.device, want_image),
-                              on_result=self._on_loaded, on_error=self.load_failed.emit,
-                              on_progress=self.load_progressed.emit))
+        """Load `src` (None: the default text or image model) in the background; whatever is in flight stops.
+        The model loaded now is let go first, unless it is pinned (then it stays, and is not read again)."""
+        kept = self.pinned.get(self.key(src))
+        if self.model is not None and not self.is_pinned():
+            self.let_go = (self.source, self._want_image)
+            self.model = None  # the Model's last reference here: its weights go before the new ones are read
+        self._coming = (src, want_image, False)
+        if kept is not None:
+            task = Task(pinned_job, (kept,), on_result=self._on_loaded, on_error=self._load_failed)
+        else:
+            task = Task(partial(load_job, dtype=self.dtype), (self.loader, src, self.device, want_image),
+                        on_result=self._on_loaded, on_error=self._load_failed, on_progress=self.load_progressed.emit)
+        self.runner.load(task)
         self.loading.emit(src or "")
 
     def _on_loaded(self, loaded: Loaded) -> None:
         self.model = loaded.model
+        self.source, self._want_image, self.came_back = self._coming if self._coming is not None else (None, False, False)
+        self._coming = self.let_go = None
         if loaded.builtins:
             self.builtins = loaded.builtins
+        if self.is_pinned():
+            self.pinned[self.key(self.source)] = loaded
         self.loaded.emit(loaded)
+
+    def _load_failed(self, message: str) -> None:
+        """A load failed: the old model stays, or, when it was let go for this load, it is read again."""
+        back, self.let_go, self._coming = self.let_go, None, None
+        self.load_failed.emit(message)
+        if back is not None and self.model is None and not self.shut_down:
+            self.load(*back)  # "loading …" says so; the session keeps its view (state: came_back)
+            self._coming = (*back, True)
+
+    def is_pinned(self) -> bool:
+        """The model loaded now is pinned: it stays in memory when another is loaded."""
+        return self.model is not None and self.key(self.source) in self.pinned
+
+    def pin(self, on: bool, info: Any = None) -> None:
+        """Pin the model loaded now (keep it in memory across switches), or let it be freed at the next switch."""
+        if self.model is None:
+            return
+        if on:
+            self.pinned[self.key(self.source)] = Loaded(model=self.model, info=info if info is not None
+                                                        else self.model.info, builtins=list(self.builtins))
+        else:
+            self.pinned.pop(self.key(self.source), None)
 
     def release(self) -> None:
         """Let the model go (a saved run is shown without it): no answer of a job started on it arrives."""
         self.runner.release_model()
         self.model = None
+        self.source = None
 
     # ----------------------------------------------------------------------------- running
     @staticmethod

@@ -120,6 +120,12 @@ def load_job(loader: Loader, src: str | None, device: str, want_image: bool, pro
     return loader(src, device=device, progress=progress, want_image=want_image, **kw)
 
 
+def pinned_job(loaded: Loaded) -> Loaded:
+    """A switch back to a pinned model: it is in memory already (the old model's kept prefix goes all the same)."""
+    drop_kept_prefix()
+    return loaded
+
+
 def drop_kept_prefix() -> None:
     """A load begins: the old model's kept prefix (api.prefix: its KV cache, last hidden state and maps, about
     380 MB for 8,192 SmolLM2 tokens) is dropped before the new weights are read, so the two never sit in memory
@@ -131,6 +137,7 @@ def drop_kept_prefix() -> None:
     prefix = sys.modules.get("attn_explorer.api.prefix")
     if prefix is not None and prefix.kept_tokens():
         prefix.forget()
+    if prefix is not None:  # a model ran: what the session let go (the old model, its runs' q and k) is freed now
         gc.collect()
 
 

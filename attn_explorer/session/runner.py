@@ -323,7 +323,9 @@ class Runner(QObject):
                 task.on_progress(fraction, message)
 
         def finished() -> None:
-            job.parts = None
+            # the finished worker is not held from here: its signals' handlers (these closures) hold this job, so
+            # a job that kept its worker would keep the worker's arguments, the model among them, for ever
+            job.parts = job.worker = None
             if self._current is job:
                 self._current = None
             self._next()
@@ -344,7 +346,8 @@ class Runner(QObject):
 
     def _stop(self, job: _InFlight) -> None:
         job.cancelled = True
-        job.worker.quit()
+        if job.worker is not None:
+            job.worker.quit()
 
     def _update_busy(self) -> None:
         if self.busy != self._busy:

@@ -57,6 +57,7 @@ class SessionState(QObject):
     sweep_point_measured = Signal(int, float)  # n, median forward ms at that n
     sweep_finished = Signal(bool)  # True: every length measured; False: cancelled or failed
     run_progressed = Signal(int, int, str)  # layers done, layers in all, the run's line (run_watch; issue 24)
+    pin_changed = Signal(bool)  # the model loaded now is pinned (kept in memory across switches) or not
     saved_run_shown = Signal(str)  # a saved run's maps are on screen without their model (its label, "run.npz")
 
     # the input part (InputState), reachable as before: its fields, signals and methods
@@ -108,6 +109,7 @@ class SessionState(QObject):
         self.run_timing: dict[str, float] = {}
         self._asked_at = 0.0  # perf_counter of the newest run request
         self._shown_from: tuple | None = None  # (model, input, run kwargs) that made `result`
+        self._let_go_from: tuple | None = None  # (input, run kwargs) of it, while its model is let go for a load
         # a saved run shown without its model (saved.open_result): its label ("run.npz"), "" otherwise
         self.result_only: str = ""
         self._opened: RunResult | None = None  # that run as read, before its first pooling
@@ -160,6 +162,20 @@ class SessionState(QObject):
             want_image = self.input_kind == "image"
         self.sweep.cancel()  # its timings would belong to the old model
         self.host.load(src, want_image)  # model_loading, then model_loaded (_on_loaded) or an error line
+        if self.host.let_go is not None:  # not pinned: what its runs kept goes with it (issue 24 D, memory)
+            from attn_explorer.session.memory import let_go_runs
+
+            let_go_runs(self)
+
+    @property
+    def pinned(self) -> bool:
+        """The model loaded now is pinned: a switch to another keeps it in memory, and a switch back reads nothing."""
+        return self.host.is_pinned()
+
+    def set_pinned(self, on: bool) -> None:
+        """Pin the model loaded now, or unpin it (then the next switch frees it)."""
+        self.host.pin(bool(on), self.info)
+        self.pin_changed.emit(self.pinned)
 
     def choose_model(self, src: str) -> bool:
         """The user chose `src` under Model: load it, unless it is the model loaded now (then nothing changes:
@@ -179,6 +195,12 @@ class SessionState(QObject):
             self.load_model(self.info.name)
 
     def _on_loaded(self, loaded: Loaded) -> None:
+        if self.host.came_back and self.info is not None and loaded.info.name == self.info.name:
+            from attn_explorer.session.memory import came_back
+
+            came_back(self)  # the model a failed load had let go, read again: the view stays
+            return
+        self._let_go_from = None
         self._shown_from = None  # let the old model go
         self.info = loaded.info
         if loaded.builtins:

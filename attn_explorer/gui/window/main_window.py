@@ -148,6 +148,9 @@ class MainWindow(QMainWindow):
                                                                                  tb.dtype_error_label, tb.act_dtype_error)
         self.session_actions = SessionActions(self, state)  # its saved-run line goes under the banner
         self.saved_run_line = self.session_actions.saved_run_line
+        from attn_explorer.gui.window.pin import PinToggle  # issue 24: keep a model in memory across switches
+
+        self.pin = PinToggle(self, state, settings, tb.model_combo)
         build_menus(self)
         self.act_open_run = self.session_actions.act_open_run
         self._build_statusbar()

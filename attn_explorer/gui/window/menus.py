@@ -21,6 +21,8 @@ def build_menus(window) -> None:
     files.act_open_text = add_action(window, file, "Open &text file…", files.open_text_dialog, "Ctrl+Shift+O")
     add_action(window, file, OPEN_FOLDER, files.open_model_folder_dialog)
     add_action(window, file, HF_ID, files.hf_id_dialog)
+    if getattr(window, "pin", None) is not None:
+        file.addAction(window.pin.action)  # Pin model: also in the model picker's right-click menu
     file.addSeparator()
     window.session_actions.build_menu(file)
     file.addSeparator()

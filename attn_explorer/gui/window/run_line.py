@@ -7,6 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
 
+from attn_explorer.session.live_run import incomplete
 from attn_explorer.session.state import SessionState
 
 
@@ -39,7 +40,9 @@ class RunLine(QWidget):
     def stop(self) -> None:
         if self.state.run_status() is not None:
             self.state.stop_run()
-            self.state.error_raised.emit("stopped: the maps on screen are still the previous input's")
+            kept = incomplete(self.state.result)  # a long run's finished layers stay (issue 24 C)
+            self.state.error_raised.emit(f"stopped: the layers done stay on screen ({kept})" if kept
+                                         else "stopped: the maps on screen are still the previous input's")
         self.refresh()
 
     def refresh(self) -> None:
