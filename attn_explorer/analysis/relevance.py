@@ -61,6 +61,7 @@ class Relevance:
     # vision-language models (analysis.relevance_vlm): each image token's place, as RunResult has them
     image_token_positions: np.ndarray | None = None  # int32 (n, 5): token, tile, row, col, merge
     image_tiles: tuple[int, int] | None = None
+    picture: np.ndarray | None = None  # float32 (rows, cols) in patch units: the image tokens' relevance in place
 
 
 def check_method(method) -> str:

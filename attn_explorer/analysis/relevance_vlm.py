@@ -2,7 +2,7 @@
 
     rel = explain(m, ("cat.png", "USER: <image>\\nWhat is this? ASSISTANT:"), "gradient_rollout")
     rel.scores                 # (N,): every decoder token's relevance, image and text
-    picture_relevance(rel)     # (rows, cols) in patch units: each image token's relevance at its place
+    rel.picture                # (rows, cols) in patch units: each image token's relevance at its place
 
 The score is the decoder's next token after the prompt (the most likely one, or `target`): its log-probability for
 the gradient methods and the two attention baselines, its logit for AttnLRP (analysis.relevance). The rules are
@@ -30,7 +30,8 @@ __all__ = ["explain_picture", "picture_relevance"]
 def explain_picture(model: Model, x, method: str = "gradient_rollout", target=None, dk_scale: float = 1.0,
                     progress: Callable[[float, str], None] | None = None) -> Relevance:
     """The relevance of each token of x = (image, text) for the decoder's next token (target: one token of text;
-    None: the most likely one). Relevance.image_token_positions places the image tokens (picture_relevance)."""
+    None: the most likely one). Relevance.image_token_positions places the image tokens; Relevance.picture holds
+    them in place (picture_relevance)."""
     method = check_method(method)
     name = model.info.family
     if not getattr(model.module, "can_generate", False):
@@ -48,9 +49,11 @@ def explain_picture(model: Model, x, method: str = "gradient_rollout", target=No
                              dk_scale, progress)
     shown = model.tokenizer.display([int(chosen["index"][0])])[0]
     what = f'log p("{shown}" next)' if log_prob else f'logit of "{shown}" next'
-    return Relevance(method, rel[0], list(prep.tokens), np.asarray(prep.special, dtype=bool), what, float(y[0]), rows,
-                     image=prep.image, notes=list(prep.notes), image_token_positions=prep.image_token_positions,
-                     image_tiles=prep.image_tiles)
+    out = Relevance(method, rel[0], list(prep.tokens), np.asarray(prep.special, dtype=bool), what, float(y[0]), rows,
+                    image=prep.image, notes=list(prep.notes), image_token_positions=prep.image_token_positions,
+                    image_tiles=prep.image_tiles)
+    out.picture = picture_relevance(out)  # plain NumPy, ready for a page to draw over rel.image
+    return out
 
 
 def picture_relevance(rel: Relevance) -> np.ndarray:

@@ -142,6 +142,7 @@ def test_relevance_over_image_and_text_tokens_on_the_picture(models, name):
     roll = explain(m, x, "rollout")
     assert roll.scores.shape == (r.num_tokens,) and np.isclose(roll.scores.sum(), 1.0, atol=1e-5)
     grid = picture_relevance(roll)
+    assert np.array_equal(grid, roll.picture) and roll.image is not None
     rows, cols = int(pos[:, 2].max()) + 1, int(pos[:, 3].max()) + 1
     merge = int(pos[0, 4])
     assert grid.shape == (rows * merge, cols * merge)
