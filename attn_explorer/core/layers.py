@@ -22,6 +22,14 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not active():  # issue 24 A: torch's fused rms_norm, one pass instead of seven (same numbers: it sums in
+            #             float32 and rounds once, as the steps below; max |diff| 0 in float32 and bfloat16)
+            shape = x.shape[-1:]
+            if self.unit_offset:  # Gemma: normalised and times (1 + w) in float32, then cast
+                return F.rms_norm(x.float(), shape, 1.0 + self.weight.float(), self.eps).to(x.dtype)
+            if x.dtype == self.weight.dtype == torch.float32:
+                return F.rms_norm(x, shape, self.weight, self.eps)
+            return self.weight * F.rms_norm(x, shape, None, self.eps)  # Llama: rounded to x's dtype, then w
         dtype = x.dtype
         x = x.float()
         x = x * norm_scale(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
