@@ -22,6 +22,7 @@ and oneDNN sees 32 row counts up to 512 instead of 512.
 """
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import torch
@@ -37,6 +38,13 @@ _PACK_ROWS = 128  # oneDNN's batch-size hint for the layout (measured: no differ
 
 fast_path_enabled = True  # False forces F.linear everywhere (benchmarks compare both)
 bucketing_enabled = True  # False gives oneDNN every row count as it comes (benchmarks/bench_memory_lengths.py)
+# Issue 24 F: the packed path is faster than F.linear on some CPUs (AMD EPYC: MiniLM 0.71× transformers) and
+# slower on others (Intel with AMX: 1.10× against 1.00×). "measure": the first fast call of each product shape
+# (input width, output width, post-op, short or long input) times both ways on its own input, interleaved, the
+# best of 5 each (a few ms, once per process), and that shape keeps the faster. "packed" / "plain" force one.
+path_choice = "measure"
+_measured: dict[tuple, bool] = {}  # shape key -> whether the packed product won
+_REPEATS = 5
 
 
 def padded_rows(m: int) -> int:
@@ -127,11 +135,35 @@ class PackedLinears:
         rows = x.numel() // x.shape[-1]
         flat = x.reshape(rows, x.shape[-1])
         padded = padded_rows(rows) if bucketing_enabled else rows
-        if padded != rows:
-            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.shape[1])])
+        if padded != rows:  # one padded copy (F.pad), not zeros and a cat
+            flat = F.pad(flat, (0, 0, 0, padded - rows))
+        if path_choice != "packed":
+            key = (flat.shape[1], sum(self.sizes), attr, algorithm, padded > 64)
+            wins = False if path_choice == "plain" else _measured.get(key)
+            if wins is None:
+                wins = _measured[key] = self._packed_is_faster(flat, cache, attr, algorithm)
+            if not wins:
+                return None
         y = torch.ops.mkldnn._linear_pointwise(flat, cache[1], cache[2], attr, [], algorithm)
         y = y[:rows].reshape(*x.shape[:-1], y.shape[-1])
         return y if len(self.layers) == 1 else y.split(self.sizes, dim=-1)
+
+
+    def _packed_is_faster(self, flat: torch.Tensor, cache: tuple, attr: str, algorithm: str) -> bool:
+        """Time this input both ways, interleaved, best of _REPEATS each: the packed product (with its post-op)
+        against what the caller runs when this returns None (F.linear per layer, then the activation)."""
+        act = {"gelu": lambda y: F.gelu(y, approximate=algorithm if algorithm == "tanh" else "none"),
+               "relu": F.relu}.get(attr, lambda y: y)
+        packed = lambda: torch.ops.mkldnn._linear_pointwise(flat, cache[1], cache[2], attr, [], algorithm)  # noqa: E731
+        plain = lambda: [act(F.linear(flat, layer.weight, layer.bias)) for layer in self.layers]  # noqa: E731
+        best = [float("inf"), float("inf")]
+        with torch.no_grad():
+            for i in range(2 * _REPEATS + 2):  # the first of each warms up (oneDNN compiles its kernel)
+                t0 = time.perf_counter()
+                (packed if i % 2 == 0 else plain)()
+                if i >= 2:
+                    best[i % 2] = min(best[i % 2], time.perf_counter() - t0)
+        return best[0] < best[1]
 
 
 class Linear(nn.Linear):

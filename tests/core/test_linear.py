@@ -15,6 +15,36 @@ from attn_explorer.core.linear import Linear
 pytestmark = pytest.mark.skipif(not linear._ONEDNN, reason="this torch has no oneDNN linear")
 
 
+@pytest.fixture(autouse=True)
+def packed_path(monkeypatch):
+    """These tests are about the packed path itself: forced, not left to the per-machine measurement."""
+    monkeypatch.setattr(linear, "path_choice", "packed")
+
+
+def test_measured_choice_is_made_once_per_shape_and_keeps_the_numbers(monkeypatch):
+    """Issue 24 F: "measure" times the packed product against F.linear on the first call of each shape and keeps
+    the faster; later calls of that shape do not measure again, and either way the numbers are F.linear's."""
+    monkeypatch.setattr(linear, "path_choice", "measure")
+    monkeypatch.setattr(linear, "_measured", {})
+    calls = []
+    real = linear.PackedLinears._packed_is_faster
+    monkeypatch.setattr(linear.PackedLinears, "_packed_is_faster", lambda self, *a: calls.append(1) or real(self, *a))
+    torch.manual_seed(0)
+    a, b = Linear(24, 40), Linear(24, 40)
+    x = torch.randn(1, 9, 24)
+    with torch.no_grad():
+        for layer in (a, b, a):
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+        assert calls == [1] and list(linear._measured) == [(24, 40, "none", "", False)]
+        Linear(24, 40)(torch.randn(1, 100, 24))  # a long input is a shape of its own
+        assert len(calls) == 2
+        for wins in (True, False):  # whichever won, the caller gets the same numbers
+            linear._measured = {key: wins for key in linear._measured}
+            torch.testing.assert_close(a(x), F.linear(x, a.weight, a.bias), atol=1e-5, rtol=1e-5)
+        monkeypatch.setattr(linear, "path_choice", "plain")
+        assert a.packed(x) is None  # forced plain: the caller runs F.linear
+
+
 def _packed(layer: Linear) -> bool:
     return layer.packed.is_packed
 
