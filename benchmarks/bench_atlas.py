@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 def _segments(model, n_tokens: int, context: int) -> list[str]:
     """The texts of the segments the atlas reads for the first n_tokens of the bundled corpus."""
     from attn_explorer.analysis.atlas_build import segments
-    from attn_explorer.cli.atlas import corpus_files, documents
+    from attn_explorer.analysis.atlas_build import corpus_files, read_documents as documents
 
     out, done = [], 0
     for _, text in documents(corpus_files([], []), per_line=False):
@@ -47,7 +47,7 @@ def child(args) -> dict:
 
     import attn_explorer as ax
     from attn_explorer.analysis.atlas import build_atlas
-    from attn_explorer.cli.atlas import corpus_files, documents
+    from attn_explorer.analysis.atlas_build import corpus_files, read_documents as documents
 
     torch.set_num_threads(args.threads)
     model = ax.load_model(args.model, device="cpu")

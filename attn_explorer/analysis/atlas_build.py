@@ -5,6 +5,7 @@ corpus: one segment's kept tensors, one chunk of probabilities, the heaps, and t
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from attn_explorer.api.model import Model
 
 CONTEXT = 1024  # tokens per segment (at most the model's positions)
+MAX_FILE_BYTES = 64_000_000  # one document file; the atlas reads it segment by segment
 ROW_KINDS = METRICS  # what a row is ranked by; "weight" ranks (query, key) pairs
 
 
@@ -29,6 +31,44 @@ def check_model(model: Model) -> None:
     if other:
         raise UserError(f"{info.family}: the atlas measures softmax attention heads, and this model's "
                         f"{', '.join(other)} layers have no softmax map")
+
+
+# ---- where documents come from: files, folders, the bundled corpus ----------------------------------------
+def corpus_files(files=(), folders=()) -> list[Path]:
+    """The files named, then each folder's .txt files in name order; with none, the bundled corpus."""
+    out = [Path(f) for f in files]
+    for d in folders:
+        d = Path(d)
+        if not d.is_dir():
+            raise UserError(f"folder {d}: no such folder")
+        found = sorted(p for p in d.iterdir() if p.suffix.lower() == ".txt" and p.is_file())
+        if not found:
+            raise UserError(f"folder {d} has no .txt files")
+        out += found
+    if not out:
+        from attn_explorer.resources import resource_path
+
+        out = sorted(resource_path("corpus").glob("*.txt"))
+        if not out:
+            raise UserError(f"the bundled corpus is missing ({resource_path('corpus')}); reinstall attn-explorer "
+                            "or give --text-file / --folder")
+    return out
+
+
+def read_documents(paths, per_line: bool = False):
+    """(name, text) for each document: one a file, or one a non-blank line (named file:line); one file read at a
+    time, so build_atlas streams them. An unreadable or empty file is one UserError line."""
+    from attn_explorer.files import read_text_file
+
+    for p in paths:
+        p = Path(p)
+        text = read_text_file(p, MAX_FILE_BYTES)
+        if not per_line:
+            yield p.name, text
+            continue
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                yield f"{p.name}:{i}", line
 
 
 def _units(text: str) -> list[str]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from attn_explorer.analysis.atlas_build import MAX_FILE_BYTES, corpus_files, read_documents
 from attn_explorer.errors import UserError
 from attn_explorer.files import check_output, read_text_file
 from attn_explorer.validate import positive_int
 
-MAX_FILE_BYTES = 64_000_000  # one document file; the atlas reads it segment by segment
+__all__ = ["add_arguments", "run", "corpus_files", "read_documents"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,39 +30,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", default="1024", help="tokens per segment a document is cut into (default 1024)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
-
-def corpus_files(files: list[str], folders: list[str]) -> list[Path]:
-    """The files named, then each folder's .txt files in name order; with none, the bundled corpus."""
-    out = [Path(f) for f in files]
-    for d in folders:
-        d = Path(d)
-        if not d.is_dir():
-            raise UserError(f"--folder {d}: no such folder")
-        found = sorted(p for p in d.iterdir() if p.suffix.lower() == ".txt" and p.is_file())
-        if not found:
-            raise UserError(f"--folder {d} has no .txt files")
-        out += found
-    if not out:
-        from attn_explorer.resources import resource_path
-
-        out = sorted(resource_path("corpus").glob("*.txt"))
-        if not out:
-            raise UserError(f"the bundled corpus is missing ({resource_path('corpus')}); reinstall attn-explorer "
-                            "or give --text-file / --folder")
-    return out
-
-
-def documents(paths: list[Path], per_line: bool):
-    """(name, text) for each document, reading one file at a time."""
-    for p in paths:
-        text = read_text_file(p, MAX_FILE_BYTES)
-        if not per_line:
-            yield p.name, text
-            continue
-        for i, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                yield f"{p.name}:{i}", line
 
 
 def run(args) -> int:
@@ -81,7 +48,7 @@ def run(args) -> int:
         read_text_file(p, MAX_FILE_BYTES)
     model = load_model(args.model, device=args.device)
     check_model(model)
-    total = count_tokens(model, documents(paths, args.per_line), min(context, model.info.max_positions))
+    total = count_tokens(model, read_documents(paths, args.per_line), min(context, model.info.max_positions))
     if max_tokens is not None:
         total = min(total, max_tokens)
 
@@ -89,7 +56,7 @@ def run(args) -> int:
         if not args.quiet:
             print(f"\r{done:,} / {all_:,} tokens", end="", file=sys.stderr, flush=True)
 
-    atlas = build_atlas(model, documents(paths, args.per_line), top_k=top_k, max_tokens=max_tokens,
+    atlas = build_atlas(model, read_documents(paths, args.per_line), top_k=top_k, max_tokens=max_tokens,
                         progress=progress, context=context, total_tokens=total)
     if not args.quiet:
         print(file=sys.stderr)
