@@ -31,6 +31,11 @@ SUBCOMMANDS = {
     "atlas": ("attn_explorer.cli.atlas", "stream a corpus (default: the bundled one) and save every head's metrics "
               "and top examples (.npz)"),
     "induction": ("attn_explorer.cli.induction", "every head's induction score by repeated random tokens (.npz)"),
+    # the induction and retrieval lab (issue 27 B)
+    "induction-check": ("attn_explorer.cli.lab_induction", "switch off the top induction heads and as many random "
+                        "ones: the loss on repeated random tokens"),
+    "retrieval": ("attn_explorer.cli.lab", "retrieval heads by needle in a haystack: accuracy by (length, depth), "
+                  "every head's retrieval score (.npz)"),
 }
 
 
