@@ -16,6 +16,7 @@ Torch is imported inside the functions, so the window can appear before it is lo
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -94,6 +95,7 @@ class LiveFill:
         self.base: Any = None  # the RunResult every part copies (tokens, shape)
         self.mosaic: np.ndarray | None = None
         self.cell = 0
+        self.started = time.perf_counter()
 
     @property
     def complete(self) -> bool:
@@ -120,7 +122,9 @@ class LiveFill:
         from attn_explorer.api.display import GridImage
 
         grid = GridImage(weights=w, log_weights=log_weights(w), layers=L, heads=store.heads_all, cell=c)
-        self.send(LivePart(dataclasses.replace(self.base, lazy=store, display=grid), len(self.layers), L))
+        so_far = (time.perf_counter() - self.started) * 1000  # the forward so far (the panels read forward_ms)
+        self.send(LivePart(dataclasses.replace(self.base, lazy=store, display=grid, forward_ms=so_far),
+                           len(self.layers), L))
 
     def _begin(self, kept: Any) -> bool:
         """The run's tokens (tokenised as run tokenises them) and the empty mosaic, at the first layer."""

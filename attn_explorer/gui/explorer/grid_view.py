@@ -397,6 +397,7 @@ class HeadGridView(LazyPage, QWidget):
         long = ""
         if getattr(r, "is_lazy", False):
             filled = self.overview_state()
+            filled = "" if filled == incomplete(r) else filled  # already said after the shape
             long = (" Each head is pooled to its cell from q and k (the maps of a long input are not kept)"
                     + (f": <i>{filled}</i>" if filled else "") + "."
                     + (" Special tokens are shown (hiding them applies to shorter inputs)." if st.hide_special else ""))
