@@ -22,8 +22,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not active():  # issue 24 A: torch's fused rms_norm, one pass instead of seven (same numbers: it sums in
-            #             float32 and rounds once, as the steps below; max |diff| 0 in float32 and bfloat16)
+        if not active():  # issue 24 A: torch's rms_norm (same numbers as the steps below: float32 statistics, rounded
+            # once; max |diff| 0 in float32 and bfloat16). Fused on GPUs; on the CPU torch 2.13 runs it as the same
+            # steps (pow, mean, rsqrt, mul), so there it saves nothing measurable
             shape = x.shape[-1:]
             if self.unit_offset:  # Gemma: normalised and times (1 + w) in float32, then cast
                 return F.rms_norm(x.float(), shape, 1.0 + self.weight.float(), self.eps).to(x.dtype)
