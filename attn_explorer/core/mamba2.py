@@ -76,6 +76,7 @@ class Mamba2Config:
     mup: tuple | None = None
     out_scale: float = 1.0
     family: str = "Mamba-2"  # the model family, for messages (granitemoehybrid, falcon_h1)
+    norm_rounds: bool = False  # Granite's norm: a bfloat16 step's normed y is rounded before its weight multiplies
 
     def build(self, dim: int) -> "Mamba2Mixer":
         """The mixer (BlockConfig.mixer's contract, core.recurrent)."""
@@ -136,6 +137,26 @@ def scan_recurrent(x, dt, A, B, C, state=None):
         h = h * decay[..., None, None] + (dt[:, t, :, None].float() * x[:, t].float())[..., None] * B[:, t, :, None, :]
         ys.append(torch.einsum("bhps,bhs->bhp", h, C[:, t]))
     return torch.stack(ys, dim=1), h
+
+
+def step_low_precision(x, dt, A, B, C, D, state, gate=None):
+    """One generated token in a bfloat16 / float16 model, rounded where transformers' torch selective update rounds
+    (its generation step; the prefill's scan keeps float32, as scan_chunked does): dt·B and its product with x in
+    the model's dtype, the state in float32, the read-out h·C, the D skip (and the gate z·silu, where the layer's
+    norm is only that gate) in the model's dtype. x (b, 1, H, P), dt (b, 1, H), A (H,) float32, B and C
+    (b, 1, G, S), D (H,), state (b, H, P, S) float32 -> (y (b, 1, H, P) with the skip, in x's dtype, the state)."""
+    b, _, H, P = x.shape
+    dtype = x.dtype
+    xt, dtt = x[:, 0], dt[:, 0, :, None, None]  # (b, H, P), (b, H, 1, 1)
+    Bt, Ct = _per_head(B, H)[:, 0], _per_head(C, H)[:, 0]  # (b, H, S)
+    decay = torch.exp(dtt.float() * A[:, None, None])  # (b, H, 1, 1)
+    write = (dtt * Bt[:, :, None, :]) * xt[..., None]  # dt·B, then ·x: rounded to the model's dtype at each step
+    h = state.float() * decay + write
+    y = torch.bmm(h.to(dtype).view(b * H, P, -1), Ct.reshape(b * H, -1, 1)).view(b, H, P)
+    y = y + xt * D[:, None].to(dtype)
+    if gate is not None:
+        y = y * F.silu(gate.view(b, H, P))
+    return y[:, None], h
 
 
 def scan_chunked(x, dt, A, B, C, chunk: int, state=None):
@@ -210,18 +231,22 @@ class GatedRMSNorm(nn.Module):
 
     def __init__(self, dim: int, groups: int, eps: float, kind: str):
         super().__init__()
-        self.groups, self.eps, self.kind = groups, eps, kind
+        self.groups, self.eps, self.kind, self.rounds = groups, eps, kind, False
         self.weight = nn.Parameter(torch.ones(dim)) if kind != "gate_only" else None
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """y, z (B, N, I) -> float32 (B, N, I)."""
-        y, gate = y.float(), F.silu(z.float())
+        """y, z (B, N, I) -> float32 (B, N, I); for a bfloat16 / float16 y (a generation step) with `rounds`
+        (Granite's), the normed y rounded to that dtype before its weight multiplies, as transformers does."""
+        low = y.dtype in (torch.bfloat16, torch.float16)
+        dtype, (y, gate) = y.dtype, (y.float(), F.silu(z.float()))
         if self.kind == "gate_only":
             return y * gate
         if self.kind == "gate_first":
             y = y * gate
         g = y.view(*y.shape[:-1], self.groups, -1)
         g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
+        if low and self.rounds:
+            return self.weight * g.view(y.shape).to(dtype)
         y = self.weight.float() * g.view(y.shape)
         return y * gate if self.kind == "norm_first" else y
 
@@ -253,6 +278,7 @@ class Mamba2Mixer(RecurrentMixer):
         self.A_log = nn.Parameter(torch.log(torch.arange(1, c.num_heads + 1, dtype=torch.float32)))
         self.D = nn.Parameter(torch.ones(c.num_heads))
         self.norm = GatedRMSNorm(c.inner, c.n_groups, c.eps, c.norm)
+        self.norm.rounds = c.norm_rounds
         self.out_proj = Linear(c.inner, c.dim, bias=c.out_bias)
         self.act = activation(c.act)
 
@@ -313,6 +339,8 @@ class Mamba2Mixer(RecurrentMixer):
         real = self.real_tokens(opts, N)
         fresh = state is None or state.state is None
         z, xs, dt, B, C, conv_state = self.project(x, state, real)
+        low = x.dtype in (torch.bfloat16, torch.float16)  # a generation step rounds as transformers' does
+        gate = z if self.norm.kind == "gate_only" else None
         if lh is not None:  # head-major at the hooks: C and B per group, x per head
             C = lh("attn.hook_q", C.transpose(1, 2)).transpose(1, 2)
             B = lh("attn.hook_k", B.transpose(1, 2)).transpose(1, 2)
@@ -338,7 +366,9 @@ class Mamba2Mixer(RecurrentMixer):
             y = torch.einsum("bhts,bshp->bthp", amap, xs.float())  # exact: the map times x is the scan
             last = scan_chunked(xs, dt, self.A, B, C, self.cfg.chunk_size)[1] if state is not None else None
         else:
-            if N == 1 and not fresh:  # one generated token: the recurrence's step (transformers' selective update)
+            if N == 1 and not fresh and low:  # rounded as transformers does: the skip (and a plain gate) in y
+                y, last = step_low_precision(xs, dt, self.A, B, C, self.D, state.state, gate)
+            elif N == 1 and not fresh:  # one generated token: the recurrence's step (transformers' selective update)
                 y, last = scan_recurrent(xs, dt, self.A, B, C, state.state)
             else:
                 y, last = scan_chunked(xs, dt, self.A, B, C, self.cfg.chunk_size, None if fresh else state.state)
@@ -352,7 +382,9 @@ class Mamba2Mixer(RecurrentMixer):
                                      "cached state folds the earlier tokens' values in)")
         if state is not None:
             state.advance(conv_state, last, N)
-        y = self.norm((y + self.skip(xs)).reshape(b, N, -1), z)
+        stepped = N == 1 and not fresh and low
+        y = y.reshape(b, N, -1) if stepped else (y + self.skip(xs)).reshape(b, N, -1)
+        y = y if stepped and gate is not None else self.norm(y, z)
         if lh is not None:  # each head's share of out_proj's input: zero one there to ablate the head
             heads = y.view(b, N, self.num_heads, self.head_dim).transpose(1, 2)
             y = lh("attn.hook_z", heads).transpose(1, 2).reshape(b, N, -1)

@@ -33,7 +33,9 @@ def _granite(n_groups=2, chunk=4, **extra):
     theirs = GraniteMoeHybridMambaLayer(hf_cfg, 0).eval()
     _randomise(theirs)
     ours = Mamba2Mixer(Mamba2Config(16, 4, 8, 6, n_groups=n_groups, chunk_size=chunk, eps=1e-6, conv_bias=True,
-                                    dt_min=hf_cfg.time_step_limit[0], dt_max=hf_cfg.time_step_limit[1]))
+                                    dt_min=hf_cfg.time_step_limit[0], dt_max=hf_cfg.time_step_limit[1],
+                                    norm_rounds=True))
+    ours.hf_cfg = hf_cfg
     ours.load_state_dict(theirs.state_dict())
     return ours.eval(), theirs
 
@@ -52,6 +54,7 @@ def _falcon(rms_norm, before=True):
     kind = ("norm_first" if before else "gate_first") if rms_norm else "gate_only"
     ours = Mamba2Mixer(Mamba2Config(16, 4, 8, 6, n_groups=2, chunk_size=4, eps=hf_cfg.rms_norm_eps, norm=kind,
                                     in_scale=1.7, mup=tuple(mups)))
+    ours.hf_cfg = hf_cfg
     ours.load_state_dict(theirs.state_dict())
     return ours.eval(), theirs
 
@@ -178,3 +181,22 @@ def test_ablating_a_head_through_hook_z():
         want = ours.out_proj(y)
     assert not torch.allclose(ablated, base, atol=1e-3)
     assert torch.allclose(ablated, want, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("which", ["granite", "falcon norm before gate", "falcon gate before norm", "falcon no norm"])
+def test_a_bfloat16_generation_step_equals_transformers_bit_for_bit(which):
+    """A bfloat16 model: prefill 7 tokens, then 5 one at a time through the recurrent cache, against transformers'
+    mixer with its cache. Its step (the torch selective update) rounds dt·B, ·x, the read-out, the D skip and
+    Granite's normed output to bfloat16; ours rounds at the same places, so every step is equal, bit for bit."""
+    import transformers
+    ours, theirs = _granite() if which == "granite" else _falcon("no norm" not in which, "before gate" in which)
+    ours, theirs = ours.to(torch.bfloat16), theirs.to(torch.bfloat16)
+    cache, state = transformers.DynamicCache(config=ours.hf_cfg), MambaState()
+    x = _x(12).to(torch.bfloat16)
+    with torch.no_grad():
+        want = [theirs(x[:, :7], cache=cache)] + [theirs(x[:, t:t + 1], cache=cache) for t in range(7, 12)]
+        got = [ours(x[:, :7], AttentionOptions(kv=state))[0]] + [ours(x[:, t:t + 1], AttentionOptions(kv=state))[0]
+                                                                 for t in range(7, 12)]
+    steps = [float((a.float() - b.float()).abs().max()) for a, b in zip(got[1:], want[1:])]
+    print(f"{which}: bfloat16 steps, max |ours - transformers| {steps}")
+    assert got[0].dtype == torch.bfloat16 and steps == [0.0] * 5

@@ -94,7 +94,7 @@ def _granite4_config(cfg: dict) -> MambaHybridConfig:
     if pos not in (None, "rope", "nope"):
         raise UserError(f"{f}: position_embedding_type {pos!r} is not supported (only 'rope' or none)")
     mamba = _mamba(cfg, f, _whole(cfg, f, "mamba_expand", 2) * cfg["hidden_size"],
-                   out_bias=bool(cfg.get("mamba_proj_bias", False)), norm="gate_first")
+                   out_bias=bool(cfg.get("mamba_proj_bias", False)), norm="gate_first", norm_rounds=True)
     experts = _whole(cfg, f, "num_local_experts", 8, low=0)
     shared = _whole(cfg, f, "shared_intermediate_size", 1024)
     moe = None
