@@ -20,11 +20,22 @@ SCANS = {
 }
 
 
+def _input(model, x, run_kw: dict):
+    """x and the run's keywords as the analyses take them: a vision-language model's picture and prompt as the pair
+    (image, text) (issue 26 B; SessionState.run_input gives the prompt as run_kw["text"])."""
+    if getattr(model.info, "modality", None) != "image-text":
+        return x, run_kw
+    from attn_explorer.session.relevance import vlm_pair
+
+    return vlm_pair(x, run_kw), {k: v for k, v in run_kw.items() if k != "text"}
+
+
 def compare_job(model, x, run_kw: dict, ablate: dict, top: int = 8):
     """The clean run against the run with `ablate` ({(layer, head): "zero" | "mean"}) switched off (a
     Comparison)."""
     from attn_explorer.analysis.interventions import compare
 
+    x, run_kw = _input(model, x, run_kw)
     return compare(model, x, ablate, top=top, **run_kw)
 
 
@@ -32,6 +43,7 @@ def ablation_job(model, x, run_kw: dict, how: str, target=None, foil=None, progr
     """Each head switched off in turn (zero or mean): the L×H grid of the metric (a Scan)."""
     from attn_explorer.analysis.interventions import ablation_scan
 
+    x, run_kw = _input(model, x, run_kw)
     return ablation_scan(model, x, how=how, target=target, foil=foil, progress=progress, **run_kw)
 
 
@@ -39,6 +51,7 @@ def patching_job(model, clean, corrupt, run_kw: dict, per: str, target=None, foi
     """Activation patching clean -> corrupt, per head or per (layer, position) (a Scan)."""
     from attn_explorer.analysis.interventions import patching_scan
 
+    clean, run_kw = _input(model, clean, run_kw)
     return patching_scan(model, clean, corrupt, per=per, target=target, foil=foil, progress=progress, **run_kw)
 
 

@@ -34,6 +34,12 @@ def target_hint(info) -> str:
     }[target_kind(info)]
 
 
+def vlm_pair(x, run_kw: dict):
+    """A vision-language model's input as the analyses take it: (image, text), the prompt from the run's keywords
+    (SessionState.run_input gives the picture as x and the prompt as run_kw["text"])."""
+    return x if isinstance(x, tuple) else (x, run_kw.get("text") or "")
+
+
 def relevance_job(model, x, run_kw: dict, method: str, target: str, progress=None):
     """The relevance of each token of x for the page's target (see analysis.relevance.explain). For an encoder
     `target` is the reference sentence; otherwise the class or the next token (empty: the model's own choice)."""
@@ -46,6 +52,9 @@ def relevance_job(model, x, run_kw: dict, method: str, target: str, progress=Non
         raise UserError("relevance uses one d_k scale for every layer: switch off 'only this layer' for the d_k slider")
     kind = target_kind(model.info)
     t = (target or "").strip() if kind != "decoder" else (target or "")
+    if model.info.modality == "image-text":  # issue 26 B: the picture and the prompt together; rel.picture drawn
+        return explain(model, vlm_pair(x, run_kw), method, target=t or None, progress=progress,
+                       dk_scale=kw.get("dk_scale", 1.0))
     if kind == "encoder":
         return explain(model, x, method, reference=t, progress=progress, **kw)
     return explain(model, x, method, target=t or None, progress=progress, **kw)

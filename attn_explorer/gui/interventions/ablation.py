@@ -126,7 +126,7 @@ class AblationPage(PageFrame):
         self._drop_scan("")
         self.target.clear()
         self.foil.clear()
-        image = info.modality == "image"
+        image = info.modality in ("image", "image-text")  # a vision-language model: api.vlm refuses patching
         for i in (1, 2):  # patching takes a second text: text models only
             self.scan_kind.model().item(i).setEnabled(not image)
         if image:

@@ -163,7 +163,7 @@ class RelevancePage(PageFrame):
     def _draw(self) -> None:
         d = self.data
         self.stack.show_canvas()
-        image = d.grid is not None and d.image is not None
+        image = (d.grid is not None or _on_picture(d)) and d.image is not None
         self.picture.setVisible(image)
         self.pic_bar.setVisible(image)
         self.bars_plot.setVisible(not image)
@@ -188,7 +188,7 @@ class RelevancePage(PageFrame):
 
     def _draw_picture(self, d) -> None:
         st = self.state
-        heat = np.asarray(d.scores[d.patch_offset:], dtype=np.float32).reshape(d.grid)
+        heat = _heat(d)
         shown = np.clip(heat, 0, None)  # the overlay draws what speaks for the class
         ih, iw = d.image.shape[:2]
         self.picture_img.setImage(blend(d.image, shown, st.alpha, st.colormap, log=False), levels=(0, 255),
@@ -214,16 +214,21 @@ class RelevancePage(PageFrame):
             "rollout": "attention rollout, heads averaged, residual as half of every layer; no gradient",
             "attention": "the last layer's attention from the row(s) the score reads, mean over heads; no gradient",
         }[d.method]
-        reads = ("[CLS]" if d.rows == [0] else "[CLS] and [DIST]") if image else \
+        vlm = _on_picture(d)
+        reads = ("[CLS]" if d.rows == [0] else "[CLS] and [DIST]") if image and not vlm else \
             ("the last token" if len(d.rows) == 1 else "every token (the mean-pooled embedding)")
         neg = ""
         if image and d.method == "attnlrp":
-            s = np.asarray(d.scores[d.patch_offset:], dtype=np.float64)
+            s = np.asarray(_heat(d), dtype=np.float64)
             total = float(np.abs(s).sum()) or 1.0
             neg = f" Negative relevance (against the class) is not drawn: {float(-s[s < 0].sum()) / total:.0%} of Σ|R|."
         untrained = "" if self.state.info is None or self.state.info.trained else \
             " <b>Untrained model (random weights): the pattern means nothing.</b>"
-        return (f"<b>Relevance</b> of each input {'patch' if image else 'token'} for <b>{d.target}</b> "
+        if vlm and not untrained and self.state.info.weights.startswith("from "):  # as the overlay page says it
+            untrained = (" The app cannot tell whether a folder's weights were trained; the tiny test models hold "
+                         "<b>random weights</b> (the pattern means nothing).")
+        unit = "image token (drawn at its place in the picture)" if vlm else "patch" if image else "token"
+        return (f"<b>Relevance</b> of each input {unit} for <b>{d.target}</b> "
                 f"(= {d.value:.3f} on this input), read at {reads}. {METHOD_TITLES[d.method]}: {what}." + neg
                 + untrained)
 
@@ -243,3 +248,16 @@ class RelevancePage(PageFrame):
         i = int(np.floor(x))
         if 0 <= i < len(d.tokens):
             self.readout.setText(f'"{d.tokens[i]}" (token {i}): relevance {float(d.scores[i]):.4g}')
+
+
+def _on_picture(d) -> bool:
+    """A vision-language model's relevance (analysis.relevance_vlm): its image tokens placed on the picture."""
+    return getattr(d, "picture", None) is not None
+
+
+def _heat(d) -> np.ndarray:
+    """The (rows, cols) relevance drawn over the picture: the patches' (image models) or the image tokens' in
+    place (vision-language models: tiles assembled, merges undone)."""
+    if _on_picture(d):
+        return np.asarray(d.picture, dtype=np.float32)
+    return np.asarray(d.scores[d.patch_offset:], dtype=np.float32).reshape(d.grid)
