@@ -239,8 +239,8 @@ class GatedRMSNorm(nn.Module):
         (Granite's), the normed y rounded to that dtype before its weight multiplies, as transformers does."""
         low = y.dtype in (torch.bfloat16, torch.float16)
         dtype, (y, gate) = y.dtype, (y.float(), F.silu(z.float()))
-        if self.kind == "gate_only":
-            return y * gate
+        if self.kind == "gate_only":  # transformers' silu(z) in z's dtype (Falcon-H1 without its norm)
+            return y * F.silu(z).float()
         if self.kind == "gate_first":
             y = y * gate
         g = y.view(*y.shape[:-1], self.groups, -1)
