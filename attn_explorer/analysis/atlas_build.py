@@ -175,6 +175,7 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
     copy = am.CopyReader(model)
     kinds = ("weight",) + METRICS
     heaps = {(l, h, kind): TopK(top_k) for l in range(L) for h in range(H) for kind in kinds}
+    floors = {kind: [torch.full((H,), float("-inf")) for _ in range(L)] for kind in kinds}  # each heap's floor
     sums = {name: np.zeros((L, H)) for name in METRICS}
     counts = {name: np.zeros((L, H)) for name in METRICS}
     refs: dict[int, int] = {}  # segment -> heap items pointing at it
@@ -219,6 +220,11 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
                      "duplicate": np.isin(np.arange(n), pairs.dup_rows.numpy()),
                      "induction": np.isin(np.arange(n), pairs.ind_rows.numpy())}
             tmask = {k: torch.as_tensor(v) for k, v in masks.items()}
+            fmask = {k: v.float() for k, v in tmask.items()}
+            for kind in METRICS:  # rows counted: the same for every head and layer
+                if kind != "copy":
+                    counts[kind] += float(masks[kind].sum())
+            plans: dict = {}  # the row chunks' index work, shared by the layers
             with torch.inference_mode():
                 u = copy.distinct(ids) if copy.ok else None
                 for l, lz in enumerate(t.lazy.layers):
@@ -228,23 +234,26 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
 
                         v = heads_first(t.cache[f"blocks.{l}.attn.hook_v"], H)[0].float()  # (H, n, d)
                         z = copy.z(l, v, ids, u)
-                    for sc, cols in am.layer_chunks(lz, pairs, z, info.causal):
+                    acc = {kind: torch.zeros(H, dtype=torch.float64) for kind in METRICS}
+                    copy_w = torch.zeros(H, dtype=torch.float64)
+                    for sc, cols in am.layer_chunks(lz, pairs, z, info.causal, plans):
                         r = sc.rows
                         for kind in METRICS:
                             if kind == "copy" and z is None:
                                 continue
-                            mk = tmask[kind][r]
                             val = sc.values[kind]
-                            sums[kind][l] += val[:, mk].sum(-1).double().numpy()
+                            acc[kind] += val @ fmask[kind][r]
                             if kind == "copy":
-                                counts[kind][l] += (1.0 - sc.values["sink"][:, mk]).sum(-1).double().numpy()
-                            else:
-                                counts[kind][l] += float(mk.sum())
-                            _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, seg_id, offer)
-                        floor = torch.tensor([heaps[(l, h, "weight")].floor() for h in range(H)])
-                        for h, w, q, k in am.top_weights(sc.p, r, cols, pairs.sink_cols, top_k, floor):
+                                copy_w += (1.0 - sc.values["sink"]) @ fmask[kind][r]
+                            floors[kind][l] = _offer_rows(kind, val, tmask[kind][r], sc, cols, l, heaps, top_k, pairs,
+                                                          seg_id, offer, floors[kind][l])
+                        for h, w, q, k in am.top_weights(sc.p, r, cols, pairs.sink_cols, top_k, floors["weight"][l]):
                             if w > heaps[(l, h, "weight")].floor():
                                 offer((l, h, "weight"), w, (seg_id, q, k, w, "weight", w))
+                        floors["weight"][l] = torch.tensor([heaps[(l, h, "weight")].floor() for h in range(H)])
+                    for kind in METRICS:
+                        sums[kind][l] += acc[kind].numpy()
+                    counts["copy"][l] += copy_w.numpy()
             del t
             if refs.get(seg_id, 0) > 0:
                 texts[seg_id] = (seg_text, limit, name)
@@ -284,26 +293,31 @@ def _notes(copy, context: int) -> dict[str, str]:
     return out
 
 
-def _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, seg_id, offer) -> None:
-    """Offer a chunk's best rows by one metric to each head's heap: only those above the heap's floor, their
-    keys found for all candidates at once."""
+def _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, seg_id, offer, floor):
+    """Offer a chunk's best rows by one metric to each head's heap: only those above the heap's floor (H,), their
+    keys found for all candidates at once. Returns the heaps' floors after."""
     import torch
 
     from attn_explorer.analysis.atlas_math import row_keys
 
     H, r = val.shape
-    if not bool(mk.any()):
-        return
-    floor = torch.tensor([heaps[(l, h, kind)].floor() for h in range(H)])
     masked = val.masked_fill(~mk[None, :], float("-inf"))
-    vals, idx = masked.topk(min(top_k, r), dim=-1)
-    hs, js = torch.nonzero((vals > floor[:, None]) & torch.isfinite(vals), as_tuple=True)
+    hs = None
+    if bool(torch.isfinite(floor).all()):  # every heap full: a comparison finds the few rows that beat it
+        hs, rs = torch.nonzero(masked > floor[:, None], as_tuple=True)
+        scores = masked[hs, rs]
+        if len(hs) > H * top_k:  # many: only each head's best k of them
+            hs = None
+    if hs is None:
+        vals, idx = masked.topk(min(top_k, r), dim=-1)
+        hs, js = torch.nonzero((vals > floor[:, None]) & torch.isfinite(vals), as_tuple=True)
+        rs, scores = idx[hs, js], vals[hs, js]
     if len(hs) == 0:
-        return
-    rs = idx[hs, js]
+        return floor
     keys = row_keys(kind, sc, cols, hs, rs, pairs)
     inside = (keys >= cols.start) & (keys < cols.stop)
     w = torch.where(inside, sc.p[hs, rs, (keys - cols.start).clamp(0, cols.stop - cols.start - 1)], 0.0)
     for h, q, k, wt, score in zip(hs.tolist(), (rs + sc.rows.start).tolist(), keys.tolist(), w.tolist(),
-                                  vals[hs, js].tolist()):
+                                  scores.tolist()):
         offer((l, h, kind), score, (seg_id, q, k, wt, kind, score))
+    return torch.tensor([heaps[(l, h, kind)].floor() for h in range(H)])

@@ -55,7 +55,7 @@ def segment_pairs(ids: np.ndarray, special: np.ndarray) -> Pairs:
     after[:, 0] = False
     ir, ic = np.nonzero(after)
     sinks = np.unique(np.concatenate([[0], np.nonzero(special)[0]]))
-    t = lambda a: torch.as_tensor(a, dtype=torch.long)  # noqa: E731
+    t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.long).contiguous()  # noqa: E731
     return Pairs(n, t(sinks), torch.as_tensor(real), t(dr), t(dc), t(ir), t(ic))
 
 
@@ -188,49 +188,83 @@ def _probs(q, k, ka, lse, o, rows: slice, cols: slice, n: int, m: int):
     return p, torch.where(p > 0, logp, 0.0)
 
 
-def layer_chunks(lz, pairs: Pairs, z: torch.Tensor | None, causal: bool):
-    """Yield (RowScores, cols) for consecutive row chunks of one lazily kept layer (api.lazy.LazyLayer)."""
+@dataclass
+class Chunk:
+    """One row chunk's index work, the same for every layer with the same masking (worked out once a segment)."""
+
+    rows: slice
+    cols: slice
+    sinks: torch.Tensor  # sink keys, as chunk columns
+    qpos: torch.Tensor  # float (r,) query positions; kpos (c,) key positions
+    kpos: torch.Tensor
+    prev_r: torch.Tensor  # chunk rows that have a previous token among the chunk's keys, and that key's column
+    prev_c: torch.Tensor
+    flat: dict  # "duplicate" / "induction" -> (chunk rows (P,), flat row·c + col indices (P,))
+
+
+def chunk_plan(pairs: Pairs, n: int, m: int, H: int, causal: bool, o) -> list[Chunk]:
+    """The row chunks of a layer with options o (window, chunks) over n queries and m keys."""
+    step = max(1, min(n, CHUNK_CELLS // max(1, H * m)))
+    cols_all = torch.arange(m, dtype=torch.float32)
+    out = []
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        c_lo, c_hi = core_lazy.key_range(lo, hi, n, m, causal, o.window, o.chunk)  # keys these rows may see
+        cols = slice(c_lo, max(c_lo + 1, c_hi))
+        c = cols.stop - cols.start
+        sk = pairs.sink_cols[(pairs.sink_cols >= c_lo) & (pairs.sink_cols < cols.stop)] - c_lo
+        i = torch.arange(max(lo, 1), hi)
+        j = i + (m - n) - 1 - c_lo
+        ok = (j >= 0) & (j < c)
+        flat = {}
+        for kind, pr, pc in (("duplicate", pairs.dup_rows, pairs.dup_cols),
+                             ("induction", pairs.ind_rows, pairs.ind_cols)):
+            a, b = int(torch.searchsorted(pr, lo)), int(torch.searchsorted(pr, hi))  # pairs sorted by row
+            rr, cc = pr[a:b], pc[a:b]
+            keep = (cc >= c_lo) & (cc < cols.stop)
+            rr, cc = rr[keep] - lo, cc[keep] - c_lo
+            flat[kind] = (rr, rr * c + cc)
+        out.append(Chunk(slice(lo, hi), cols, sk, torch.arange(lo, hi, dtype=torch.float32) + (m - n),
+                         cols_all[cols], (i - lo)[ok], j[ok], flat))
+    return out
+
+
+def layer_chunks(lz, pairs: Pairs, z: torch.Tensor | None, causal: bool, plans: dict | None = None):
+    """Yield (RowScores, cols) for consecutive row chunks of one lazily kept layer (api.lazy.LazyLayer). plans:
+    a dict kept for one segment, so that layers with the same masking share their chunks' index work."""
     q, k, lse, o = lz.q, lz.k, lz.lse, lz.options
     H, n, m = q.shape[1], q.shape[-2], k.shape[-2]
     ka = None
     if _plain(o) and H % k.shape[1] == 0:
         ka = torch.cat([k[0].float(), torch.ones(k.shape[1], m, 1)], dim=-1)  # (H_kv, M, d + 1)
-    step = max(1, min(n, CHUNK_CELLS // max(1, H * m)))
-    cols_all = torch.arange(m, dtype=torch.float32)
-    sink_mask = torch.zeros(m, dtype=torch.bool)
-    sink_mask[pairs.sink_cols] = True
-    zs = None if z is None else torch.where(sink_mask, 0.0, z)  # sinks carry no copy
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        rows = slice(lo, hi)
-        c_lo, c_hi = core_lazy.key_range(lo, hi, n, m, causal, o.window, o.chunk)  # keys these rows may see
-        cols = slice(c_lo, max(c_lo + 1, c_hi))
+    plans = {} if plans is None else plans
+    key = (H, n, m, causal, o.window, o.chunk)
+    if key not in plans:
+        plans[key] = chunk_plan(pairs, n, m, H, causal, o)
+    zs = None
+    if z is not None:
+        zs = z.clone()
+        zs[:, pairs.sink_cols] = 0.0  # sinks carry no copy
+    for ch in plans[key]:
+        rows, cols = ch.rows, ch.cols
+        r = rows.stop - rows.start
         p, logp = _probs(q, k, ka, lse, o, rows, cols, n, m)
         values = {"entropy": torch.linalg.vecdot(p, logp) / -LN2}
-        sc = pairs.sink_cols[(pairs.sink_cols >= c_lo) & (pairs.sink_cols < cols.stop)] - c_lo
-        values["sink"] = p[..., sc].sum(-1) if len(sc) > 1 else (p[..., sc[0]] if len(sc) else torch.zeros(H, hi - lo))
-        r = hi - lo
-        qpos = torch.arange(lo, hi, dtype=torch.float32) + (m - n)
-        kpos = cols_all[cols]
+        sk = ch.sinks
+        values["sink"] = p[..., sk].sum(-1) if len(sk) > 1 else (p[..., int(sk[0])] if len(sk) else torch.zeros(H, r))
         if causal:
-            values["distance"] = qpos[None] * p.sum(-1) - p @ kpos
+            values["distance"] = ch.qpos[None] * p.sum(-1) - p @ ch.kpos
         else:
-            values["distance"] = (p * (qpos[:, None] - kpos[None]).abs()).sum(-1)
+            values["distance"] = (p * (ch.qpos[:, None] - ch.kpos[None]).abs()).sum(-1)
         prev = torch.zeros(H, r)
-        i = torch.arange(max(lo, 1), hi)
-        j = i + (m - n) - 1 - c_lo
-        ok = (j >= 0) & (j < cols.stop - cols.start)
-        if ok.any():
-            prev[:, (i - lo)[ok]] = p[:, (i - lo)[ok], j[ok]]
+        if len(ch.prev_r):
+            prev[:, ch.prev_r] = p[:, ch.prev_r, ch.prev_c]
         values["prev_token"] = prev
-        for kind, pr, pc in (("duplicate", pairs.dup_rows, pairs.dup_cols),
-                             ("induction", pairs.ind_rows, pairs.ind_cols)):
-            sel = (pr >= lo) & (pr < hi) & (pc >= c_lo) & (pc < cols.stop)
+        flat_p = p.reshape(H, -1)  # a view when p is contiguous (the fast path)
+        for kind, (rr, fi) in ch.flat.items():
             acc = torch.zeros(H, r)
-            if sel.any():
-                rr, cc = pr[sel] - lo, pc[sel] - c_lo
-                got = p.reshape(H, -1)[:, rr * p.shape[-1] + cc]
-                acc.index_add_(1, rr, got)
+            if len(rr):
+                acc.index_add_(1, rr, flat_p[:, fi])
             values[kind] = acc
         zc = None
         if zs is not None:
