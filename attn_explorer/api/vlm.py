@@ -254,7 +254,7 @@ class VisionLanguageModel(Model):
         feed = dict(prep.inputs)
         table = self.active_hooks()
         hooks = Hooks(table) if table else None
-        stop = {getattr(self.module.cfg, "text_eos", None)}
+        stop = stop_ids(self.module.cfg)
         for _ in range(int(max_new_tokens)):
             with torch.inference_mode():
                 out = self.module(output_attentions=True, cache=cache, hooks=hooks, **feed)
@@ -266,6 +266,13 @@ class VisionLanguageModel(Model):
                 break
             feed = {"input_ids": torch.tensor([[chosen]], device=self.device)}
         return gen
+
+
+def stop_ids(cfg) -> set:
+    """The ids generation stops at: the checkpoint's end token, or each of its end tokens where it lists several
+    (VLMConfig.text_eos a tuple: gemma-3-4b-it stops at <eos> 1 and <end_of_turn> 106)."""
+    eos = getattr(cfg, "text_eos", None)
+    return {int(i) for i in eos} if isinstance(eos, (tuple, list)) else ({int(eos)} if eos is not None else set())
 
 
 @dataclass

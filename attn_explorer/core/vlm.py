@@ -52,7 +52,7 @@ class VLMConfig:
     scale_factor: int = 1  # Idefics3: the side of the square of patches one image token stands for
     longest_edge: int | None = None  # Idefics3: the picture's longer side before tiling (None: one view)
     text_bos: int | None = None  # the decoder's BOS id (PaliGemma's processor writes it after the image)
-    text_eos: int | None = None  # generation stops here
+    text_eos: int | tuple | None = None  # generation stops here (a tuple: at any of them, e.g. Gemma 3's 1 and 106)
     head: bool = True  # the decoder has an LM head (set from the checkpoint by hub.convert.decoder_head)
     # Qwen2.5-VL (kind "qwen2_5_vl"; vision is a QwenVisionConfig):
     mrope_section: list | None = None  # the decoder's M-RoPE: frequencies per axis (t, h, w), summing to d_k / 2

@@ -56,6 +56,7 @@ def vlm_generation_job(model: Any, image: Any, text: str, max_new_tokens: int):
     import torch
 
     from attn_explorer.api.generate import Step
+    from attn_explorer.api.vlm import stop_ids
     from attn_explorer.errors import UserError
     from attn_explorer.session.jobs import configure_torch
 
@@ -72,7 +73,7 @@ def vlm_generation_job(model: Any, image: Any, text: str, max_new_tokens: int):
     yield VlmPromptInfo(text, list(prep.tokens), list(ids), image=prep.image,
                         image_token_positions=prep.image_token_positions, image_tiles=prep.image_tiles)
     module, cache, feed = model.module, model.module.new_cache(), dict(prep.inputs)
-    stop = {getattr(module.cfg, "text_eos", None)}
+    stop = stop_ids(module.cfg)  # any of the checkpoint's end tokens (Gemma 3 lists two)
     new: list[int] = []
     shown = ""
     for index in range(n_new):

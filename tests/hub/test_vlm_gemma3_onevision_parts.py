@@ -109,7 +109,7 @@ def shrunk(real: str) -> dict:
                                  image_size=32)
     if real.startswith("gemma"):
         assert cfg.image_tokens == 256 and cfg.pool == 4 and cfg.text.sliding_windows[:6] == [1024] * 5 + [None]
-        assert cfg.text.rope_linear_factor == 8.0 and cfg.text.head_dim == 256 and cfg.text_eos is None
+        assert cfg.text.rope_linear_factor == 8.0 and cfg.text.head_dim == 256 and cfg.text_eos == (1, 106)
         tiny["text_config"].update(hidden_size=48, intermediate_size=64, num_hidden_layers=7, sliding_window=5,
                                    vocab_size=VOCAB, num_attention_heads=4, num_key_value_heads=2, head_dim=12)
         tiny["vision_config"].update(patch_size=4)

@@ -100,6 +100,16 @@ def _special(cfg: dict, key: str, default: int):
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _eos(cfg: dict, default: int):
+    """The end token(s) generation stops at: one id, or a tuple of ids where the checkpoint lists several
+    (gemma-3-4b-it: `"eos_token_id": [1, 106]`, <eos> and <end_of_turn>); None: none readable."""
+    v = cfg.get("eos_token_id", (cfg.get("text_config") or {}).get("eos_token_id", default))
+    if isinstance(v, list):
+        ids = tuple(i for i in v if isinstance(i, int) and not isinstance(i, bool))
+        return ids if ids else None
+    return _special({"eos_token_id": v}, "eos_token_id", default)
+
+
 def _depth(layer, layers: int, family: str) -> int:
     """LLaVA's vision_feature_layer (an index into the tower's hidden states: 0 = the embeddings, -1 = the
     last block's output) as a count of blocks run."""
@@ -124,7 +134,7 @@ def _llava_config(cfg: dict) -> VLMConfig:
                      feature_depth=_depth(cfg.get("vision_feature_layer", -2), vision.num_layers, "llava"),
                      drop_class_token=strategy == "default" and vision.class_token,
                      projector_act=ACTS[proj_act], projector_bias=bool(cfg.get("multimodal_projector_bias", True)),
-                     text_bos=_special(cfg, "bos_token_id", 1), text_eos=_special(cfg, "eos_token_id", 2))
+                     text_bos=_special(cfg, "bos_token_id", 1), text_eos=_eos(cfg, 2))
 
 
 _PALIGEMMA_TOWER = dict(intermediate_size=4096, hidden_size=1152, patch_size=14, image_size=224, num_hidden_layers=27,
@@ -140,7 +150,7 @@ def _paligemma_config(cfg: dict) -> VLMConfig:
     return VLMConfig(vision=vision, text=text, kind="paligemma",
                      image_token_id=int(cfg.get("image_token_index", cfg.get("image_token_id", 256000))),
                      feature_depth=vision.num_layers, drop_class_token=False, prefix_lm=True,
-                     text_bos=_special(cfg, "bos_token_id", 2), text_eos=_special(cfg, "eos_token_id", 1))
+                     text_bos=_special(cfg, "bos_token_id", 2), text_eos=_eos(cfg, 1))
 
 
 def _idefics3_config(cfg: dict) -> VLMConfig:
@@ -153,7 +163,7 @@ def _idefics3_config(cfg: dict) -> VLMConfig:
     return VLMConfig(vision=vision, text=_decoder(cfg, "idefics3", "llama"), kind="idefics3",
                      image_token_id=int(cfg.get("image_token_id", 128257)), feature_depth=vision.num_layers,
                      drop_class_token=False, scale_factor=s, text_bos=_special(cfg, "bos_token_id", 1),
-                     text_eos=_special(cfg, "eos_token_id", 2))
+                     text_eos=_eos(cfg, 2))
 
 
 _T, _L = r"(?:model\.)?vision_tower\.(?:vision_model\.)?", r"(?:model\.)?language_model\.(?:model\.)?"
@@ -246,7 +256,7 @@ def _qwen2_5_vl_config(cfg: dict) -> VLMConfig:
                         f"hidden_size {text.dim}")
     return VLMConfig(vision=vision, text=text, kind="qwen2_5_vl", image_token_id=int(cfg.get("image_token_id", 151655)),
                      drop_class_token=False, mrope_section=list(section), text_bos=None,
-                     text_eos=_special(cfg, "eos_token_id", 151645))
+                     text_eos=_eos(cfg, 151645))
 
 
 _QV, _QL = r"(?:model\.)?visual\.", r"(?:model\.language_model\.|model\.)"
@@ -321,7 +331,7 @@ def _qwen3_vl_config(cfg: dict) -> VLMConfig:
         raise UserError("qwen3_vl: more deepstack_visual_indexes than decoder layers")
     return VLMConfig(vision=vision, text=text, kind="qwen3_vl", image_token_id=int(cfg.get("image_token_id", 151655)),
                      drop_class_token=False, mrope_section=list(section), mrope_interleaved=True, text_bos=None,
-                     text_eos=_special(cfg, "eos_token_id", 151645))
+                     text_eos=_eos(cfg, 151645))
 
 
 ARCHITECTURES["qwen3_vl"] = Architecture(

@@ -13,7 +13,7 @@ from attn_explorer.core.vlm import VLMConfig, VisionLanguage
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import ARCHITECTURES, Architecture
 from attn_explorer.hub.families.gemma import GEMMA_RULES, _gemma_config
-from attn_explorer.hub.families.vlm import _HEAD, _IGNORE, _L, _TOWER_RULES, _special, _tower
+from attn_explorer.hub.families.vlm import _HEAD, _IGNORE, _L, _TOWER_RULES, _eos, _special, _tower
 
 
 def _whole(cfg: dict, key: str, default: int) -> int:
@@ -43,7 +43,7 @@ def _gemma3_vlm_config(cfg: dict) -> VLMConfig:
     eps = (cfg.get("vision_config") or {}).get("layer_norm_eps", 1e-6)
     return VLMConfig(vision=vision, text=text, kind="gemma3", image_token_id=image_id,
                      feature_depth=vision.num_layers, drop_class_token=False, pool=patches // side, soft_emb_eps=eps,
-                     text_bos=_special(cfg, "bos_token_id", 2), text_eos=_special(cfg, "eos_token_id", 1),
+                     text_bos=_special(cfg, "bos_token_id", 2), text_eos=_eos(cfg, 1),
                      boi_token_id=_whole(cfg, "boi_token_index", 255999),
                      eoi_token_id=_whole(cfg, "eoi_token_index", 256000))
 
