@@ -165,6 +165,7 @@ def _keep_flash_cpu(q, k, v, o: LayerOptions, chunk: int = 1024):
         chunk = o.chunk * max(1, chunk // o.chunk) if o.chunk <= chunk else o.chunk
     out = q.new_empty(B, H, N, v.shape[-1])
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
+    bands: dict = {}
     for a in range(0, N, chunk):
         _check_stop()  # issue 24: a stop asked by the caller ends the forward between query chunks
         rows = slice(a, min(N, a + chunk))
@@ -174,9 +175,19 @@ def _keep_flash_cpu(q, k, v, o: LayerOptions, chunk: int = 1024):
             lse[:, :, rows] = NEG_INF
             continue
         cols = slice(c0, c1)
-        cm = _chunk_mask(km, o, rows, cols, N, M, q.device)
+        # issue 24 A: without a padding mask a window's band is the same for every full chunk (its rows start
+        # the same distance after its first key): made once per layer, not per chunk; and with N <= M every row
+        # sees its own key, so no row can be dead (no isneginf / all pass over the mask)
+        band_only = km is None and o.chunk is None
+        key = (rows.stop - rows.start, c1 - c0, rows.start + M - N - c0) if band_only else None
+        cm = bands.get(key) if band_only else None
+        if cm is None:
+            cm = _chunk_mask(km, o, rows, cols, N, M, q.device)
+            if band_only:
+                bands[key] = cm
         ob, lb = _flash_cpu(q[:, :, rows], k[:, :, cols], v[:, :, cols], 0.0, False, attn_mask=cm, scale=o.scale)
-        _dead_rows(lb, cm, None, rows, cols, N, M)
+        if km is not None or N > M:
+            _dead_rows(lb, cm, None, rows, cols, N, M)
         out[:, :, rows], lse[:, :, rows] = ob, lb
     return out, lse
 
