@@ -89,6 +89,21 @@ class ImageBlock:
     short: str
 
 
+def _unplaced(mine: np.ndarray) -> str:
+    """The label's words for a view's image tokens without a place ((row, col) -1): a token right after a placed
+    one ends a row (LLaVA OneVision's newline tokens, one per row of the canvas), any other is the tower's class
+    token (LLaVA's "full" strategy keeps it ahead of the patches)."""
+    mine = mine[np.argsort(mine[:, 0])]
+    loose = np.flatnonzero(mine[:, 2] < 0)
+    if not loose.size:
+        return ""
+    ends = int(sum(1 for i in loose if i > 0 and mine[i - 1, 2] >= 0 and mine[i - 1, 0] == mine[i, 0] - 1))
+    cls = loose.size - ends
+    words = ([f"{ends} row end{'s' if ends != 1 else ''}"] if ends else []) + \
+        ([("class token" if cls == 1 else f"{cls} class tokens")] if cls else [])
+    return " + " + " + ".join(words)
+
+
 def image_blocks(r: Any) -> list[ImageBlock]:
     """The image tokens of a vision-language run as contiguous blocks, one per view (a view split by other tokens
     gives one block per run); [] for any other run."""
@@ -102,7 +117,7 @@ def image_blocks(r: Any) -> list[ImageBlock]:
         mine = pos[pos[:, 1] == t]
         placed = mine[mine[:, 2] >= 0]
         R, C = (int(placed[:, 2].max()) + 1, int(placed[:, 3].max()) + 1) if len(placed) else (0, 0)
-        cls = " + class token" if len(placed) < len(mine) else ""
+        cls = _unplaced(mine)
         if not n_tiles:
             label, short = f"image {R} × {C}{cls}", f"image {R}×{C}"
         elif t == n_tiles:

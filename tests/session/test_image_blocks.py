@@ -41,3 +41,21 @@ def test_class_token_and_tiles(tmp_path, name):
 def test_a_text_run_has_none():
     r = ax.load_model("textbook", device="cpu").run("the cat sat")
     assert image_blocks(r) == [] and image_blocks(None) == []
+
+
+def test_onevision_row_ends_are_not_called_a_class_token(tmp_path):
+    """LLaVA OneVision's canvas ends each row with a newline token, which has no place ((row, col) -1, as a tower's
+    class token): the band says "+ row ends", one per row, and no view of it claims a class token."""
+    from tests.hub.test_parity_vlm_gemma3_onevision import PROMPTS as OV_PROMPTS, make as ov_make
+
+    ov_make(tmp_path, "llava_onevision")
+    r = ax.load_model(str(tmp_path), device="cpu").run(picture(), text=OV_PROMPTS["llava_onevision"])
+    blocks = image_blocks(r)
+    assert not any("class token" in b.label for b in blocks), [b.label for b in blocks]
+    pos = r.image_token_positions
+    canvas = [b for b in blocks if b.tile == 0]
+    (b,) = canvas
+    ends = int(((pos[:, 1] == 0) & (pos[:, 3] < 0)).sum())
+    assert ends == b.rows and b.stop - b.start == b.rows * (b.cols + 1)  # one newline token after each row
+    assert b.label.endswith(f"{b.rows} × {b.cols} + {b.rows} row ends"), b.label
+    assert all(r.tokens[i].startswith("<image newline") for i in pos[(pos[:, 1] == 0) & (pos[:, 3] < 0), 0])
