@@ -17,9 +17,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attn_explorer.errors import UserError
 from attn_explorer.hub.images import ImagePreprocess
+
+if TYPE_CHECKING:  # the fields' types only
+    import numpy as np
 
 IMAGE_TOKEN = "<image>"
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtCore import QRectF, Signal
 from PySide6.QtWidgets import QComboBox, QLabel, QSizePolicy, QTextBrowser, QVBoxLayout, QWidget
 
 from attn_explorer.gui.widgets.heatmap import colormap, set_bar_label
