@@ -32,11 +32,19 @@ def hover_line(atlas, layer: int, head: int, first: tuple[str, ...] = ()) -> str
     return f"L{layer} H{head}: {vals}"
 
 
-def _piece(t: str) -> tuple[str, bool]:
-    """A token as shown, and whether a space goes before it (wordpieces '##ing' and tokens that carry their own
-    leading space join without one)."""
+def _marks_spaces(tokens: list[str]) -> bool:
+    """Whether these tokens carry their own word starts (byte-level ' the', SentencePiece '▁the'): then a token
+    without one continues the word before it ('TH' 'ES' 'E' 'US' is THESEUS) and pieces join with nothing."""
+    return any(t[:1] in (" ", "▁") for t in tokens)
+
+
+def _piece(t: str, marked: bool) -> tuple[str, bool]:
+    """A token as shown, and whether a space goes before it: wordpieces '##ing' join the word before; where the
+    tokenizer marks word starts (`marked`), only a marked token starts a word, its mark shown as a space."""
     if t.startswith("##"):
         return t[2:], False
+    if marked:
+        return (" " + t[1:] if t[:1] == "▁" else t), False
     if t[:1] in (" ", "\n", "\t"):
         return t, False
     return t, True
@@ -45,8 +53,9 @@ def _piece(t: str) -> tuple[str, bool]:
 def snippet_html(tokens: list[str], query_at: int, key_at: int) -> str:
     """The window of tokens as HTML, the query and the key marked (the query in amber, the key in cyan)."""
     out = []
+    marked = _marks_spaces(tokens)
     for i, t in enumerate(tokens):
-        text, space = _piece(t)
+        text, space = _piece(t, marked)
         text = html.escape(text.replace("\n", "⏎").replace("\\n", "⏎"))  # a newline, or its display "\\n"
         style = BOTH_STYLE if i == query_at == key_at else QUERY_STYLE if i == query_at else \
             KEY_STYLE if i == key_at else ""
