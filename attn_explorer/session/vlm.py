@@ -78,7 +78,8 @@ def vlm_overlay_job(r: Any, query: int, layer: int, head: int, average: str = "h
 class ImageBlock:
     """One run of image tokens the one-head view draws as a labelled band: tokens start..stop-1, one view (a tile,
     the global view, or the one picture) of rows × cols image tokens; `label` in words ("image tile 2 (t1),
-    16 × 16", "image global view, 16 × 16", "image 16 × 16"), `short` for an axis ("tile 2 16×16")."""
+    16 × 16", "image global view, 16 × 16", "image 16 × 16"; OneVision's "image base view, 27 × 27" and "image canvas,
+    54 × 54 + 54 row ends"), `short` for an axis ("tile 2 16×16")."""
 
     start: int
     stop: int
@@ -112,13 +113,18 @@ def image_blocks(r: Any) -> list[ImageBlock]:
     pos = r.image_token_positions
     tiles = r.image_tiles
     n_tiles = tiles[0] * tiles[1] if tiles is not None else 0
+    # LLaVA OneVision runs without image_tiles yet has two views: tile 0 the canvas, tile 1 the base view
+    two_views = tiles is None and set(np.unique(pos[:, 1]).tolist()) == {0, 1}
     out = []
     for t in np.unique(pos[:, 1]):
         mine = pos[pos[:, 1] == t]
         placed = mine[mine[:, 2] >= 0]
         R, C = (int(placed[:, 2].max()) + 1, int(placed[:, 3].max()) + 1) if len(placed) else (0, 0)
         cls = _unplaced(mine)
-        if not n_tiles:
+        if two_views:
+            name = "canvas" if t == 0 else "base view"
+            label, short = f"image {name}, {R} × {C}{cls}", f"{name.split()[0]} {R}×{C}"
+        elif not n_tiles:
             label, short = f"image {R} × {C}{cls}", f"image {R}×{C}"
         elif t == n_tiles:
             label, short = f"image global view, {R} × {C}{cls}", f"global {R}×{C}"

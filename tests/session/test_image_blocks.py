@@ -59,3 +59,21 @@ def test_onevision_row_ends_are_not_called_a_class_token(tmp_path):
     assert ends == b.rows and b.stop - b.start == b.rows * (b.cols + 1)  # one newline token after each row
     assert b.label.endswith(f"{b.rows} × {b.cols} + {b.rows} row ends"), b.label
     assert all(r.tokens[i].startswith("<image newline") for i in pos[(pos[:, 1] == 0) & (pos[:, 3] < 0), 0])
+
+
+def test_onevision_names_its_base_view_and_canvas(tmp_path):
+    """OneVision runs without image_tiles, yet it has two views: tile 1 the base view (the whole picture at the
+    tower's size, first in the prompt), tile 0 the canvas (the tiles as one grid, a newline after each row). Each
+    band says which it is, not a bare "image"."""
+    from tests.hub.test_parity_vlm_gemma3_onevision import PROMPTS as OV_PROMPTS, make as ov_make
+
+    ov_make(tmp_path, "llava_onevision")
+    r = ax.load_model(str(tmp_path), device="cpu").run(picture(), text=OV_PROMPTS["llava_onevision"])
+    assert r.image_tiles is None
+    blocks = image_blocks(r)
+    (base,) = [b for b in blocks if b.tile == 1]
+    (canvas,) = [b for b in blocks if b.tile == 0]
+    assert base.start < canvas.start  # the base view's tokens come first in the prompt
+    assert base.label == f"image base view, {base.rows} × {base.cols}" and base.short == f"base {base.rows}×{base.cols}"
+    assert canvas.label == f"image canvas, {canvas.rows} × {canvas.cols} + {canvas.rows} row ends", canvas.label
+    assert canvas.short == f"canvas {canvas.rows}×{canvas.cols}"
