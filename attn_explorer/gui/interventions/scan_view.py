@@ -1,5 +1,6 @@
 """`ScanResults`: a scan's answer on the Switch-off page, every cell's effect as a blue − white + red grid
 beside a sortable table of the largest ones. A click on a cell or a row emits `cell_opened(layer, col)`.
+A hybrid's layer with fewer heads than the widest (Scan.exists False) is greyed over and opens nothing.
 Drawing only; the Scan comes from `session.interventions`."""
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from attn_explorer.session.interventions import SCANS
 
 TOP_ROWS = 40  # table rows of a scan (the largest effects)
 HEADERS = ["#", "L", "H", "effect"]
+ABSENT_GREY = (150, 150, 150, 255)  # a head its layer does not have (issue 25): neither white (effect 0) nor a colour
 
 
 class ScanResults(QSplitter):
@@ -30,6 +32,8 @@ class ScanResults(QSplitter):
         self.image = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
         self.image.setLookupTable(colormap("CET-D1").getLookupTable(0, 1, 256))  # blue − white + red
+        self.absent = pg.ImageItem(axisOrder="row-major")  # RGBA over the effect: grey where no such head
+        self.plot.addItem(self.absent)
         self.canvas.scene().sigMouseClicked.connect(self._clicked)
         self.stack = CanvasStack(self.canvas, "Run a scan to see every cell's effect here.")
         self.table = QTableWidget(0, 4)
@@ -69,6 +73,11 @@ class ScanResults(QSplitter):
         v = float(np.abs(e).max()) or 1e-6
         self.image.setImage(e.astype(np.float32), levels=(-v, v), autoLevels=False)
         self.image.setRect(0, 0, cols, rows)
+        missing = ~np.asarray(s.exists, dtype=bool)
+        shade = np.zeros((rows, cols, 4), dtype=np.uint8)
+        shade[missing] = ABSENT_GREY
+        self.absent.setImage(shade, levels=(0, 255), autoLevels=False)
+        self.absent.setRect(0, 0, cols, rows)
         per_position = s.kind == "patch-position"
         label_cells(self.plot, rows, cols, [token_text(t, 8) for t in s.tokens] if per_position else None)
         self.plot.setRange(xRange=(0, cols), yRange=(0, rows), padding=0)
@@ -80,7 +89,7 @@ class ScanResults(QSplitter):
         base = f"clean {s.clean:.4f}" + ("" if s.corrupt is None else f", corrupt {s.corrupt:.4f}")
         return (f"<b>{s.metric}</b>: {base}. Colour and table: {s.effect_label} (red above 0, blue "
                 f"below, ±{v:.3g} at full colour); the largest: <b>{where}</b> ({best[2]:+.3f}). "
-                f"{s.passes} forward pass{'es' * (s.passes != 1)}.")
+                f"{s.passes} forward pass{'es' * (s.passes != 1)}." + _absent_words(int(missing.sum())))
 
     def _fill_table(self, per_position: bool) -> None:
         s = self.scan
@@ -116,5 +125,10 @@ class ScanResults(QSplitter):
         if self.scan is None or ev.button() != Qt.LeftButton:
             return
         hit = cell_under(self.plot, ev.scenePos(), np.shape(self.scan.values))
-        if hit is not None:
+        if hit is not None and self.scan.exists[hit]:  # a head its layer does not have opens nothing
             self.cell_opened.emit(*hit)
+
+
+def _absent_words(n: int) -> str:
+    return "" if not n else (f" Grey: {n} cell{'s' * (n != 1)} where the layer has no such head (a hybrid's "
+                             "narrower layer); a click there opens nothing.")
