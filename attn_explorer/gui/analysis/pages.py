@@ -63,6 +63,12 @@ def _atlas(state):  # issue 27: every head over a corpus
     return AtlasPage(state)
 
 
+def _lab(state):  # issue 27 B: induction and retrieval heads, checked by ablation
+    from attn_explorer.gui.analysis.lab import LabPage
+
+    return LabPage(state)
+
+
 def _custom(state):
     from attn_explorer.gui.analysis.custom import CustomAnalysisPage
 
@@ -79,5 +85,6 @@ ANALYSIS_PAGES: list[Page] = [
     Page("lines", "Lines", _lines, GROUP),
     Page("corpus", "Corpus", _corpus, GROUP),
     Page("atlas", "Atlas", _atlas, GROUP),  # issue 27: every head over a corpus, two models matched
+    Page("lab", "Lab", _lab, GROUP),  # issue 27 B: induction and retrieval heads, each checked by ablation
     Page("custom", "Your analyses", _custom, GROUP),  # ax.register_analysis(name, fn): one page, a chooser
 ]

@@ -1,0 +1,122 @@
+"""The Lab page's drawing: an L×H grid of head scores, the accuracy grid by (length, depth), the ablation
+check's bars (clean, the top heads off, each random set off with their mean ± spread), and the words under
+them. Drawing only: the numbers come from `session.lab`'s jobs.
+"""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF
+
+from attn_explorer.gui.analysis.common import HeatPanel, cell_plot, label_cells, peak
+from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
+
+TOP_LISTED = 10  # heads in the side list
+
+
+def heads_text(heads) -> str:
+    return ", ".join(f"L{l} H{h}" for l, h in heads)
+
+
+def ranking_line(layer: int, head: int, score: float, what: str) -> str:
+    return f"L{layer} H{head}   {what} {score:.3f}"
+
+
+def verdict_html(check, what: str) -> str:
+    """The check in words: the figures, then whether the top heads matter more than random ones."""
+    k, n = len(check.top_heads), len(check.random)
+    better = "higher" if check.higher_is_worse else "lower"
+    fmt = (lambda v: f"{v:.3f}") if check.higher_is_worse else (lambda v: f"{v:.0%}")
+    head = (f"<b>Switching off the top {k} {what} heads ({heads_text(check.top_heads)})</b> "
+            f"{'matters more' if check.passed else '<u>does not</u> matter more'} than switching off {k} random "
+            f"heads.")
+    figures = (f"{html.escape(check.what)}: clean {fmt(check.clean)}; top {k} off {fmt(check.top)}; "
+               f"{n} random sets of {k} off {fmt(check.random_mean)} ± {fmt(check.random_spread)} (mean ± sd). "
+               f"Worse is {better}.")
+    return f"{head}<br>{figures}"
+
+
+class LabCanvas:
+    """What the page's canvas shows: built afresh for every result, so nothing of an old one stays."""
+
+    def __init__(self, canvas: pg.GraphicsLayoutWidget, cmap: str):
+        self.canvas = canvas
+        self.cmap = cmap
+        self.heads: np.ndarray | None = None  # the (L, H) scores drawn in the head grid
+        self.head_plot: pg.PlotItem | None = None
+        self.accuracy: HeatPanel | None = None
+        self.bar_plot: pg.PlotItem | None = None
+
+    def clear(self) -> None:
+        self.canvas.clear()
+        self.heads, self.head_plot, self.accuracy, self.bar_plot = None, None, None, None
+
+    # ------------------------------------------------------------------------------------ pieces
+    def _head_grid(self, scores: np.ndarray, row: int, col: int, title: str, label: str) -> None:
+        L, H = scores.shape
+        p = self.head_plot = cell_plot(self.canvas, row, col)
+        p.setLabel("left", "layer")
+        p.setLabel("bottom", "head")
+        img = pg.ImageItem(axisOrder="row-major")
+        p.addItem(img)
+        shown = np.nan_to_num(scores.astype(np.float32), nan=0.0)
+        top = peak(shown)
+        img.setImage(shown, levels=(0.0, top), autoLevels=False)
+        img.setRect(QRectF(0, 0, H, L))
+        bar = pg.ColorBarItem(values=(0.0, top), colorMap=colormap(self.cmap), interactive=False, width=12)
+        bar.setImageItem(img, insert_in=p)
+        set_bar_label(bar, label)
+        p.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
+        label_cells(p, L, H)
+        p.setTitle(title)
+        self.heads = scores
+
+    def _bars(self, check, row: int, col: int, colspan: int = 1) -> None:
+        p = self.bar_plot = self.canvas.addPlot(row=row, col=col, colspan=colspan)
+        p.setMenuEnabled(False)
+        p.hideButtons()
+        p.setMouseEnabled(x=False, y=False)
+        k, n = len(check.top_heads), len(check.random)
+        heights = [check.clean, check.top, check.random_mean]
+        colours = ["#8a8a8a", "#d62728", "#1f77b4"]
+        p.addItem(pg.BarGraphItem(x=[0, 1, 2], height=heights, width=0.6, brushes=colours))
+        p.addItem(pg.ErrorBarItem(x=np.array([2.0]), y=np.array([check.random_mean]),
+                                  height=np.array([2 * check.random_spread]), beam=0.2, pen=pg.mkPen("k", width=2)))
+        p.addItem(pg.ScatterPlotItem(x=np.full(n, 2.0) + np.linspace(-0.15, 0.15, n) if n > 1 else np.full(n, 2.0),
+                                     y=np.array(check.random, dtype=float), size=6, brush="w", pen="k"))
+        p.getAxis("bottom").setTicks([[(0, "clean"), (1, f"top {k} off"), (2, f"{n} random sets of {k} off")], []])
+        p.setLabel("left", check.what)
+        top = max([*heights, *check.random, 1e-6])
+        p.setRange(xRange=(-0.6, 2.6), yRange=(0, top * 1.15), padding=0)
+        p.setTitle("check by ablation (bars: clean, top heads off, random sets' mean ± sd; dots: each set)")
+
+    # ------------------------------------------------------------------------------------ the two views
+    def show_induction(self, scores: np.ndarray, check, name: str) -> None:
+        self.clear()
+        self._head_grid(scores, 0, 0, f"{html.escape(name)}: induction score per head", "induction score")
+        if check is not None:
+            self._bars(check, 0, 1)
+            self.canvas.ci.layout.setColumnStretchFactor(0, 3)
+            self.canvas.ci.layout.setColumnStretchFactor(1, 2)
+
+    def show_retrieval(self, result, check, name: str) -> None:
+        self.clear()
+        acc = self.accuracy = HeatPanel(self.canvas, 0, 0, self.cmap, label="accuracy", rotate=False)
+        acc.show(np.asarray(result.accuracy, dtype=np.float32), [f"{n:,}" for n in result.lengths],
+                 [f"{d:g}" for d in result.depths], (0.0, 1.0), self.cmap,
+                 title="needle accuracy (rows: length in tokens; columns: depth)")
+        self._head_grid(result.scores, 0, 1, f"{html.escape(name)}: retrieval score per head", "retrieval score")
+        if check is not None:
+            self._bars(check, 1, 0, colspan=2)
+
+    # ------------------------------------------------------------------------------------ clicks
+    def head_at(self, scene_pos) -> tuple[int, int] | None:
+        if self.heads is None or self.head_plot is None:
+            return None
+        return cell_under(self.head_plot, scene_pos, self.heads.shape)
+
+    def head_centre(self, layer: int, head: int):
+        """Scene position of a head's cell (tests click here)."""
+        return cell_centre(self.head_plot, layer, head)
