@@ -257,6 +257,9 @@ def main(argv=None) -> int:
         if res.returncode != 0:
             print(res.stderr[-2000:], file=sys.stderr)
             return 1
+        for line in res.stderr.splitlines():  # the child's notes: what loaded, in how long
+            if line.startswith("note:"):
+                print(f"n={n}: {line}", file=sys.stderr)
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
         print(f"n={n}: done", file=sys.stderr, flush=True)  # each size as it ends
     print(tables(rows, args.dtypes, args.plain))
