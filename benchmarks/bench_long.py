@@ -173,9 +173,9 @@ def _eager(src, dt, inputs, need, reps):
         return _median_ms(lambda: hf(input_ids=inputs["input_ids"], output_attentions=True), reps)
 
 
-def _fmt_ms(v) -> str:
+def _fmt_ms(v, missing: str = "not run") -> str:
     if v is None:
-        return "not run"
+        return missing
     return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
 
 
@@ -206,7 +206,8 @@ def tables(rows: list[dict], dtypes: list[str], plain: bool) -> str:
                      _ratio(d["lazy_over_hf"])]
             cells += [_fmt_ms(d["plain_ms"]), _ratio(d["lazy_over_plain"])] if plain else []
             cells += [human_bytes(d["kept"]), human_bytes(d["dense"]), f"{100 * d['kept'] / d['dense']:.3g} %",
-                      _fmt_ms(d.get("pool_local_ms")), _fmt_ms(d.get("pool_global_ms")), _fmt_ms(d["window_ms"]),
+                      _fmt_ms(d.get("pool_local_ms"), "no such layer"),
+                      _fmt_ms(d.get("pool_global_ms"), "no such layer"), _fmt_ms(d["window_ms"]),
                       _fmt_ms(d["row_ms"]), eager, human_bytes(r["rss"])]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
