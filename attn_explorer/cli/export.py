@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "value-weighted norms and (L, H, N) value norms; stats: (L, H) per-head statistics; relevance: "
                    "(M, N) each token's relevance by gradient rollout, AttnLRP (subset), rollout and raw attention), "
                    "or the name of your own analysis (ax.register_analysis, or a package's attn_explorer.analyses "
-                   "entry point), saved as analysis_NAME")
+                   "entry point), saved as analysis_NAME. Vision-language models (--image and --text): rollout, "
+                   "stats, relevance and your own, over the decoder's image and text tokens")
     p.add_argument("--relevance-target", default=None, help="with --analysis relevance: what is explained, the class "
                    "(images; default: the predicted one), the next token (decoders; default: the most likely) or a "
                    "reference sentence whose similarity is explained (encoders; needed)")
@@ -173,9 +174,12 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{model.info.name} is an image model: it reads no prompt; drop --text")
         x, kw = args.image, {"dk_scale": dk, "image_size": image_size}
         if model.info.modality == "image-text":  # issue 26: the decoder's maps, the tower's and the image tokens'
-            if analyses or chosen is not None:
-                raise UserError(f"{model.info.name}: --analysis, --layers, --heads and --pool are not supported yet "
+            if chosen is not None:
+                raise UserError(f"{model.info.name}: --layers, --heads and --pool are not supported yet "
                                 "for vision-language models")
+            if "norms" in analyses:  # before the run: api.vlm's trace serves interventions and relevance only
+                raise UserError(f"{model.info.name}: --analysis norms is not supported yet for vision-language "
+                                "models (rollout, stats, relevance and your own analyses are)")
             kw = {"dk_scale": dk, "text": text, **({"image_size": image_size} if image_size else {}),
                   **({"max_tokens": max_tokens} if max_tokens else {})}
     else:
@@ -191,12 +195,15 @@ def run(args: argparse.Namespace) -> int:
             kw["target"] = target
     check_choice(chosen, model.info)
     r = model.run(x, **kw)
-    for note in r.notes:
+    if model.info.modality == "image-text":  # the analyses run the model again on the pair, as analyses take it
+        x_an, kw_an = (x, text), {"dk_scale": dk}
+    else:
+        x_an, kw_an = x, {k: v for k, v in kw.items() if k != "target"}
+    extra = analysis_arrays(model, r, x_an, kw_an, analyses, relevance_target=getattr(args, "relevance_target", None))
+    for note in r.notes:  # after the analyses: one that refuses is one line on its own
         print(f"note: {note}", file=sys.stderr)
     if not model.info.trained:
         print(f"note: {model.info.name} is untrained ({model.info.note})", file=sys.stderr)
-    extra = analysis_arrays(model, r, x, {k: v for k, v in kw.items() if k != "target"}, analyses,
-                            relevance_target=getattr(args, "relevance_target", None))
     if target is not None:
         extra.update(target_arrays(r))
     if getattr(r, "image_token_positions", None) is not None:  # vision-language: the tower's maps, the image tokens
@@ -382,8 +389,10 @@ def analysis_arrays(model, r, x, run_kw: dict, names: list[str], relevance_targe
     if "stats" in names:
         from attn_explorer.analysis.stats import STATISTICS, head_stats
 
-        patch = model.info.patch_size if r.grid is not None else None
-        s = head_stats(r.attentions, r.special, r.grid, r.patch_offset, patch)
+        # a vision-language run's r.grid is its tower's: the decoder's maps are over tokens, so distances are too
+        grid = None if getattr(r, "image_token_positions", None) is not None else r.grid
+        patch = model.info.patch_size if grid is not None else None
+        s = head_stats(r.attentions, r.special, grid, r.patch_offset if grid is not None else 0, patch)
         for k in STATISTICS:
             out[f"stats_{k}"] = np.asarray(s.get(k), dtype=np.float64)
         out["stats_distance_unit"] = np.asarray(s.distance_unit, dtype=np.str_)
