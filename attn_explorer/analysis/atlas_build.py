@@ -236,6 +236,7 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
                         z = copy.z(l, v, ids, u)
                     acc = {kind: torch.zeros(H, dtype=torch.float64) for kind in METRICS}
                     copy_w = torch.zeros(H, dtype=torch.float64)
+                    cands: dict = {kind: [] for kind in kinds}  # the layer's candidates, offered once at its end
                     for sc, cols in am.layer_chunks(lz, pairs, z, info.causal, plans):
                         r = sc.rows
                         for kind in METRICS:
@@ -245,12 +246,11 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
                             acc[kind] += val @ fmask[kind][r]
                             if kind == "copy":
                                 copy_w += (1.0 - sc.values["sink"]) @ fmask[kind][r]
-                            floors[kind][l] = _offer_rows(kind, val, tmask[kind][r], sc, cols, l, heaps, top_k, pairs,
-                                                          seg_id, offer, floors[kind][l])
-                        for h, w, q, k in am.top_weights(sc.p, r, cols, pairs.sink_cols, top_k, floors["weight"][l]):
-                            if w > heaps[(l, h, "weight")].floor():
-                                offer((l, h, "weight"), w, (seg_id, q, k, w, "weight", w))
-                        floors["weight"][l] = torch.tensor([heaps[(l, h, "weight")].floor() for h in range(H)])
+                            cands[kind].append(_row_candidates(kind, val, tmask[kind][r], sc, cols, top_k, pairs,
+                                                               floors[kind][l]))
+                        cands["weight"].append(am.top_weights(sc.p, r, cols, pairs.sink_cols, floors["weight"][l]))
+                    for kind in kinds:
+                        floors[kind][l] = _push(cands[kind], l, kind, heaps, top_k, seg_id, offer, H)
                     for kind in METRICS:
                         sums[kind][l] += acc[kind].numpy()
                     counts["copy"][l] += copy_w.numpy()
@@ -293,9 +293,10 @@ def _notes(copy, context: int) -> dict[str, str]:
     return out
 
 
-def _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, seg_id, offer, floor):
-    """Offer a chunk's best rows by one metric to each head's heap: only those above the heap's floor (H,), their
-    keys found for all candidates at once. Returns the heaps' floors after."""
+def _row_candidates(kind, val, mk, sc, cols, top_k, pairs, floor):
+    """A chunk's rows that may enter each head's heap by one metric: those above the heap's floor (H,) (each
+    head's best k of them when many), their keys found for all candidates at once. Returns tensors (head, query,
+    key, weight, score) in the order the rows would be offered."""
     import torch
 
     from attn_explorer.analysis.atlas_math import row_keys
@@ -313,11 +314,30 @@ def _offer_rows(kind, val, mk, sc, cols, l, heaps, top_k, pairs, seg_id, offer, 
         hs, js = torch.nonzero((vals > floor[:, None]) & torch.isfinite(vals), as_tuple=True)
         rs, scores = idx[hs, js], vals[hs, js]
     if len(hs) == 0:
-        return floor
+        return None
     keys = row_keys(kind, sc, cols, hs, rs, pairs)
     inside = (keys >= cols.start) & (keys < cols.stop)
     w = torch.where(inside, sc.p[hs, rs, (keys - cols.start).clamp(0, cols.stop - cols.start - 1)], 0.0)
-    for h, q, k, wt, score in zip(hs.tolist(), (rs + sc.rows.start).tolist(), keys.tolist(), w.tolist(),
-                                  scores.tolist()):
-        offer((l, h, kind), score, (seg_id, q, k, wt, kind, score))
+    return hs, rs + sc.rows.start, keys, w, scores
+
+
+def _push(cands, l, kind, heaps, top_k, seg_id, offer, H):
+    """Offer one layer's candidates (a list of _row_candidates / top_weights results) to the heads' heaps, in the
+    order they came, but only those at or above each head's k-th best score: one below it would be pushed out by
+    k better ones whatever the order, so the heaps end exactly as when offering every one in turn (ties
+    included). Returns the heaps' floors (H,) after."""
+    import torch
+
+    cands = [c for c in cands if c is not None]
+    if cands:
+        hs, qs, ks, ws, scores = (torch.cat(parts) for parts in zip(*cands))
+        hn, sn = hs.numpy(), scores.double().numpy()
+        order = np.lexsort((-sn, hn))  # by head, then score, the largest first
+        first = np.searchsorted(hn[order], np.arange(H))  # each head's first place in `order`
+        count = np.bincount(hn, minlength=H)
+        kth = np.where(count >= top_k, sn[order[np.minimum(first + top_k - 1, len(order) - 1)]], -np.inf)
+        keep = np.nonzero(sn >= kth[hn])[0]  # below a head's k-th best: pushed out whatever the order
+        for h, q, k, w, score in zip(hn[keep].tolist(), qs.numpy()[keep].tolist(), ks.numpy()[keep].tolist(),
+                                     ws.numpy()[keep].tolist(), scores.numpy()[keep].tolist()):
+            offer((l, h, kind), score, (seg_id, q, k, w, kind, score))
     return torch.tensor([heaps[(l, h, kind)].floor() for h in range(H)])

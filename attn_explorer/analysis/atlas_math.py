@@ -299,10 +299,10 @@ def row_keys(kind: str, sc: RowScores, cols: slice, hs: torch.Tensor, rs: torch.
     return rows.argmax(-1) + cols.start
 
 
-def top_weights(p: torch.Tensor, rows: slice, cols: slice, sink_cols: torch.Tensor, k: int, floor: torch.Tensor):
-    """Per head its largest weights of the chunk from a row to another token that is not a sink, above that head's
-    floor (H,), at most k a head and one a row (a row's best pair): (head, value, row, key) in segment indices.
-    p is left as it was."""
+def top_weights(p: torch.Tensor, rows: slice, cols: slice, sink_cols: torch.Tensor, floor: torch.Tensor):
+    """The chunk's rows whose largest weight to another token that is not a sink is above the head's floor (H,)
+    and above 0, each with that best pair: tensors (head, query, key, weight, weight) in segment indices, or None
+    (the caller keeps each head's best). p is left as it was."""
     H, r, c = p.shape
     i = torch.arange(rows.start, rows.stop)
     j = i - cols.start
@@ -313,20 +313,12 @@ def top_weights(p: torch.Tensor, rows: slice, cols: slice, sink_cols: torch.Tens
     p[:, di, dj] = 0.0  # a token on itself does not count, nor do sinks
     p[..., sc] = 0.0
     try:
-        best = p.amax(-1)  # (H, r): each row's largest weight (a fast reduction; a comparison of all p is not)
-        hs, rs = torch.nonzero(best > floor[:, None], as_tuple=True)
+        best, keys = p.max(-1)  # (H, r): each row's largest weight and its key
+        hs, rs = torch.nonzero((best > floor[:, None]) & (best > 0), as_tuple=True)
         if len(hs) == 0:
-            return []
+            return None
         vals = best[hs, rs]
-        keys = p[hs, rs].argmax(-1)
-        out = []
-        for h in torch.unique(hs).tolist():  # at most k rows a head: the rows' own best pairs, the largest first
-            mine = torch.nonzero(hs == h)[:, 0]
-            if len(mine) > k:
-                mine = mine[vals[mine].topk(k).indices]
-            out += [(h, float(vals[i]), int(rs[i]) + rows.start, int(keys[i]) + cols.start) for i in mine.tolist()
-                    if vals[i] > 0]
-        return out
+        return hs, rs + rows.start, keys[hs, rs] + cols.start, vals, vals
     finally:
         p[:, di, dj] = kept_d
         p[..., sc] = kept_s

@@ -234,3 +234,36 @@ def test_example_window_marks_query_and_key():
     w, qa, ka = context_window(toks, 12, 10, 5)
     assert w[qa] == "t12" and w[ka] == "t10" and "…" not in w
     assert Example(0, 1, 0, 0.5, "weight", w, qa, ka).metric == "weight"
+
+
+def test_offering_a_layer_at_once_keeps_what_offering_each_in_turn_keeps():
+    """atlas_build._push offers only each head's best top_k of a layer's candidates (ties: the earlier): the heaps
+    end as if every candidate had been offered in turn, ties and the best() order included."""
+    import torch
+
+    from attn_explorer.analysis.atlas import TopK
+    from attn_explorer.analysis.atlas_build import _push
+
+    g = torch.Generator().manual_seed(0)
+    H, k = 3, 4
+    for trial in range(20):
+        cands = []
+        for _ in range(5):  # chunks
+            m = int(torch.randint(0, 12, (1,), generator=g))
+            hs = torch.randint(0, H, (m,), generator=g)
+            scores = torch.randint(0, 6, (m,), generator=g).float() / 5  # many ties
+            qs = torch.randint(0, 100, (m,), generator=g)
+            cands.append((hs, qs, qs + 1, scores, scores) if m else None)
+        seen = [TopK(k) for _ in range(H)]
+        batched = {(0, h, "x"): TopK(k) for h in range(H)}
+        for h in range(H):  # the same heaps before the layer
+            for s in (0.2, 0.4):
+                seen[h].offer(s, (0, -1, -1, s, "x", s)), batched[(0, h, "x")].offer(s, (0, -1, -1, s, "x", s))
+        for c in cands:
+            if c is not None:
+                for h, q, kk, w, s in zip(*(t.tolist() for t in c)):
+                    seen[h].offer(s, (1, q, kk, w, "x", s))
+        floors = _push(cands, 0, "x", batched, k, 1, lambda key, s, item: batched[key].offer(s, item), H)
+        for h in range(H):
+            assert batched[(0, h, "x")].best() == seen[h].best(), trial
+            assert float(floors[h]) == float(torch.tensor(seen[h].floor()))  # float32, as the floors are kept
