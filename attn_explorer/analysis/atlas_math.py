@@ -15,6 +15,7 @@ Per row i of a segment (the atlas sums these and divides by the rows counted):
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ from attn_explorer.errors import UserError
 CHUNK_CELLS = 1 << 20  # probabilities held at once per layer (H × rows × keys): 4 MB of float32, cache-sized
 ROW_KINDS = ("entropy", "sink", "distance", "prev_token", "duplicate", "induction", "copy")
 LN2 = float(np.log(2.0))
+_STATS: dict = {}  # id(unembedding) -> (a weak reference to it, ..., CopyReader's statistics)
 FLOOR = 1e-3  # the copy score's least logit variance, as a share of a typical direction's (CopyReader.z)
 
 
@@ -75,7 +77,7 @@ class CopyReader:
         except UserError as e:
             self.reason = f"{model.info.name} has no copy score: {e}"
             return
-        self.U, self.gain, self.centre = parts.unembed.detach(), gain, centre
+        self.U, self.gain, self.centre, self._key = parts.unembed.detach(), gain, centre, parts.unembed
         self.blocks, self.model = parts.blocks, model
         self._stats()
 
@@ -96,6 +98,21 @@ class CopyReader:
         return self.rows(uniq), where
 
     def _stats(self) -> None:
+        """ū and Σ_U: one pass over the vocabulary (V·D² work, ~16 GFLOP on SmolLM2), kept per unembedding
+        tensor while it and the final norm's gain are unchanged, so a second atlas of the same model skips it."""
+        kept = _STATS.get(id(self._key))
+        gain = None if self.gain is None else self.gain.clone()
+        if kept is not None and kept[5]() is self._key and kept[0] == self.U._version and kept[1] == self.centre and (
+                (kept[2] is None and gain is None) or (kept[2] is not None and gain is not None
+                                                       and torch.equal(kept[2], gain))):
+            self.mean, self.cov = kept[3], kept[4]
+            return
+        self._compute_stats()
+        for k in [k for k, v in _STATS.items() if v[5]() is None]:  # models since freed
+            del _STATS[k]
+        _STATS[id(self._key)] = (self.U._version, self.centre, gain, self.mean, self.cov, weakref.ref(self._key))
+
+    def _compute_stats(self) -> None:
         V, D = self.U.shape
         total = torch.zeros(D, dtype=torch.float64)
         gram = torch.zeros(D, D, dtype=torch.float64)

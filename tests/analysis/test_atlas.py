@@ -267,3 +267,28 @@ def test_offering_a_layer_at_once_keeps_what_offering_each_in_turn_keeps():
         for h in range(H):
             assert batched[(0, h, "x")].best() == seen[h].best(), trial
             assert float(floors[h]) == float(torch.tensor(seen[h].floor()))  # float32, as the floors are kept
+
+
+def test_copy_statistics_are_reused_until_the_unembedding_changes(llama):
+    """CopyReader keeps ū and Σ_U per unembedding tensor: a second reader of the same model reuses them; an
+    in-place edit of W_U (its version moves) makes the next reader work them out again, equal to a fresh pass."""
+    import torch
+
+    from attn_explorer.analysis.residual import decoder_parts
+
+    a, b = atlas_math.CopyReader(llama), atlas_math.CopyReader(llama)
+    assert b.cov is a.cov and b.mean is a.mean
+    U = decoder_parts(llama.module).unembed
+    with torch.no_grad():
+        U.mul_(2.0)
+    try:
+        c = atlas_math.CopyReader(llama)
+        assert c.cov is not a.cov
+        torch.testing.assert_close(c.cov, 4 * a.cov, rtol=1e-4, atol=1e-6)
+        fresh = atlas_math.CopyReader.__new__(atlas_math.CopyReader)
+        fresh.U, fresh.gain, fresh.centre = c.U, c.gain, c.centre
+        fresh._compute_stats()
+        assert torch.equal(fresh.cov, c.cov) and torch.equal(fresh.mean, c.mean)
+    finally:
+        with torch.no_grad():
+            U.mul_(0.5)
