@@ -7,7 +7,8 @@ resources/corpus), cut into the atlas's segments (--context tokens each):
 - forward: the same segments, each one plain forward pass of the same model (no maps, no hooks): the floor;
 - atlas: build_atlas over the same N tokens (segmenting, lazy forward, every metric, the heaps);
 - the ratio atlas / forward (target <= 1.5x); the forward runs before and after the atlas and the mean of the two
-  is the floor, so a shared machine's load falls on both;
+  is the floor, so a shared machine's load falls on both; beside wall time, the process's CPU time
+  (time.process_time), which a loaded machine disturbs less (use --threads 1 there);
 - peak RSS of the child (target <= 2 GB), which holds the model, both runs and the atlas.
 
     python benchmarks/bench_atlas.py [--sizes 50000,200000] [--context 1024] [--threads 2]
@@ -54,25 +55,27 @@ def child(args) -> dict:
     n = args.child
     segs = _segments(model, n, args.context)
 
-    def forward() -> tuple[float, int]:
-        t0, tokens = time.perf_counter(), 0
+    def forward() -> tuple[float, int, float]:
+        t0, c0, tokens = time.perf_counter(), time.process_time(), 0
         for s in segs:
             prep = model.prepare(s, max_tokens=min(args.context, max(1, n - tokens)))
             model.trace(prep)
             tokens += len(prep.tokens)
             if tokens >= n:
                 break
-        return time.perf_counter() - t0, tokens
+        return time.perf_counter() - t0, tokens, time.process_time() - c0
 
-    forward_first, tokens = forward()
-    t0 = time.perf_counter()
+    forward_first, tokens, cpu_first = forward()
+    t0, c0 = time.perf_counter(), time.process_time()
     atlas = build_atlas(model, documents(corpus_files([], []), per_line=False), max_tokens=n, context=args.context)
-    atlas_s = time.perf_counter() - t0
-    forward_last, _ = forward()
+    atlas_s, atlas_cpu = time.perf_counter() - t0, time.process_time() - c0
+    forward_last, _, cpu_last = forward()
     floor = (forward_first + forward_last) / 2
+    cpu_floor = (cpu_first + cpu_last) / 2
     top = {name: atlas.ranked(name)[0] for name in ("induction", "prev_token", "copy")}
     return {"tokens": atlas.tokens, "forward_tokens": tokens, "forward_s": floor,
             "forward_runs": [forward_first, forward_last], "atlas_s": atlas_s, "ratio": atlas_s / floor,
+            "forward_cpu_s": cpu_floor, "atlas_cpu_s": atlas_cpu, "cpu_ratio": atlas_cpu / cpu_floor,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "top": top, "model": args.model}
 
 
@@ -100,10 +103,12 @@ def main() -> int:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"atlas of {rows[0]['model']}, every head, bundled corpus, segments of {args.context} tokens, "
           f"{args.threads} thread(s)\n")
-    print("| tokens | forward alone (s) | atlas (s) | atlas / forward | tokens/s (atlas) | peak RSS (MB) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| tokens | forward alone (s) | atlas (s) | atlas / forward | CPU: forward (s) | CPU: atlas (s) | "
+          "CPU: atlas / forward | tokens/s (atlas) | peak RSS (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['tokens']:,} | {r['forward_s']:.1f} | {r['atlas_s']:.1f} | {r['ratio']:.2f}x | "
+              f"{r['forward_cpu_s']:.1f} | {r['atlas_cpu_s']:.1f} | {r['cpu_ratio']:.2f}x | "
               f"{r['tokens'] / r['atlas_s']:,.0f} | {r['peak_rss_mb']:,.0f} |")
     for r in rows:
         print(f"\n{r['tokens']:,} tokens: forward runs {', '.join(f'{x:.1f}' for x in r['forward_runs'])} s; highest: "
