@@ -25,7 +25,7 @@ from attn_explorer.session.lab import (DEFAULT_DEPTHS, Needle, default_lengths, 
 from attn_explorer.session.state import SessionState
 
 JOB = "lab"  # one lane: a new run replaces the one in flight
-MODES = (("induction", "Induction heads"), ("retrieval", "Retrieval heads"))
+MODES = (("induction", "Induction"), ("retrieval", "Retrieval"))
 RANDOM_SETS = 5
 
 
@@ -50,8 +50,9 @@ class LabPage(AnalysisPage):
         self.lengths.setToolTip("Haystack lengths in tokens, comma-separated; at most the model's positions less "
                                 "the answer's tokens")
         self.depths = QLineEdit(DEFAULT_DEPTHS)
-        self.depths.setToolTip("Where the needle sits: 0 first, 1 last (before the question), comma-separated")
+        self.depths.setToolTip("Where the needle sits (the accuracy grid's columns): 0 first, 1 last (before the question), comma-separated")
         for e in (self.lengths, self.depths):
+            e.setMinimumWidth(e.fontMetrics().horizontalAdvance("512,1024") + 12)
             e.setMaximumWidth(130)
         self.length_label, self.depth_label = QLabel("lengths"), QLabel("depths")
         self.top = QSpinBox()
@@ -82,7 +83,7 @@ class LabPage(AnalysisPage):
         lay.addWidget(self.ranking_title)
         lay.addWidget(self.ranking, 2)
         lay.addWidget(self.verdict, 1)
-        side.setMaximumWidth(320)
+        side.setMaximumWidth(220)
         self.add_side(side)
 
         self.mode.currentIndexChanged.connect(lambda *_: self._mode_changed())

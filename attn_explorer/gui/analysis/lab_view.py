@@ -10,8 +10,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
 
-from attn_explorer.gui.analysis.common import HeatPanel, cell_plot, label_cells, peak
-from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, set_bar_label
+from attn_explorer.gui.analysis.common import cell_plot, label_cells, peak
+from attn_explorer.gui.widgets.heatmap import cell_centre, cell_under, colormap, lut_rgb, set_bar_label
 
 TOP_LISTED = 10  # heads in the side list
 
@@ -21,7 +21,7 @@ def heads_text(heads) -> str:
 
 
 def ranking_line(layer: int, head: int, score: float, what: str) -> str:
-    return f"L{layer} H{head}   {what} {score:.3f}"
+    return f"L{layer:<2} H{head:<2}  {what} {score:.3f}"
 
 
 def verdict_html(check, what: str) -> str:
@@ -34,7 +34,7 @@ def verdict_html(check, what: str) -> str:
             f"heads.")
     figures = (f"{html.escape(check.what)}: clean {fmt(check.clean)}; top {k} off {fmt(check.top)}; "
                f"{n} random sets of {k} off {fmt(check.random_mean)} ± {fmt(check.random_spread)} (mean ± sd). "
-               f"Worse is {better}.")
+               f"Worse is {better}. Bars: clean, the top heads off, the random sets' mean ± sd; dots: each set.")
     return f"{head}<br>{figures}"
 
 
@@ -46,12 +46,13 @@ class LabCanvas:
         self.cmap = cmap
         self.heads: np.ndarray | None = None  # the (L, H) scores drawn in the head grid
         self.head_plot: pg.PlotItem | None = None
-        self.accuracy: HeatPanel | None = None
+        self.accuracy: np.ndarray | None = None  # the (lengths, depths) accuracy drawn
+        self.accuracy_plot: pg.PlotItem | None = None
         self.bar_plot: pg.PlotItem | None = None
 
     def clear(self) -> None:
         self.canvas.clear()
-        self.heads, self.head_plot, self.accuracy, self.bar_plot = None, None, None, None
+        self.heads, self.head_plot, self.accuracy, self.accuracy_plot, self.bar_plot = None, None, None, None, None
 
     # ------------------------------------------------------------------------------------ pieces
     def _head_grid(self, scores: np.ndarray, row: int, col: int, title: str, label: str) -> None:
@@ -66,6 +67,7 @@ class LabCanvas:
         img.setImage(shown, levels=(0.0, top), autoLevels=False)
         img.setRect(QRectF(0, 0, H, L))
         bar = pg.ColorBarItem(values=(0.0, top), colorMap=colormap(self.cmap), interactive=False, width=12)
+        bar.axis.enableAutoSIPrefix(False)  # before its label: else the label's SI scale (×0.001) stays
         bar.setImageItem(img, insert_in=p)
         set_bar_label(bar, label)
         p.setRange(xRange=(0, H), yRange=(0, L), padding=0.02)
@@ -86,30 +88,51 @@ class LabCanvas:
                                   height=np.array([2 * check.random_spread]), beam=0.2, pen=pg.mkPen("k", width=2)))
         p.addItem(pg.ScatterPlotItem(x=np.full(n, 2.0) + np.linspace(-0.15, 0.15, n) if n > 1 else np.full(n, 2.0),
                                      y=np.array(check.random, dtype=float), size=6, brush="w", pen="k"))
-        p.getAxis("bottom").setTicks([[(0, "clean"), (1, f"top {k} off"), (2, f"{n} random sets of {k} off")], []])
+        p.getAxis("bottom").setTicks([[(0, "clean"), (1, f"top {k} off"), (2, f"{n} random sets off")], []])
         p.setLabel("left", check.what)
         top = max([*heights, *check.random, 1e-6])
         p.setRange(xRange=(-0.6, 2.6), yRange=(0, top * 1.15), padding=0)
-        p.setTitle("check by ablation (bars: clean, top heads off, random sets' mean ± sd; dots: each set)")
+        p.setTitle("check by ablation")  # short: a plot's title sets its least width
 
     # ------------------------------------------------------------------------------------ the two views
     def show_induction(self, scores: np.ndarray, check, name: str) -> None:
         self.clear()
-        self._head_grid(scores, 0, 0, f"{html.escape(name)}: induction score per head", "induction score")
+        self._head_grid(scores, 0, 0, "induction score", "score")
         if check is not None:
-            self._bars(check, 0, 1)
-            self.canvas.ci.layout.setColumnStretchFactor(0, 3)
-            self.canvas.ci.layout.setColumnStretchFactor(1, 2)
+            self._bars(check, 1, 0)
+            self._stretch(rows=(3, 2))
 
     def show_retrieval(self, result, check, name: str) -> None:
         self.clear()
-        acc = self.accuracy = HeatPanel(self.canvas, 0, 0, self.cmap, label="accuracy", rotate=False)
-        acc.show(np.asarray(result.accuracy, dtype=np.float32), [f"{n:,}" for n in result.lengths],
-                 [f"{d:g}" for d in result.depths], (0.0, 1.0), self.cmap,
-                 title="needle accuracy (rows: length in tokens; columns: depth)")
-        self._head_grid(result.scores, 0, 1, f"{html.escape(name)}: retrieval score per head", "retrieval score")
+        acc = np.asarray(result.accuracy, dtype=np.float32)
+        p = self.accuracy_plot = cell_plot(self.canvas, 0, 0)  # no colour bar: every cell is written on
+        img = pg.ImageItem(axisOrder="row-major")
+        p.addItem(img)
+        img.setImage(np.nan_to_num(acc, nan=0.0), levels=(0.0, 1.0), autoLevels=False, lut=lut_rgb(self.cmap))
+        img.setRect(QRectF(0, 0, acc.shape[1], acc.shape[0]))
+        p.getAxis("left").set_labels([f"{n:,}" for n in result.lengths])
+        p.getAxis("bottom").set_labels([f"{d:g}" for d in result.depths])
+        p.setLabel("left", "length")
+        p.setRange(xRange=(0, acc.shape[1]), yRange=(0, acc.shape[0]), padding=0.02)
+        p.setTitle("accuracy")  # columns: the needle's depth (0 first, 1 last)
+        self.accuracy = acc
+        for i, row in enumerate(acc):  # each cell's figure, written on it
+            for j, v in enumerate(row):
+                t = pg.TextItem("—" if not np.isfinite(v) else f"{v:.0%}", color="w" if v < 0.6 else "k",
+                                anchor=(0.5, 0.5))
+                t.setPos(j + 0.5, i + 0.5)
+                p.addItem(t)
+        self._head_grid(result.scores, 0, 1, "retrieval score", "score")
+        self._stretch(cols=(2, 3), rows=(3, 2) if check is not None else None)
         if check is not None:
             self._bars(check, 1, 0, colspan=2)
+
+    def _stretch(self, cols=None, rows=None) -> None:
+        lay = self.canvas.ci.layout
+        for i, f in enumerate(cols or ()):
+            lay.setColumnStretchFactor(i, f)
+        for i, f in enumerate(rows or ()):
+            lay.setRowStretchFactor(i, f)
 
     # ------------------------------------------------------------------------------------ clicks
     def head_at(self, scene_pos) -> tuple[int, int] | None:
