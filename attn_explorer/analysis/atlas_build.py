@@ -237,17 +237,25 @@ def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int 
                     acc = {kind: torch.zeros(H, dtype=torch.float64) for kind in METRICS}
                     copy_w = torch.zeros(H, dtype=torch.float64)
                     cands: dict = {kind: [] for kind in kinds}  # the layer's candidates, offered once at its end
+                    live = [kind for kind in METRICS if kind != "copy" or z is not None]
+                    full = [kind for kind in live if bool(torch.isfinite(floors[kind][l]).all())]
+                    fl = torch.stack([floors[kind][l] for kind in full])[..., None] if full else None  # (F, H, 1)
                     for sc, cols in am.layer_chunks(lz, pairs, z, info.causal, plans):
                         r = sc.rows
-                        for kind in METRICS:
-                            if kind == "copy" and z is None:
-                                continue
+                        for kind in live:
                             val = sc.values[kind]
                             acc[kind] += val @ fmask[kind][r]
                             if kind == "copy":
                                 copy_w += (1.0 - sc.values["sink"]) @ fmask[kind][r]
-                            cands[kind].append(_row_candidates(kind, val, tmask[kind][r], sc, cols, top_k, pairs,
-                                                               floors[kind][l]))
+                        todo = [kind for kind in live if kind not in full]
+                        if full:  # full heaps: one comparison for all of them finds the kinds with a row to offer
+                            vals = torch.stack([sc.values[kind] for kind in full])
+                            mk = torch.stack([tmask[kind][r] for kind in full])[:, None, :]
+                            beat = ((vals > fl) & mk).flatten(1).any(1).tolist()
+                            todo += [kind for kind, b in zip(full, beat) if b]
+                        for kind in todo:  # a kind left out here would offer no row (none beats its floor)
+                            cands[kind].append(_row_candidates(kind, sc.values[kind], tmask[kind][r], sc, cols,
+                                                               top_k, pairs, floors[kind][l]))
                         cands["weight"].append(am.top_weights(sc.p, r, cols, pairs.sink_cols, floors["weight"][l]))
                     for kind in kinds:
                         floors[kind][l] = _push(cands[kind], l, kind, heaps, top_k, seg_id, offer, H)
