@@ -42,7 +42,10 @@ def test_induction_run_lists_the_planted_head_first_and_checks_it(make_window, q
     assert seen and seen == sorted(seen) and not page.progress.isVisible()
     assert page.ranking.item(0).text().split()[:2] == ["L1", "H0"] and page._ranked[0][:2] == INDUCTION_HEAD
     assert page.view.heads.shape == (2, 2) and "Induction heads of" in page.caption.text()
-    assert "Untrained" not in page.caption.text() or not w.state.info.trained
+    from attn_explorer.gui.analysis.common import untrained_tag
+
+    assert page.caption.text().endswith(untrained_tag(w.state.info))  # the planted weights: said as other pages do
+    assert ("Untrained" in page.caption.text()) == (not w.state.info.trained)
     page.top.setValue(1)
     qtbot.mouseClick(page.check_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: page.induction_check is not None, timeout=60000)
@@ -119,3 +122,16 @@ def test_a_model_switch_clears_the_results(make_window, qtbot, planted):
     qtbot.waitUntil(lambda: page.induction is not None, timeout=60000)
     w.state.model_loading.emit("another")
     assert page.induction is None and page.ranking.count() == 0 and page.view.heads is None
+
+
+def test_an_untrained_model_is_said_and_what_it_cannot_do_is_one_line(make_window, qtbot):
+    w = make_window(view="lab")  # the textbook model: seeded random weights, no tokenizer
+    page = w.pages["lab"]
+    banners = []
+    w.state.error_raised.connect(banners.append)
+    assert "Untrained model (random weights)" in page.caption.text() and w.state.info.name in page.caption.text()
+    page.run()
+    qtbot.waitUntil(lambda: bool(banners) and not page.busy(), timeout=30000)
+    assert len(banners) == 1 and "\n" not in banners[0] and page.induction is None
+    print("textbook lab:", banners[0])
+    assert not page.progress.running and page.run_button.isEnabled()
