@@ -294,7 +294,8 @@ class LabPage(AnalysisPage):
                      "<b>No answer token was copied from the needle</b>: no head has a retrieval score.")
             cap = (f"<b>Retrieval heads of {name}</b>: {len(scores.cases)} haystacks; a head's score is the share "
                    f"of answer tokens copied from the needle that it attended to most (Wu et al. 2024), over "
-                   f"{r.copied} copied tokens. Mean needle accuracy {float(r.accuracy.mean()):.0%}. {found}")
+                   f"{r.copied} copied tokens. Needle accuracy (grid: rows lengths, columns depths) "
+                   f"{float(r.accuracy.mean()):.0%} on average. {found}")
         self.caption.setText(cap + untrained_tag(info))
         self.ranking_title.setText(f"top {min(TOP_LISTED, len(ranked))} heads by {what} score" if ranked else "")
         for l, h, v in ranked[:TOP_LISTED]:

@@ -76,7 +76,7 @@ def test_retrieval_run_grid_shape_and_the_copying_head(make_window, qtbot, plant
     r = page.retrieval.result
     assert r.accuracy.shape == (2, 3) and page.view.accuracy.shape == (2, 3)
     assert page._ranked[0][:2] == INDUCTION_HEAD and page.ranking.item(0).text().split()[:2] == ["L1", "H0"]
-    assert "Mean needle accuracy 100%" in page.caption.text()
+    assert "columns depths) 100% on average" in page.caption.text()
     page.top.setValue(1)
     page.check()
     qtbot.waitUntil(lambda: page.retrieval_check is not None, timeout=60000)
