@@ -210,7 +210,7 @@ class AblationPage(PageFrame):
 
     def _draw_switches(self) -> None:
         info = self.session.info
-        self.switches.draw(info.num_layers, info.num_heads, self.off)
+        self.switches.draw(info.num_layers, info.num_heads, self.off, tuple(getattr(info, "layer_heads", ()) or ()))
         names = ", ".join(f"L{l} H{h}" for l, h in sorted(self.off)[:6]) + (" …" if len(self.off) > 6 else "")
         self.off_label.setText(f"{len(self.off)} off: {names}" if self.off else "none off: click heads in the grid")
 

@@ -10,7 +10,8 @@ from PySide6.QtCore import Qt, Signal
 from attn_explorer.gui.widgets.heatmap import PaintedGraphicsWidget, TokenAxis, cell_centre, cell_under
 from attn_explorer.gui.widgets.tokens import token_text
 
-OFF_COLOURS = pg.ColorMap([0.0, 1.0], [(236, 236, 236), (200, 40, 40)])  # on: light grey; off: red
+OFF_COLOURS = pg.ColorMap([0.0, 0.5, 1.0], [(236, 236, 236), (200, 40, 40), (120, 120, 120)])  # on; off: red; absent
+ABSENT = 2.0  # a head its layer does not have (a hybrid's narrower layer, issue 25): dark grey, not clickable
 BEFORE, AFTER = "#8c8c8c", "#dd8452"
 
 
@@ -35,7 +36,8 @@ def label_cells(plot: pg.PlotItem, rows: int, cols: int, col_labels: list[str] |
 
 
 class HeadSwitches(PaintedGraphicsWidget):
-    """One cell per head: red while switched off. A left click on a cell emits `toggled(layer, head)`."""
+    """One cell per head: red while switched off, dark grey where the layer has no such head. A left click on a
+    head emits `toggled(layer, head)`."""
 
     toggled = Signal(int, int)
 
@@ -49,12 +51,15 @@ class HeadSwitches(PaintedGraphicsWidget):
         self.scene().sigMouseClicked.connect(self._clicked)
         self.setMinimumWidth(170)
 
-    def draw(self, layers: int, heads: int, off) -> None:
+    def draw(self, layers: int, heads: int, off, layer_heads: tuple[int, ...] = ()) -> None:
+        """`layer_heads`: each layer's own head count where a hybrid's layers differ (ModelInfo.layer_heads)."""
         grid = np.zeros((layers, heads), dtype=np.float32)
         for l, h in off:
             grid[l, h] = 1.0
+        for l, n in enumerate(layer_heads[:layers]):
+            grid[l, n:] = ABSENT
         self.shape = (layers, heads)
-        self.image.setImage(grid, levels=(0, 1), lut=OFF_COLOURS.getLookupTable(0, 1, 2))
+        self.image.setImage(grid, levels=(0, ABSENT), lut=OFF_COLOURS.getLookupTable(0, 1, 3))
         self.image.setRect(0, 0, heads, layers)
         label_cells(self.plot, layers, heads)
         self.plot.setRange(xRange=(0, heads), yRange=(0, layers), padding=0)
@@ -67,7 +72,7 @@ class HeadSwitches(PaintedGraphicsWidget):
         if self.shape is None or ev.button() != Qt.LeftButton:
             return
         hit = cell_under(self.plot, ev.scenePos(), self.shape)
-        if hit is not None:
+        if hit is not None and self.image.image[hit] != ABSENT:
             self.toggled.emit(*hit)
 
 
