@@ -273,7 +273,8 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, info) -> None:
         self.progress.hide()
-        self.banner.hide()
+        if not self.state.host.came_back:  # a failed load's line stays while the model it let go is read again
+            self.banner.hide()
         untrained = "" if info.trained else " (untrained)"
         for key in ("tokens", "reuse", "forward", "render"):  # they described the old model's run, until this one's
             self.status_labels[key].setText("")
