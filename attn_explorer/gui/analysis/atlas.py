@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QSpinBox)
 
 from superqt.utils import signals_blocked
@@ -25,7 +25,7 @@ from attn_explorer.gui.analysis.atlas_examples import ExamplePanel, atlas_captio
 from attn_explorer.gui.analysis.atlas_open import ExampleOpener
 from attn_explorer.gui.analysis.atlas_pair import PairPanel
 from attn_explorer.gui.analysis.atlas_view import HeadScatter
-from attn_explorer.gui.analysis.common import AnalysisPage
+from attn_explorer.gui.analysis.common import AnalysisPage, EscCancelsJob
 from attn_explorer.session.atlas import (EXAMPLE_KINDS, METRIC_HELP, METRICS, ROLE_THRESHOLDS, TOP_K, atlas_job,
                                          bundled_corpus, load_atlas_job, project_job, read_documents, save_atlas_job,
                                          suggest_roles, umap_available)
@@ -37,7 +37,7 @@ VIEWS = (("metrics", "two metrics"), ("pca", "PCA of the metrics"), ("umap", "UM
 CORPORA = (("bundled", "bundled corpus"), ("folder", "folder…"), ("files", "files…"))
 
 
-class AtlasPage(AnalysisPage):
+class AtlasPage(EscCancelsJob, AnalysisPage):
     FOLLOWS_INPUT = False  # the corpus is its input: the text box's edits change nothing here
 
     def __init__(self, state: SessionState, parent=None):
@@ -224,18 +224,6 @@ class AtlasPage(AnalysisPage):
 
     def restart(self) -> None:
         self.run()
-
-    def event(self, e) -> bool:  # Esc cancels this page's job rather than the window's run (its shortcut)
-        if e.type() == QEvent.ShortcutOverride and e.key() == Qt.Key_Escape and self.progress.running:
-            e.accept()
-            return True
-        return super().event(e)
-
-    def keyPressEvent(self, e) -> None:
-        if e.key() == Qt.Key_Escape and self.progress.running:
-            self.cancel()
-            return
-        super().keyPressEvent(e)
 
     def resizeEvent(self, e) -> None:  # the two models side by side, or one under the other
         super().resizeEvent(e)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF
+from PySide6.QtCore import QEvent, QRectF, Qt
 from PySide6.QtWidgets import QWidget
 
 from attn_explorer.gui.widgets.heatmap import TokenAxis, cell_centre, cell_under, colormap, follow_loading, set_bar_label
@@ -98,6 +98,23 @@ class AnalysisPage(PageFrame):
         """A job failed: the caption described what is gone; the message goes in the banner, once, and the
         canvas points there."""
         self.show_failure(message)
+
+
+class EscCancelsJob:
+    """A page with its own long job (`self.progress.running`, `self.cancel()`): Esc cancels that job while it runs,
+    rather than the window's run, whose shortcut Esc is. Put before the page's Qt base class."""
+
+    def event(self, e) -> bool:
+        if e.type() == QEvent.ShortcutOverride and e.key() == Qt.Key_Escape and self.progress.running:
+            e.accept()
+            return True
+        return super().event(e)
+
+    def keyPressEvent(self, e) -> None:
+        if e.key() == Qt.Key_Escape and self.progress.running:
+            self.cancel()
+            return
+        super().keyPressEvent(e)
 
 
 def cell_plot(canvas: pg.GraphicsLayoutWidget, row: int, col: int) -> pg.PlotItem:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QListWidget, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
 from attn_explorer.errors import UserError
-from attn_explorer.gui.analysis.common import AnalysisPage, untrained_tag
+from attn_explorer.gui.analysis.common import AnalysisPage, EscCancelsJob, untrained_tag
 from attn_explorer.gui.analysis.lab_view import TOP_LISTED, LabCanvas, heads_text, ranking_line, verdict_html
 from attn_explorer.session.lab import (DEFAULT_DEPTHS, Needle, default_lengths, induction_check_job, induction_job,
                                        parse_depths, parse_lengths, ranked_heads, retrieval_check_job, retrieval_job,
@@ -29,7 +29,7 @@ MODES = (("induction", "Induction"), ("retrieval", "Retrieval"))
 RANDOM_SETS = 5
 
 
-class LabPage(AnalysisPage):
+class LabPage(EscCancelsJob, AnalysisPage):
     FOLLOWS_INPUT = False  # its inputs are made here (random tokens, haystacks), not the text box
 
     def __init__(self, state: SessionState, parent=None):
@@ -245,18 +245,6 @@ class LabPage(AnalysisPage):
         self._set_enabled()
         self.redraw()
         self.state.error_raised.emit(message)
-
-    def event(self, e) -> bool:  # Esc cancels this page's job rather than the window's run (its shortcut)
-        if e.type() == QEvent.ShortcutOverride and e.key() == Qt.Key_Escape and self.progress.running:
-            e.accept()
-            return True
-        return super().event(e)
-
-    def keyPressEvent(self, e) -> None:
-        if e.key() == Qt.Key_Escape and self.progress.running:
-            self.cancel()
-            return
-        super().keyPressEvent(e)
 
     # ---------------------------------------------------------------------------------- drawing
     def redraw(self) -> None:
