@@ -42,7 +42,10 @@ bucketing_enabled = True  # False gives oneDNN every row count as it comes (benc
 # slower on others (Intel with AMX: 1.10× against 1.00×). "measure": the first fast call of each product shape
 # (input width, output width, post-op, short or long input) times both ways on its own input, interleaved, the
 # best of 5 each (a few ms, once per process), and that shape keeps the faster. "packed" / "plain" force one.
-path_choice = "measure"
+# The default stays "packed": with "measure", a one-token step (short input) and a full run (long input) can take
+# different paths, and their logits then differ by ~1.3e-5, past the 1e-5 that prefix reuse and the KV cache are
+# held to against a full recompute (tests/api/test_prefix.py, tests/core/test_llama.py failed on it).
+path_choice = "packed"
 _measured: dict[tuple, bool] = {}  # shape key -> whether the packed product won
 _REPEATS = 5
 
