@@ -47,7 +47,7 @@ def child(args) -> dict:
     import torch
 
     import attn_explorer as ax
-    from attn_explorer.analysis.atlas import build_atlas
+    from attn_explorer.analysis.atlas_build import build_atlas
     from attn_explorer.analysis.atlas_build import corpus_files, read_documents as documents
 
     torch.set_num_threads(args.threads)

@@ -14,7 +14,7 @@ Reports medians of:
 - cold start (process launch) to a visible window, whether torch had finished importing by then, and
   to the first attention map painted;
 - torch's intra-op threads: forward pass with 1 and 2 threads, on an idle machine and with a busy loop
-  on one core, from which the session's default (`session.jobs.TORCH_THREADS`) is chosen.
+  on one core, from which the session's default (`session.torch_setup.TORCH_THREADS`) is chosen.
 """
 from __future__ import annotations
 
@@ -303,7 +303,7 @@ def main() -> int:
     cold = cold_start(args.cold_repeats)
 
     from attn_explorer.gui.window.app import build_window, get_qapp, make_settings
-    from attn_explorer.session.jobs import TORCH_THREADS
+    from attn_explorer.session.torch_setup import TORCH_THREADS
 
     app = get_qapp()
     tmp = tempfile.mkdtemp()

@@ -19,14 +19,11 @@ from __future__ import annotations
 import heapq
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 
 from attn_explorer.errors import UserError
-
-if TYPE_CHECKING:  # the model is api's (import-linter sees this arrow); torch is imported in the functions
-    from attn_explorer.api.model import Model
 
 METRICS = ("entropy", "sink", "distance", "prev_token", "duplicate", "induction", "copy")
 METRIC_HELP = {
@@ -213,24 +210,6 @@ def suggest_roles(atlas: Atlas) -> dict[tuple[int, int], list[str]]:
         for l, h in zip(*np.nonzero(np.nan_to_num(np.asarray(m, dtype=np.float64), nan=-np.inf) >= threshold)):
             out.setdefault((int(l), int(h)), []).append(role)
     return {k: out[k] for k in sorted(out)}
-
-
-# ---- the build --------------------------------------------------------------------------------------------
-def build_atlas(model: Model, documents: Iterable[str], *, top_k: int = 8, max_tokens: int | None = None,
-                progress: Callable[[int, int], None] | None = None, stop: Callable[[], bool] | None = None,
-                context: int | None = None, total_tokens: int | None = None) -> Atlas:
-    """Stream `documents` (strings) through `model` and measure every head (see the module's docstring).
-
-    top_k: examples kept per head and per ranking (the weight and each metric). max_tokens: stop after this many
-    tokens of the corpus (None: all). progress(done_tokens, total_tokens) after each chunk; stop() returning
-    True ends the run early: the Atlas then covers the tokens seen and says it is incomplete (core.progress.
-    Stopped is raised only if nothing was measured). documents: strings, or (name, text) pairs. context: tokens
-    per segment (default 1024, at most the model's positions). total_tokens: the total progress reports (counted
-    first when documents is a list; else 0 = unknown, unless max_tokens is given)."""
-    from attn_explorer.analysis.atlas_build import build
-
-    return build(model, documents, top_k=top_k, max_tokens=max_tokens, progress=progress, stop=stop,
-                 context=context, total_tokens=total_tokens)
 
 
 class TopK:

@@ -148,9 +148,17 @@ def context_window(tokens: list[str], q: int, k: int, w: int = WINDOW) -> tuple[
     return (out, at2, at1) if k < q else (out, at1, at2)
 
 
-def build(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int | None = None,
-          progress: Callable[[int, int], None] | None = None, stop: Callable[[], bool] | None = None,
-          context: int | None = None, total_tokens: int | None = None) -> Atlas:
+def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens: int | None = None,
+                progress: Callable[[int, int], None] | None = None, stop: Callable[[], bool] | None = None,
+                context: int | None = None, total_tokens: int | None = None) -> Atlas:
+    """Stream `documents` (strings) through `model` and measure every head (see the module's docstring).
+
+    top_k: examples kept per head and per ranking (the weight and each metric). max_tokens: stop after this many
+    tokens of the corpus (None: all). progress(done_tokens, total_tokens) after each chunk; stop() returning
+    True ends the run early: the Atlas then covers the tokens seen and says it is incomplete (core.progress.
+    Stopped is raised only if nothing was measured). documents: strings, or (name, text) pairs. context: tokens
+    per segment (default 1024, at most the model's positions). total_tokens: the total progress reports (counted
+    first when documents is a list; else 0 = unknown, unless max_tokens is given)."""
     import torch
 
     from attn_explorer.analysis import atlas_math as am

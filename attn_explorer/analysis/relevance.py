@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from attn_explorer.analysis.relevance_methods import METHOD_TITLES, METHODS
 from attn_explorer.api.model import Model
 from attn_explorer.api.vlm import analysis as vlm_analysis
+from attn_explorer.api.vlm import place_on_picture
 from attn_explorer.errors import UserError
 
 __all__ = ["METHODS", "METHOD_TITLES", "Relevance", "explain", "patch_relevance"]
@@ -259,8 +260,6 @@ def explain(model: Model, x, method: str = "gradient_rollout", target=None, refe
     text (default: the most likely next token). reference: encoders, the sentence to compare with (needed)."""
     method = check_method(method)
     if model.info.modality == "image-text":  # x: (image, text); relevance over image and text tokens
-        from attn_explorer.analysis.relevance_vlm import explain_picture
-
         return explain_picture(model, x, method, target, dk_scale, progress)
     kind = model_kind(model)
     dk_scale, _ = model.check_dk(dk_scale, None)
@@ -336,3 +335,42 @@ def export_arrays(model: Model, x, run_kw: dict, target: str | None = None) -> d
         "relevance_targets": np.asarray([r.target for r in runs], dtype=np.str_),
         "relevance_values": np.asarray([r.value for r in runs], dtype=np.float64),
     }
+
+
+# ---- vision-language models (see analysis.relevance_vlm's docstring) -----------------------------------------
+def explain_picture(model: Model, x, method: str = "gradient_rollout", target=None, dk_scale: float = 1.0,
+                    progress: Callable[[float, str], None] | None = None) -> Relevance:
+    """The relevance of each token of x = (image, text) for the decoder's next token (target: one token of text;
+    None: the most likely one). Relevance.image_token_positions places the image tokens; Relevance.picture holds
+    them in place (picture_relevance)."""
+    method = check_method(method)
+    name = model.info.family
+    if not getattr(model.module, "can_generate", False):
+        raise UserError(f"{name}: this checkpoint has no LM head: relevance explains a next token's logits")
+    if method == "attnlrp" and getattr(model.module.cfg, "kind", "") == "qwen3_vl":
+        raise UserError(f"{name}: AttnLRP is not offered: DeepStack adds image features after the decoder's first "
+                        "layers, which gradient × input at the first block leaves out; use gradient_rollout")
+    dk_scale, _ = model.check_dk(dk_scale, None)
+    prep = model.prepare(x)
+    tid = None if target in (None, "") else token_id(model, target)
+    log_prob = method != "attnlrp"
+    chosen: dict = {}
+    rows = [len(prep.tokens) - 1]
+    rel, y = token_relevance(model, prep.inputs, next_token_score(model.module, tid, log_prob, chosen), method, rows,
+                             dk_scale, progress)
+    shown = model.tokenizer.display([int(chosen["index"][0])])[0]
+    what = f'log p("{shown}" next)' if log_prob else f'logit of "{shown}" next'
+    out = Relevance(method, rel[0], list(prep.tokens), np.asarray(prep.special, dtype=bool), what, float(y[0]), rows,
+                    image=prep.image, notes=list(prep.notes), image_token_positions=prep.image_token_positions,
+                    image_tiles=prep.image_tiles)
+    out.picture = picture_relevance(out)  # plain NumPy, ready for a page to draw over rel.image
+    return out
+
+
+def picture_relevance(rel: Relevance) -> np.ndarray:
+    """A vision-language relevance's image tokens on the picture: float32 (rows, cols) in patch units (the tiles
+    assembled as the picture was cut; Idefics3's global view left out: `place_on_picture(...).global_view`)."""
+    if rel.image_token_positions is None:
+        raise UserError("this relevance has no image tokens (explain a vision-language model on a picture and a "
+                        "prompt)")
+    return place_on_picture(rel.scores, rel.image_token_positions, rel.image_tiles).picture

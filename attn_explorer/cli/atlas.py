@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from attn_explorer.analysis.atlas import ROLE_THRESHOLDS, build_atlas, role_text, suggest_roles
+    from attn_explorer.analysis.atlas import ROLE_THRESHOLDS, role_text, suggest_roles
+    from attn_explorer.analysis.atlas_build import build_atlas
     from attn_explorer.analysis.atlas_build import CONTEXT, check_model, count_tokens
     from attn_explorer.api.load import load_model
 

@@ -87,7 +87,7 @@ def read_documents(paths: list[str | os.PathLike], per_line: bool = False, sourc
 
 # ---------------------------------------------------------------------------------------------- the build
 def _build(model, documents: Documents, top_k: int, max_tokens: int | None, progress) -> Atlas:
-    from attn_explorer.analysis.atlas import build_atlas
+    from attn_explorer.analysis.atlas_build import build_atlas
 
     def step(done: int, total: int) -> None:
         progress(done / max(1, total), f"{done:,} / {total:,} tokens")  # raises Cancelled once the job is quit

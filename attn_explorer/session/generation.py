@@ -10,23 +10,15 @@ then says what happened (`cleared`'s note).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from attn_explorer.session.prompt_info import PromptInfo
+
 SUGGESTED_MODEL = "smollm2-135m"
 LANE = "generate"
-
-
-@dataclass
-class PromptInfo:
-    """The prompt as the model reads it (after the chat template), sent before the first step."""
-
-    text: str
-    tokens: list[str]
-    ids: list[int]
 
 
 def generation_job(model: Any, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None,

@@ -7,7 +7,6 @@ back to the GUI thread as an opaque handle for the next job.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -15,13 +14,9 @@ from typing import Any, Callable
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.budget import attention_maps_bytes, human_bytes
 from attn_explorer.session.stacks import stack_maps
+from attn_explorer.session.torch_setup import configure_torch
 
 DEFAULT_TEXT_MODEL = "minilm"
-# torch's intra-op threads for every model job: every core but one, which stays with the GUI thread.
-# Measured on a 2-core machine (benchmarks/bench_gui.py, docs/bench_gui.md): idle, 2 threads were
-# 1.4-1.9x faster than 1; with another program holding one core they were 1.5-2.2x slower, and the
-# GUI thread then had no core for painting. One spare core keeps typing fluid under load.
-TORCH_THREADS = max(1, (os.cpu_count() or 2) - 1)
 
 # loader(src, device, progress, want_image) -> Loaded. src None means "the default model".
 Loader = Callable[..., "Loaded"]
@@ -88,16 +83,6 @@ def kept_fit_tokens(model: Any, budget: int) -> int:
     elem = int(getattr(getattr(model, "dtype", None), "itemsize", 4) or 4)
     per = max(1, kept_bytes(1, 1, info.num_layers, H, H_kv, d, elem))  # linear in n
     return int(max(0, budget) // per)
-
-
-def configure_torch(threads: int = TORCH_THREADS) -> None:
-    """Set torch's intra-op threads. Every model job calls it first: the jobs run on whichever pool
-    thread is free, and OpenMP keeps its thread count per calling thread. Here, not at start-up,
-    because importing torch in the GUI thread would delay the window."""
-    import torch
-
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
 
 
 def default_loader(src: str | None, device: str = "auto", progress=None, want_image: bool = False,

@@ -120,7 +120,7 @@ def visible_ask(r: Any, layer: int, head: int, x_range, y_range, pixels: tuple[i
 
 # ------------------------------------------------------------------------------------------ jobs
 def _torch_threads() -> None:
-    from attn_explorer.session.jobs import configure_torch
+    from attn_explorer.session.torch_setup import configure_torch
 
     configure_torch()
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from attn_explorer.session.generation import PromptInfo
+from attn_explorer.session.prompt_info import PromptInfo
 from attn_explorer.session.vlm import AVERAGES
 
 SHOWN = 10  # next-token bars

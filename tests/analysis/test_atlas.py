@@ -7,7 +7,8 @@ import pytest
 
 import attn_explorer as ax
 from attn_explorer.analysis import atlas_math
-from attn_explorer.analysis.atlas import METRICS, ROLE_THRESHOLDS, Atlas, Example, build_atlas, suggest_roles
+from attn_explorer.analysis.atlas import METRICS, ROLE_THRESHOLDS, Atlas, Example, suggest_roles
+from attn_explorer.analysis.atlas_build import build_atlas
 from attn_explorer.analysis.atlas_induction import induction_scores
 from attn_explorer.core.progress import Stopped
 from attn_explorer.errors import UserError

@@ -121,7 +121,7 @@ def test_an_interrupted_atlas_leaves_no_file(cli, planted, docs, tmp_path, monke
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(atlas_build, "build", interrupted)
+    monkeypatch.setattr(atlas_build, "build_atlas", interrupted)
     out = tmp_path / "out"
     out.mkdir()
     code, _, err = cli("atlas", "--model", planted, "--text-file", docs, "--out", out / "a.npz", "--quiet")
