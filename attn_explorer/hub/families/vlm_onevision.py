@@ -10,7 +10,7 @@ from attn_explorer.core.vlm import VLMConfig, VisionLanguage
 from attn_explorer.errors import UserError
 from attn_explorer.hub.families.common import ACTS, ARCHITECTURES, Architecture
 from attn_explorer.hub.families.decoders import LLAMA_RULES
-from attn_explorer.hub.families.vlm import _HEAD, _IGNORE, _L, _TOWER_RULES, _decoder, _depth, _eos, _special, _tower
+from attn_explorer.hub.families.vlm import _HEAD, _IGNORE, _L, _TOWER_RULES, _decoder, _depth, _eos, _tower
 
 # LlavaOnevisionConfig's defaults of its tower (siglip-so400m at 384 px), which a config.json may leave out
 _TOWER = dict(hidden_size=1152, intermediate_size=4304, patch_size=14, image_size=384, num_hidden_layers=26,
