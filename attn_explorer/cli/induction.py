@@ -25,14 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
-def run(args) -> int:
-    from attn_explorer.analysis.atlas_build import check_model
-    from attn_explorer.analysis.atlas_induction import induction_scores
-    from attn_explorer.api.load import load_model
-
-    out = check_output(args.out)
-    if out.suffix.lower() != ".npz":
-        raise UserError(f"--out must end in .npz; got {out.name!r}")
+def random_token_options(args) -> tuple[int, int, int]:
+    """--seq-len (at least 2), --batches and --seed of repeated random tokens, each checked in one line."""
     seq_len = positive_int(args.seq_len, "--seq-len")
     if seq_len < 2:
         raise UserError(f"--seq-len must be at least 2, got {seq_len}")
@@ -41,6 +35,18 @@ def run(args) -> int:
         seed = int(str(args.seed).strip())
     except ValueError:
         raise UserError(f"--seed must be a whole number, got {args.seed!r}") from None
+    return seq_len, batches, seed
+
+
+def run(args) -> int:
+    from attn_explorer.analysis.atlas_build import check_model
+    from attn_explorer.analysis.atlas_induction import induction_scores
+    from attn_explorer.api.load import load_model
+
+    out = check_output(args.out)
+    if out.suffix.lower() != ".npz":
+        raise UserError(f"--out must end in .npz; got {out.name!r}")
+    seq_len, batches, seed = random_token_options(args)
     model = load_model(args.model, device=args.device)
     check_model(model)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attn_explorer.cli.induction import random_token_options
 from attn_explorer.errors import UserError
 from attn_explorer.files import atomic_write, check_output
 from attn_explorer.validate import positive_int
@@ -59,14 +60,7 @@ def run(args) -> int:
     scores = read_scores(args.scores)
     top = positive_int(args.top, "--top")
     sets = positive_int(args.random_sets, "--random-sets")
-    seq_len = positive_int(args.seq_len, "--seq-len")
-    if seq_len < 2:
-        raise UserError(f"--seq-len must be at least 2, got {seq_len}")
-    batches = positive_int(args.batches, "--batches")
-    try:
-        seed = int(str(args.seed).strip())
-    except ValueError:
-        raise UserError(f"--seed must be a whole number, got {args.seed!r}") from None
+    seq_len, batches, seed = random_token_options(args)
     model = load_model(args.model, device=args.device)
 
     def progress(done: int, total: int) -> None:
