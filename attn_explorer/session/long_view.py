@@ -53,6 +53,29 @@ def result_tag(r: Any) -> int:
     return id(lazy if lazy is not None else r.attentions)
 
 
+def layer_key(r: Any, layer: int) -> Any:
+    """What identifies the computation behind layer `layer` of a lazy run r: a weak reference to its kept q. A
+    long run's parts (session.live_run, one a finished layer) and the finished run share their layers' q, so a
+    view of a finished layer keeps what it drew while later layers arrive (issue 24 C). None: the layer is not
+    computed yet, or r keeps its maps (a dense run: result_tag says which run it is)."""
+    import weakref
+
+    layers = getattr(getattr(r, "lazy", None), "layers", None)
+    if layers is None or not 0 <= int(layer) < len(layers):
+        return None
+    q = getattr(layers[int(layer)], "q", None)
+    try:
+        return weakref.ref(q) if q is not None else None
+    except TypeError:
+        return None
+
+
+def same_layer(key: Any, r: Any, layer: int) -> bool:
+    """Whether layer `layer` of r is the very computation `key` (layer_key) was taken from."""
+    now = layer_key(r, layer)
+    return key is not None and now is not None and key() is not None and key() is now()
+
+
 # ------------------------------------------------------------------------------------------ requests
 @dataclass(frozen=True)
 class WindowAsk:

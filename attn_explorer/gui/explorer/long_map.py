@@ -3,18 +3,22 @@
 It is never drawn from a whole map. The worker lanes pool the whole map to the view's pixels (the base),
 and every zoom or pan, once it has settled, asks again for the visible window, at full resolution once it
 fits the pixels; the window is drawn over the base. The newest ask wins: an answer for another run, head
-or window is dropped.
+or window is dropped. A long run's next part (issue 24 C: one more layer done) is the same run for a layer that
+was already done (session.long_view.same_layer): what is drawn of it stays, and answers asked of an earlier part
+are taken.
 """
 from __future__ import annotations
 
 import pyqtgraph as pg
+import dataclasses
+
 from PySide6.QtCore import QObject, QRectF, QTimer, Signal
 
 from attn_explorer.gui.explorer.mixer_marks import diverging_colormap
 from attn_explorer.gui.widgets.heatmap import colormap
 from attn_explorer.session.mixers import signed_scaled
-from attn_explorer.session.long_view import (WINDOW_LANE, Scaled, Window, WindowAsk, colour_scale, result_tag,
-                                             visible_ask, window_job)
+from attn_explorer.session.long_view import (WINDOW_LANE, Scaled, Window, WindowAsk, colour_scale, layer_key,
+                                             result_tag, same_layer, visible_ask, window_job)
 from attn_explorer.session.state import SessionState
 
 ASK_DELAY_MS = 40  # zoom and pan settle this long before the window is asked for again
@@ -39,6 +43,8 @@ class LongMap(QObject):
         self.base: Window | None = None  # the whole map pooled to the screen
         self.asked: WindowAsk | None = None  # the newest window asked for (drawn or on its way)
         self.base_asked: WindowAsk | None = None  # the newest whole map asked for
+        self.key = None  # session.long_view.layer_key of the layer shown: a weak reference, it holds nothing
+        self.alias: set[int] = set()  # run tags of the parts of the run shown (issue 24 C): their answers count
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
         self.timer.setInterval(ASK_DELAY_MS)
@@ -46,7 +52,8 @@ class LongMap(QObject):
 
     def forget(self) -> None:
         """No long map is on screen any more (a short input's map, or none): answers on their way are dropped."""
-        self.head = None
+        self.head = self.key = None
+        self.alias = set()
         self.window = self.base = self.asked = None
 
     def cancel(self) -> None:
@@ -57,13 +64,29 @@ class LongMap(QObject):
     def show(self, r, l: int, h: int, new_tokens: bool) -> None:
         """Draw head (l, h) of run r: another head or new tokens start again from the whole map, pooled."""
         head = (result_tag(r), l, h)
+        if (not new_tokens and head != self.head and self.head is not None and self.head[1:] == (l, h)
+                and same_layer(self.key, r, l)):
+            self._retag(head[0])  # the run's next part: this layer was already done, what is drawn stays
+            return
         if head != self.head or new_tokens:
             self.head = head
+            self.key, self.alias = layer_key(r, l), {head[0]}
             self.window = self.base = self.asked = None
             self.image.clear()
             self.base_image.clear()
             self.state.cancel(WINDOW_LANE)
             self.ask_base(r, l, h)
+
+    def _retag(self, tag: int) -> None:
+        """The same layer of the same run under a newer part's tag: the drawn answers and the asks follow it."""
+        self.alias.add(tag)
+        self.head = (tag, *self.head[1:])
+        self.window, self.base = (None if w is None else self._tagged(w) for w in (self.window, self.base))
+        self.asked, self.base_asked = (None if a is None else dataclasses.replace(a, tag=tag)
+                                       for a in (self.asked, self.base_asked))
+
+    def _tagged(self, win: Window) -> Window:
+        return dataclasses.replace(win, ask=dataclasses.replace(win.ask, tag=self.head[0]))
 
     def ask_soon(self) -> None:
         """A zoom, pan or resize: ask for the visible window once the view has settled."""
@@ -112,10 +135,12 @@ class LongMap(QObject):
     def window_arrived(self, win: Window, base: bool = False) -> None:
         """An answer of the window lane: drawn only if it is for the run, head and window shown now."""
         r = self.state.result
-        if r is None or (win.ask.tag, win.ask.layer, win.ask.head) != self.head:
+        if (r is None or self.head is None or win.ask.tag not in self.alias
+                or (win.ask.layer, win.ask.head) != self.head[1:]):
             return  # another run or head: dropped
-        if win.ask.tag != result_tag(r):
+        if self.head[0] != result_tag(r):
             return
+        win = self._tagged(win)  # asked of an earlier part of this run, maybe
         if base:
             if win.ask != self.base_asked:
                 return  # pooled for another size of the view: its newer ask is on the way
