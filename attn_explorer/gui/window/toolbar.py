@@ -52,7 +52,7 @@ class ViewToolbar:
         self.dtype_combo.setCurrentText(self.state.dtype)
         self.dtype_combo.setToolTip("Number format of the weights: float32 is exact; bfloat16 and float16 take half "
                                     "the memory and round a little. Choosing one loads the model again")
-        self.dtype_combo.activated.connect(lambda i: self.state.set_dtype(self.dtype_combo.itemText(i)))
+        self.dtype_combo.activated.connect(lambda i: self.choose_dtype(self.dtype_combo.itemText(i)))
         self.state.model_loaded.connect(lambda info: self._show_dtype())
         self.state.error_raised.connect(lambda _message: self._show_dtype())
         self._build_dtype_error()
@@ -103,6 +103,12 @@ class ViewToolbar:
             combo.addItem(HF_ID, HF_ID)
         if current:
             self.select_model_item(current)
+
+    def choose_dtype(self, name: str) -> None:
+        """A dtype chosen in the picker (or by the status line's bfloat16 offer): show it and load the model in it."""
+        with signals_blocked(self.dtype_combo):
+            self.dtype_combo.setCurrentText(name)
+        self.state.set_dtype(name)
 
     def _show_dtype(self) -> None:
         """The dtype picker shows what the loaded model uses (a failed reload leaves the old one)."""
