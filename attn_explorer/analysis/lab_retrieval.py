@@ -42,6 +42,11 @@ class Haystack:
     def needle_ids(self) -> list[int]:
         return self.ids[self.needle[0]:self.needle[1]]
 
+    @property
+    def tokens(self) -> int:
+        """The tokens the model reads: a few under `length`, since the filler is cut to fit."""
+        return len(self.ids)
+
 
 def bundled_filler(chars: int = FILLER_CHARS) -> str:
     """The bundled corpus (resources/corpus, its plays in name order) joined, cut to `chars` characters."""
@@ -160,7 +165,9 @@ def answer(model: Model, case: Haystack, max_new_tokens: int, ablate: dict | Non
 
 @dataclass
 class RetrievalResult:
-    """Every case's answer; scores (L, H) = hits / copied tokens over all cases (0 where none was copied)."""
+    """Every case's answer; scores (L, H) = hits / copied tokens over all cases (0 where none was copied).
+    `actual` (lengths, depths): the prompt tokens the model read for each asked length and depth (the mean
+    where a cell holds several cases; -1 where none)."""
 
     model: str
     lengths: list[int]
@@ -169,6 +176,7 @@ class RetrievalResult:
     scores: np.ndarray  # (L, H)
     copied: int
     answers: list[tuple[int, float, str, bool]]  # (length, depth, generated text, correct)
+    actual: np.ndarray | None = None  # (lengths, depths) int: tokens read; None: not recorded (an old file)
 
     def ranked(self) -> list[tuple[int, int, float]]:
         return [(l, h, float(self.scores[l, h])) for l, h in ranked_heads(self.scores)]
@@ -177,8 +185,11 @@ class RetrievalResult:
         r = self.ranked()
         return {"accuracy": self.accuracy, "retrieval": self.scores, "lengths": np.array(self.lengths),
                 "depths": np.array(self.depths, dtype=np.float64), "copied": np.array(self.copied),
+                **({"actual_tokens": np.asarray(self.actual, dtype=np.int64)} if self.actual is not None else {}),
                 "heads_ranked": np.array([(l, h) for l, h, _ in r], dtype=np.int64).reshape(-1, 2),
-                "answers": np.array([t for *_, t, _ in self.answers]),
+                "answers": np.array([t for *_, t, _ in self.answers], dtype=str),
+                "answer_lengths": np.array([n for n, *_ in self.answers], dtype=np.int64),
+                "answer_depths": np.array([d for _, d, *_ in self.answers], dtype=np.float64),
                 "correct": np.array([c for *_, c in self.answers], dtype=bool), "model": np.array(self.model),
                 "method": np.array("hits / answer tokens copied from the needle; a hit: the head's most-attended "
                                    "key is that token inside the needle (Wu et al. 2024); greedy answers")}
@@ -204,19 +215,22 @@ def retrieval_scores(model: Model, cases: list[Haystack], max_new_tokens: int = 
     right = np.zeros((len(lengths), len(depths)))
     count = np.zeros_like(right)
     hits = np.zeros((model.info.num_layers, model.info.num_heads))
+    read = np.zeros_like(right)
     copied, answers = 0, []
     for i, c in enumerate(cases):
         got = answer(model, c, max_new_tokens, ablate)
         li, di = lengths.index(c.length), depths.index(c.depth)
         right[li, di] += got.correct
         count[li, di] += 1
+        read[li, di] += c.tokens
         hits += got.hits
         copied += got.copied
         answers.append((c.length, c.depth, got.text, got.correct))
         if progress is not None:
             progress(i + 1, len(cases))
     acc = np.where(count > 0, right / np.maximum(count, 1), np.nan)
-    return RetrievalResult(model.info.name, lengths, depths, acc, hits / max(copied, 1), copied, answers)
+    actual = np.where(count > 0, np.rint(read / np.maximum(count, 1)), -1).astype(np.int64)
+    return RetrievalResult(model.info.name, lengths, depths, acc, hits / max(copied, 1), copied, answers, actual)
 
 
 def needle_accuracy(model: Model, cases: list[Haystack], max_new_tokens: int, ablate: dict | None = None) -> float:

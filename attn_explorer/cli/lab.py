@@ -2,8 +2,10 @@
 
 For each length and depth, the needle sentence sits at that depth of filler (the bundled corpus, or
 --filler-file) cut to that many tokens, then the question; the model answers greedily, reading one attention
-row a step. Writes accuracy (lengths × depths), retrieval (L, H) scores and heads_ranked to an .npz; with
---random-sets N also the check (the top --top heads off against N random sets of as many heads).
+row a step. Writes accuracy (lengths × depths), actual_tokens (the prompt tokens read: a few under each asked
+length, as the filler is cut to fit), retrieval (L, H) scores, heads_ranked and the settings to an .npz (the
+Lab page opens it: analysis.lab_results); with --random-sets N also the check (the top --top heads off
+against N random sets of as many heads).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import sys
 import numpy as np
 
 from attn_explorer.errors import UserError
-from attn_explorer.files import atomic_write, check_output, read_text_file
+from attn_explorer.files import check_output, read_text_file
 from attn_explorer.validate import positive_int
 
 
@@ -63,6 +65,7 @@ def whole_number(value, name: str) -> int:
 
 
 def run(args) -> int:
+    from attn_explorer.analysis.lab_results import save_results
     from attn_explorer.analysis.lab_retrieval import (QUESTION, bundled_filler, check_decoder, make_haystack,
                                                       retrieval_ablation, retrieval_scores)
     from attn_explorer.api.load import load_model
@@ -104,25 +107,18 @@ def run(args) -> int:
             print(f"\r{done} / {total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
 
     r = retrieval_scores(model, cases, new, progress=progress)
-    arrays = r.arrays()
     check = None
     if sets:
         check = retrieval_ablation(model, cases, r.scores, top=top, random_sets=sets, seed=seed,
                                    max_new_tokens=new, progress=progress)
-        d = check.to_dict()
-        arrays.update(check_clean=np.array(check.clean), check_top=np.array(check.top),
-                      check_top_heads=np.array(check.top_heads, dtype=np.int64).reshape(-1, 2),
-                      check_random=np.array(check.random), check_random_heads=np.array(d["random_heads"], dtype=np.int64))
-
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, **arrays)
-
-    atomic_write(out, write)
+    settings = {"needle": args.needle, "question": question, "answer": args.answer, "max_new_tokens": new,
+                "filler": args.filler_file or "bundled corpus", "seed": seed}
+    save_results(out, r, check, settings)
     print(f"wrote {out}: {len(cases)} haystack(s), {r.copied} answer token(s) copied from the needle")
     print("accuracy (rows: lengths, columns: depths " + ", ".join(f"{d:g}" for d in r.depths) + ")")
-    for n, row in zip(r.lengths, r.accuracy):
-        print(f"  {n:>6}: " + " ".join(f"{v:.2f}" for v in row))
+    for n, row, read in zip(r.lengths, r.accuracy, r.actual):
+        lo, hi = int(read[read >= 0].min()), int(read.max())
+        print(f"  {n:>6} (read {lo}{'' if lo == hi else f'-{hi}'}): " + " ".join(f"{v:.2f}" for v in row))
     print("top retrieval heads: " + (", ".join(f"L{l}H{h} {v:.2f}" for l, h, v in r.ranked()[:5])
                                      if r.copied else "none (no answer token was copied from the needle)"))
     if check is not None:

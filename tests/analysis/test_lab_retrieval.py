@@ -73,3 +73,15 @@ def test_bad_haystacks_are_one_line(planted):
         answer(planted, long, 8)
     with pytest.raises(UserError, match="no haystacks"):
         retrieval_scores(planted, [])
+
+
+def test_the_actual_token_counts_are_recorded_beside_the_asked_lengths(planted, cases):
+    r = retrieval_scores(planted, cases, max_new_tokens=3)
+    want = np.array([[len(c.ids) for c in cases[:3]], [len(c.ids) for c in cases[3:]]])
+    assert r.actual.shape == (2, 3) and r.actual.dtype.kind == "i"
+    np.testing.assert_array_equal(r.actual, want)
+    assert np.all(r.actual <= np.array(r.lengths)[:, None]) and np.any(r.actual < np.array(r.lengths)[:, None])
+    assert all(c.tokens == len(c.ids) for c in cases)
+    z = r.arrays()
+    np.testing.assert_array_equal(z["actual_tokens"], want)
+    assert list(z["lengths"]) == [24, 48]  # the asked ones stay where they were

@@ -38,7 +38,16 @@ def test_retrieval_writes_accuracy_scores_and_ranking(cli, planted, tmp_path):
         assert z["accuracy"].shape == (2, 3) and np.all(z["accuracy"] == 1.0)
         assert z["retrieval"].shape == (2, 2) and tuple(z["heads_ranked"][0]) == INDUCTION_HEAD
         assert list(z["lengths"]) == [24, 48] and list(z["depths"]) == [0.0, 0.5, 1.0]
+        actual = z["actual_tokens"]  # what the model read: the filler is cut to fit, so a few under the asked
+        assert actual.shape == (2, 3) and np.all(actual <= [[24], [48]]) and np.all(actual > [[12], [36]])
+        assert str(z["setting_needle"]) == "alpha bravo charlie delta"
+        assert str(z["setting_answer"]) == "charlie delta"
         assert z["check_top"] == 0.0 and z["check_clean"] == 1.0 and z["check_random"].shape == (3,)
+    from attn_explorer.analysis.lab_results import load_results
+
+    got = load_results(out)  # the Lab page's "Open results…" reads it, check and all
+    assert got.kind == "retrieval" and got.check.top_heads == [INDUCTION_HEAD]
+    assert got.settings["max_new_tokens"] == 3
     assert "top retrieval heads: L1H0" in stdout and "top heads matter more" in stdout
 
 
