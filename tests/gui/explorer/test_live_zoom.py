@@ -1,7 +1,7 @@
 """Issue 24 C in the window: the one-head view of a finished layer can be opened and zoomed while later layers
 run. A long (lazy) run on a 6-layer tiny Llama, every layer slowed (core.progress.layer_done sleeps, after the
 layer's store went to the screen): while layer 0 is done and the later ones run, the head page shows layer 0,
-its zoomed window is asked and drawn, it stays drawn as the next layers arrive (not cleared and asked again for
+opened then, its zoomed window is asked and drawn, it stays drawn as the next layers arrive (not cleared and asked again for
 each part), and what it drew equals the finished run's map for that window. The later layers keep filling."""
 from __future__ import annotations
 
@@ -30,11 +30,12 @@ def test_a_finished_layers_head_is_zoomed_while_later_layers_run(qtbot, settings
     from attn_explorer.api import model as api_model
     from attn_explorer.core import progress
     from attn_explorer.gui.window.app import build_window, get_qapp
+    from attn_explorer.gui.explorer import long_map
     from attn_explorer.session.live_run import incomplete
 
     monkeypatch.setattr(api_model, "DENSE_MAX_BYTES", 0)  # every run lazy: the head page draws it windowed
     slow = {"s": 0.0}
-    plain = progress.layer_done
+    plain, plain_job = progress.layer_done, long_map.window_job
 
     def slowed(*a, **kw):  # after the layer's store was handed on (on_kept): a long run in miniature
         time.sleep(slow["s"])
@@ -43,7 +44,7 @@ def test_a_finished_layers_head_is_zoomed_while_later_layers_run(qtbot, settings
     monkeypatch.setattr(progress, "layer_done", slowed)
     get_qapp()
     args = argparse.Namespace(model=folder, text="Hello there.", image=None, device="cpu",
-                              view="head", screenshot=None)
+                              view="grid", screenshot=None)
     window, state = build_window(args, settings=settings, loader=cached_loader)
     qtbot.addWidget(window)
     window.resize(1300, 850)
@@ -58,7 +59,10 @@ def test_a_finished_layers_head_is_zoomed_while_later_layers_run(qtbot, settings
                         and state.result.num_tokens > 30, timeout=20000)  # no prefix shared: a whole run, filled in)
         r = state.result
         n = r.num_tokens
-        assert r.lazy.done < LAYERS and hv.long
+        assert r.lazy.done < LAYERS
+        window.show_page("head")  # opened while later layers run
+        qtbot.waitUntil(lambda: hv.isVisible() and hv.long and hv.long_map.base is not None, timeout=10000)
+        assert state.busy and incomplete(state.result)
         a, b, c, d = 10, 22, 4, 20
         hv.plot.setRange(xRange=(c, d), yRange=(a, b), padding=0)  # as a wheel zoom leaves it
         ask_seen = {}
@@ -75,9 +79,13 @@ def test_a_finished_layers_head_is_zoomed_while_later_layers_run(qtbot, settings
         done = ask_seen["done"]
         tile = np.array(hv.image.image, copy=True)
         # the next layer arrives: the zoomed window stays drawn (not cleared and asked again)
-        cleared = []
-        hv.long_map.changed.connect(lambda: cleared.append(hv.long_map.window is None))
-        qtbot.waitUntil(lambda: state.result.lazy.done > done, timeout=10000)
+        asked = []  # what the head page asks of the window lanes from now on: nothing, as later layers arrive
+        monkeypatch.setattr(long_map, "window_job", lambda r_, ask: (asked.append(ask), plain_job(r_, ask))[1])
+        assert done < LAYERS - 1, done
+        qtbot.waitUntil(lambda: incomplete(state.result) and state.result.lazy.done > done, timeout=10000)
+        qtbot.wait(200)
+        assert state.busy
+        assert asked == [], asked  # neither the base nor the zoomed window was asked again for the next parts
         assert hv.long_map.window is not None and hv.long_map.window.ask.rows == (a, b)
         assert hv.image.image is not None
         np.testing.assert_array_equal(hv.image.image, tile)
@@ -89,7 +97,7 @@ def test_a_finished_layers_head_is_zoomed_while_later_layers_run(qtbot, settings
         np.testing.assert_array_equal(tile, want)
         qtbot.waitUntil(lambda: hv.long_map.window is not None and hv.long_map.window.ask.rows == (a, b), timeout=10000)
         np.testing.assert_array_equal(hv.image.image, want)
-        assert not any(cleared)
+        assert asked == [], asked
     finally:
         slow["s"] = 0.0
         state.shutdown()
