@@ -162,6 +162,7 @@ def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens
     import torch
 
     from attn_explorer.analysis import atlas_math as am
+    from attn_explorer.api.hooks import heads_first
     from attn_explorer.core.progress import Stopped, watching
 
     check_model(model)
@@ -183,7 +184,7 @@ def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens
     copy = am.CopyReader(model)
     kinds = ("weight",) + METRICS
     heaps = {(l, h, kind): TopK(top_k) for l in range(L) for h in range(H) for kind in kinds}
-    floors = {kind: [torch.full((H,), float("-inf")) for _ in range(L)] for kind in kinds}  # each heap's floor
+    floors = torch.full((L, len(kinds), H), float("-inf"))  # each heap's floor, kinds in am.KINDS' order
     sums = {name: np.zeros((L, H)) for name in METRICS}
     counts = {name: np.zeros((L, H)) for name in METRICS}
     refs: dict[int, int] = {}  # segment -> heap items pointing at it
@@ -220,56 +221,29 @@ def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens
             special = np.asarray(prep.special, dtype=bool)
             n = len(prep.tokens)
             pairs = am.segment_pairs(ids.numpy(), special)
-            base = np.ones(n, dtype=bool)
-            if info.causal:
-                base[0] = False
-            masks = {"entropy": base, "sink": base, "distance": base, "copy": base,
-                     "prev_token": np.arange(n) >= 1,
-                     "duplicate": np.isin(np.arange(n), pairs.dup_rows.numpy()),
-                     "induction": np.isin(np.arange(n), pairs.ind_rows.numpy())}
-            tmask = {k: torch.as_tensor(v) for k, v in masks.items()}
-            fmask = {k: v.float() for k, v in tmask.items()}
-            for kind in METRICS:  # rows counted: the same for every head and layer
-                if kind != "copy":
-                    counts[kind] += float(masks[kind].sum())
+            rows = _row_masks(pairs, n, info.causal)  # (len(KINDS), n): the rows each kind counts
+            for i, kind in enumerate(am.KINDS):  # rows counted: the same for every head and layer
+                if kind not in ("weight", "copy"):
+                    counts[kind] += float(rows[i].sum())
+            weights = rows.double()[:, None, :]
             plans: dict = {}  # the row chunks' index work, shared by the layers
             with torch.inference_mode():
                 u = copy.distinct(ids) if copy.ok else None
                 for l, lz in enumerate(t.lazy.layers):
-                    z = None
+                    zs = None
                     if copy.ok:
-                        from attn_explorer.api.hooks import heads_first
-
                         v = heads_first(t.cache[f"blocks.{l}.attn.hook_v"], H)[0].float()  # (H, n, d)
-                        z = copy.z(l, v, ids, u)
-                    acc = {kind: torch.zeros(H, dtype=torch.float64) for kind in METRICS}
-                    copy_w = torch.zeros(H, dtype=torch.float64)
-                    cands: dict = {kind: [] for kind in kinds}  # the layer's candidates, offered once at its end
-                    live = [kind for kind in METRICS if kind != "copy" or z is not None]
-                    full = [kind for kind in live if bool(torch.isfinite(floors[kind][l]).all())]
-                    fl = torch.stack([floors[kind][l] for kind in full])[..., None] if full else None  # (F, H, 1)
-                    for sc, cols in am.layer_chunks(lz, pairs, z, info.causal, plans):
-                        r = sc.rows
-                        for kind in live:
-                            val = sc.values[kind]
-                            acc[kind] += val @ fmask[kind][r]
-                            if kind == "copy":
-                                copy_w += (1.0 - sc.values["sink"]) @ fmask[kind][r]
-                        todo = [kind for kind in live if kind not in full]
-                        if full:  # full heaps: one comparison for all of them finds the kinds with a row to offer
-                            vals = torch.stack([sc.values[kind] for kind in full])
-                            mk = torch.stack([tmask[kind][r] for kind in full])[:, None, :]
-                            beat = ((vals > fl) & mk).flatten(1).any(1).tolist()
-                            todo += [kind for kind, b in zip(full, beat) if b]
-                        for kind in todo:  # a kind left out here would offer no row (none beats its floor)
-                            cands[kind].append(_row_candidates(kind, sc.values[kind], tmask[kind][r], sc, cols,
-                                                               top_k, pairs, floors[kind][l]))
-                        cands["weight"].append(am.top_weights(sc.p, r, cols, pairs.sink_cols, floors["weight"][l]))
-                    for kind in kinds:
-                        floors[kind][l] = _push(cands[kind], l, kind, heaps, top_k, seg_id, offer, H)
-                    for kind in METRICS:
-                        sums[kind][l] += acc[kind].numpy()
-                    counts["copy"][l] += copy_w.numpy()
+                        zs = am.sinkless(copy.z(l, v, ids, u), pairs)
+                    ka = am.widened_keys(lz)
+                    vals = am.layer_values(lz, pairs, zs, info.causal, plans, ka)  # (len(KINDS), H, n)
+                    total = (vals.double() * weights).sum(-1).numpy()  # (len(KINDS), H)
+                    for i, kind in enumerate(am.KINDS):
+                        if kind != "weight":
+                            sums[kind][l] += total[i]
+                    if zs is not None:  # the copy score's weights: each row's weight on keys that are not sinks
+                        counts["copy"][l] += ((1.0 - vals[am.KINDS.index("sink")].double()) * weights[
+                            am.KINDS.index("copy")]).sum(-1).numpy()
+                    _offer_layer(l, lz, ka, vals, rows, zs, pairs, floors, top_k, seg_id, offer, heaps)
             del t
             if refs.get(seg_id, 0) > 0:
                 texts[seg_id] = (seg_text, limit, name)
@@ -309,32 +283,50 @@ def _notes(copy, context: int) -> dict[str, str]:
     return out
 
 
-def _row_candidates(kind, val, mk, sc, cols, top_k, pairs, floor):
-    """A chunk's rows that may enter each head's heap by one metric: those above the heap's floor (H,) (each
-    head's best k of them when many), their keys found for all candidates at once. Returns tensors (head, query,
-    key, weight, score) in the order the rows would be offered."""
+def _row_masks(pairs, n: int, causal: bool):
+    """(len(KINDS), n) bool: the rows each kind counts (and may take examples from): all but a decoder's first
+    token (its one key is itself); prev_token rows 1..; duplicate / induction rows that have an earlier copy."""
     import torch
 
-    from attn_explorer.analysis.atlas_math import row_keys
+    from attn_explorer.analysis.atlas_math import KINDS
 
-    H, r = val.shape
-    masked = val.masked_fill(~mk[None, :], float("-inf"))
-    hs = None
-    if bool(torch.isfinite(floor).all()):  # every heap full: a comparison finds the few rows that beat it
-        hs, rs = torch.nonzero(masked > floor[:, None], as_tuple=True)
-        scores = masked[hs, rs]
-        if len(hs) > H * top_k:  # many: only each head's best k of them
-            hs = None
-    if hs is None:
-        vals, idx = masked.topk(min(top_k, r), dim=-1)
-        hs, js = torch.nonzero((vals > floor[:, None]) & torch.isfinite(vals), as_tuple=True)
-        rs, scores = idx[hs, js], vals[hs, js]
-    if len(hs) == 0:
-        return None
-    keys = row_keys(kind, sc, cols, hs, rs, pairs)
-    inside = (keys >= cols.start) & (keys < cols.stop)
-    w = torch.where(inside, sc.p[hs, rs, (keys - cols.start).clamp(0, cols.stop - cols.start - 1)], 0.0)
-    return hs, rs + sc.rows.start, keys, w, scores
+    base = torch.ones(n, dtype=torch.bool)
+    if causal:
+        base[0] = False
+    at = torch.arange(n)
+    own = {"weight": torch.ones(n, dtype=torch.bool), "prev_token": at >= 1,
+           "duplicate": torch.isin(at, pairs.dup_rows), "induction": torch.isin(at, pairs.ind_rows)}
+    return torch.stack([own.get(kind, base) for kind in KINDS])
+
+
+def _offer_layer(l, lz, ka, vals, rows, zs, pairs, floors, top_k, seg_id, offer, heaps) -> None:
+    """Offer one layer's rows to its heads' heaps, every kind at once: the rows above a heap's floor (L, kinds, H)
+    that are among its head's top_k of the layer (ties kept), with the key each points at (their probabilities
+    worked out again, for those rows only). floors[l] is updated."""
+    import torch
+
+    from attn_explorer.analysis import atlas_math as am
+
+    K, H, n = vals.shape
+    live = [i for i, kind in enumerate(am.KINDS) if kind != "copy" or zs is not None]
+    v = vals[live].masked_fill(~rows[live][:, None, :], float("-inf"))  # (K', H, n)
+    kth = v.topk(min(top_k, n), dim=-1).values[..., -1:]  # each head's k-th best row of this layer
+    cand = (v > floors[l, live][..., None]) & (v >= kth) & (v > float("-inf"))
+    cand[0] &= v[0] > 0  # "weight" (first): a row with no weight off itself and the sinks has no example
+    kk, hs, rs = torch.nonzero(cand, as_tuple=True)
+    if len(kk) == 0:
+        return
+    pair, where = torch.unique(hs * n + rs, return_inverse=True)  # each (head, row) once, whatever its kinds
+    probs = am.row_probs(lz, pair // n, pair % n, ka)  # (pairs, m): the candidates' rows only
+    for j, i in enumerate(live):
+        sel = kk == j
+        if not bool(sel.any()):
+            continue
+        h, r = hs[sel], rs[sel]
+        p = probs[where[sel]]  # (k, m), a copy
+        keys = am.candidate_keys(am.KINDS[i], p.clone() if am.KINDS[i] == "weight" else p, r, h, pairs, zs)
+        w = p.gather(1, keys[:, None])[:, 0]
+        floors[l, i] = _push([(h, r, keys, w, v[j, h, r])], l, am.KINDS[i], heaps, top_k, seg_id, offer, H)
 
 
 def _push(cands, l, kind, heaps, top_k, seg_id, offer, H):

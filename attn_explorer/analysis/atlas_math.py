@@ -172,25 +172,23 @@ def _gain(norm):
     raise UserError(f"its final norm is a {type(norm).__name__}, not LayerNorm or RMSNorm")
 
 
-@dataclass
-class RowScores:
-    """One row chunk of one layer: per kind (H, r) row values, and what finding a key needs."""
-
-    rows: slice
-    values: dict  # kind -> (H, r) float32
-    p: torch.Tensor  # (H, r, c) probabilities
-    z: torch.Tensor | None  # (H, c) copy z-scores of the keys
-
-
 def _plain(o) -> bool:
     """Whether a layer's logits are scale·q·k under the causal triangle alone (no window, chunks, mask or cap)."""
     return o.causal and o.window is None and o.chunk is None and o.mask is None and o.softcap is None
 
 
+def widened_keys(lz) -> torch.Tensor | None:
+    """On the fast path (_plain), the layer's keys widened by a column of ones, grouped (H_kv, M, d + 1): one
+    product with q widened by -lse gives log p. None for the general path."""
+    q, k, o = lz.q, lz.k, lz.options
+    if _plain(o) and q.shape[1] % k.shape[1] == 0:
+        return torch.cat([k[0].float(), torch.ones(k.shape[1], k.shape[-2], 1)], dim=-1)
+    return None
+
+
 def _probs(q, k, ka, lse, o, rows: slice, cols: slice, n: int, m: int):
     """(p, logp) of rows × cols for every head, float32 (H, r, c). p is exactly 0 where a key cannot be seen; logp
-    is finite wherever p > 0 (so Σ p·logp needs no mask). ka: on the fast path (_plain), the layer's keys widened
-    by a column of ones, grouped (H_kv, M, d + 1); None for the general path."""
+    is finite wherever p > 0 (so Σ p·logp needs no mask). ka: widened_keys, or None for the general path."""
     ls = lse[0, :, rows].float()
     if ka is not None:  # one product gives logit - lse: q widened by -lse (as core.lazy._Head), grouped by kv head
         H, r, G = q.shape[1], rows.stop - rows.start, ka.shape[0]
@@ -216,23 +214,37 @@ class Chunk:
     kpos: torch.Tensor
     prev_r: torch.Tensor  # chunk rows that have a previous token among the chunk's keys, and that key's column
     prev_c: torch.Tensor
+    self_r: torch.Tensor  # chunk rows whose own token is among the chunk's keys, and its column
+    self_c: torch.Tensor
     flat: dict  # "duplicate" / "induction" -> (chunk rows (P,), flat row·c + col indices (P,))
+
+
+def _rows_at(lo: int, n: int, m: int, H: int, causal: bool) -> int:
+    """How many rows from lo make a chunk of about CHUNK_CELLS probabilities: a causal row sees keys up to itself,
+    so early rows (short) come more at a time."""
+    if not causal:
+        return max(1, CHUNK_CELLS // max(1, H * m))
+    b = lo + (m - n) + 1  # keys seen by row lo
+    r = int((-b + (b * b + 4 * CHUNK_CELLS / max(1, H)) ** 0.5) / 2)  # H·r·(b + r) <= CHUNK_CELLS
+    return max(1, r)
 
 
 def chunk_plan(pairs: Pairs, n: int, m: int, H: int, causal: bool, o) -> list[Chunk]:
     """The row chunks of a layer with options o (window, chunks) over n queries and m keys."""
-    step = max(1, min(n, CHUNK_CELLS // max(1, H * m)))
     cols_all = torch.arange(m, dtype=torch.float32)
     out = []
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + _rows_at(lo, n, m, H, causal))
         c_lo, c_hi = core_lazy.key_range(lo, hi, n, m, causal, o.window, o.chunk)  # keys these rows may see
         cols = slice(c_lo, max(c_lo + 1, c_hi))
         c = cols.stop - cols.start
         sk = pairs.sink_cols[(pairs.sink_cols >= c_lo) & (pairs.sink_cols < cols.stop)] - c_lo
-        i = torch.arange(max(lo, 1), hi)
+        i = torch.arange(lo, hi)
         j = i + (m - n) - 1 - c_lo
-        ok = (j >= 0) & (j < c)
+        ok = (i >= 1) & (j >= 0) & (j < c)
+        own = i + (m - n) - c_lo
+        mine = (own >= 0) & (own < c)
         flat = {}
         for kind, pr, pc in (("duplicate", pairs.dup_rows, pairs.dup_cols),
                              ("induction", pairs.ind_rows, pairs.ind_cols)):
@@ -242,100 +254,116 @@ def chunk_plan(pairs: Pairs, n: int, m: int, H: int, causal: bool, o) -> list[Ch
             rr, cc = rr[keep] - lo, cc[keep] - c_lo
             flat[kind] = (rr, rr * c + cc)
         out.append(Chunk(slice(lo, hi), cols, sk, torch.arange(lo, hi, dtype=torch.float32) + (m - n),
-                         cols_all[cols], (i - lo)[ok], j[ok], flat))
+                         cols_all[cols], (i - lo)[ok], j[ok], (i - lo)[mine], own[mine], flat))
+        lo = hi
     return out
 
 
-def layer_chunks(lz, pairs: Pairs, z: torch.Tensor | None, causal: bool, plans: dict | None = None):
-    """Yield (RowScores, cols) for consecutive row chunks of one lazily kept layer (api.lazy.LazyLayer). plans:
-    a dict kept for one segment, so that layers with the same masking share their chunks' index work."""
+KINDS = ("weight",) + ROW_KINDS  # layer_values' rows, in this order
+_K = {kind: i for i, kind in enumerate(KINDS)}
+
+
+def sinkless(z: torch.Tensor | None, pairs: Pairs) -> torch.Tensor | None:
+    """The keys' copy z-scores (H, m) with the sinks' set to 0 (sinks carry no copy)."""
+    if z is None:
+        return None
+    zs = z.clone()
+    zs[:, pairs.sink_cols] = 0.0
+    return zs
+
+
+def layer_values(lz, pairs: Pairs, zs: torch.Tensor | None, causal: bool, plans: dict | None = None,
+                 ka: torch.Tensor | None = None) -> torch.Tensor:
+    """Every row's value by each of KINDS for every head of one lazily kept layer (api.lazy.LazyLayer): (len(KINDS),
+    H, n) float32, worked out in row chunks of about CHUNK_CELLS probabilities (each chunk passed over a few times
+    while it is in cache). weight: the row's largest weight on a key that is neither itself nor a sink (0 if
+    none); copy: Σ_j p_ij zs_j (0 when zs is None). plans: a dict kept for one segment, so that layers with the same
+    masking share their chunks' index work. ka: widened_keys(lz), when already at hand."""
     q, k, lse, o = lz.q, lz.k, lz.lse, lz.options
     H, n, m = q.shape[1], q.shape[-2], k.shape[-2]
-    ka = None
-    if _plain(o) and H % k.shape[1] == 0:
-        ka = torch.cat([k[0].float(), torch.ones(k.shape[1], m, 1)], dim=-1)  # (H_kv, M, d + 1)
+    if ka is None:
+        ka = widened_keys(lz)
     plans = {} if plans is None else plans
-    key = (H, n, m, causal, o.window, o.chunk)
+    key = (H, n, m, causal, o.window, o.chunk, CHUNK_CELLS)
     if key not in plans:
         plans[key] = chunk_plan(pairs, n, m, H, causal, o)
-    zs = None
-    if z is not None:
-        zs = z.clone()
-        zs[:, pairs.sink_cols] = 0.0  # sinks carry no copy
+    out = torch.zeros(len(KINDS), H, n)
     for ch in plans[key]:
         rows, cols = ch.rows, ch.cols
-        r = rows.stop - rows.start
         p, logp = _probs(q, k, ka, lse, o, rows, cols, n, m)
-        values = {"entropy": torch.linalg.vecdot(p, logp) / -LN2}
+        out[_K["entropy"], :, rows] = logp.mul_(p).sum(-1).div_(-LN2)
         sk = ch.sinks
-        values["sink"] = p[..., sk].sum(-1) if len(sk) > 1 else (p[..., int(sk[0])] if len(sk) else torch.zeros(H, r))
+        if len(sk) == 1:
+            out[_K["sink"], :, rows] = p[..., int(sk[0])]
+        elif len(sk):
+            out[_K["sink"], :, rows] = p[..., sk].sum(-1)
         if causal:
-            values["distance"] = ch.qpos[None] * p.sum(-1) - p @ ch.kpos
+            out[_K["distance"], :, rows] = ch.qpos[None] * p.sum(-1) - p @ ch.kpos
         else:
-            values["distance"] = (p * (ch.qpos[:, None] - ch.kpos[None]).abs()).sum(-1)
-        prev = torch.zeros(H, r)
+            out[_K["distance"], :, rows] = (p * (ch.qpos[:, None] - ch.kpos[None]).abs()).sum(-1)
         if len(ch.prev_r):
-            prev[:, ch.prev_r] = p[:, ch.prev_r, ch.prev_c]
-        values["prev_token"] = prev
-        flat_p = p.reshape(H, -1)  # a view when p is contiguous (the fast path)
+            out[_K["prev_token"], :, rows.start + ch.prev_r] = p[:, ch.prev_r, ch.prev_c]
+        flat_p = p.reshape(H, -1)  # a view: p is contiguous
         for kind, (rr, fi) in ch.flat.items():
-            acc = torch.zeros(H, r)
             if len(rr):
-                acc.index_add_(1, rr, flat_p[:, fi])
-            values[kind] = acc
-        zc = None
+                out[_K[kind], :, rows].index_add_(1, rr, flat_p[:, fi])
         if zs is not None:
             zc = zs[:, cols]
-            values["copy"] = torch.stack([p[h] @ zc[h] for h in range(H)])  # H matrix-vector products: fast
-        yield RowScores(rows, values, p, zc), cols
+            for h in range(H):  # H matrix-vector products: faster than one batched product
+                out[_K["copy"], h, rows] = p[h] @ zc[h]
+        p[:, ch.self_r, ch.self_c] = 0.0  # last: a token on itself does not count for the weight, nor do sinks
+        p[..., sk] = 0.0
+        out[_K["weight"], :, rows] = p.amax(-1)
+    return out
 
 
-def row_keys(kind: str, sc: RowScores, cols: slice, hs: torch.Tensor, rs: torch.Tensor, pairs: Pairs) -> torch.Tensor:
-    """For candidate rows (heads hs, chunk rows rs), the key each example points at for a kind: where that row's
-    metric comes from (segment indices). Vectorised over the candidates."""
-    i = rs + sc.rows.start
+def row_probs(lz, hs: torch.Tensor, rs: torch.Tensor, ka: torch.Tensor | None) -> torch.Tensor:
+    """(K, m) the probabilities of (head hs, query row rs) pairs over all keys: a few rows worked out again."""
+    q, k, lse, o = lz.q, lz.k, lz.lse, lz.options
+    H, n, m = q.shape[1], q.shape[-2], k.shape[-2]
+    out = torch.empty(len(hs), m)
+    if ka is None:  # the general path: row by row, every head
+        for i in torch.unique(rs).tolist():
+            at = torch.nonzero(rs == i)[:, 0]
+            out[at] = _probs(q, k, None, lse, o, slice(i, i + 1), slice(0, m), n, m)[0][hs[at], 0]
+        return out
+    G = ka.shape[0]
+    for g in range(G):  # by kv head: each pair's q widened by -lse, against its keys
+        at = torch.nonzero(hs // (H // G) == g)[:, 0]
+        if len(at) == 0:
+            continue
+        h, r = hs[at], rs[at]
+        qa = torch.cat([q[0, h, r].float() * o.scale, -lse[0, h, r].float()[:, None]], dim=-1)  # (k, d + 1)
+        p = torch.exp(qa @ ka[g].T)
+        out[at] = p.masked_fill_(torch.arange(m)[None, :] > (r + (m - n))[:, None], 0.0)  # keys after the query
+    return out
+
+
+def candidate_keys(kind: str, p: torch.Tensor, i: torch.Tensor, hs: torch.Tensor, pairs: Pairs,
+                   zs: torch.Tensor | None) -> torch.Tensor:
+    """For candidate rows (K, m) (their probabilities over all keys; query rows i, heads hs), the key each example
+    points at for a kind: where that row's value comes from (segment indices). p may be changed."""
+    m = p.shape[-1]
+    at = i + (m - pairs.n)  # the query's own position among the keys
     if kind == "prev_token":
-        return (i - 1).clamp_min(0)
-    rows = sc.p[hs, rs]  # (K, c)
+        return (at - 1).clamp_min(0)
+    sk = pairs.sink_cols[pairs.sink_cols < m]
     if kind == "sink":
-        sk = pairs.sink_cols[(pairs.sink_cols >= cols.start) & (pairs.sink_cols < cols.stop)]
-        if len(sk) == 0:
-            return rows.argmax(-1) + cols.start
-        return sk[rows[:, sk - cols.start].argmax(-1)]
+        return sk[p[:, sk].argmax(-1)] if len(sk) else p.argmax(-1)
     if kind in ("duplicate", "induction"):
         pr, pc = (pairs.dup_rows, pairs.dup_cols) if kind == "duplicate" else (pairs.ind_rows, pairs.ind_cols)
-        sel = (pr >= sc.rows.start) & (pr < sc.rows.stop) & (pc >= cols.start) & (pc < cols.stop)
-        allowed = torch.zeros(sc.rows.stop - sc.rows.start, cols.stop - cols.start, dtype=torch.bool)
-        allowed[pr[sel] - sc.rows.start, pc[sel] - cols.start] = True
-        return torch.where(allowed[rs], rows, -1.0).argmax(-1) + cols.start
-    if kind == "copy" and sc.z is not None:
-        return (rows * sc.z[hs]).argmax(-1) + cols.start
+        uniq, where = torch.unique(i, return_inverse=True)
+        pos = torch.searchsorted(uniq, pr).clamp_max(len(uniq) - 1)
+        hit = uniq[pos] == pr
+        allowed = torch.zeros(len(uniq), m, dtype=torch.bool)
+        allowed[pos[hit], pc[hit]] = True
+        return torch.where(allowed[where], p, -1.0).argmax(-1)
+    if kind == "copy" and zs is not None:
+        return (p * zs[hs]).argmax(-1)
     if kind == "distance":
-        d = (torch.arange(cols.start, cols.stop)[None, :] - i[:, None]).abs().float()
-        return (rows * d).argmax(-1) + cols.start
-    return rows.argmax(-1) + cols.start
-
-
-def top_weights(p: torch.Tensor, rows: slice, cols: slice, sink_cols: torch.Tensor, floor: torch.Tensor):
-    """The chunk's rows whose largest weight to another token that is not a sink is above the head's floor (H,)
-    and above 0, each with that best pair: tensors (head, query, key, weight, weight) in segment indices, or None
-    (the caller keeps each head's best). p is left as it was."""
-    H, r, c = p.shape
-    i = torch.arange(rows.start, rows.stop)
-    j = i - cols.start
-    ok = (j >= 0) & (j < c)
-    di, dj = torch.nonzero(ok)[:, 0], j[ok]
-    sc = sink_cols[(sink_cols >= cols.start) & (sink_cols < cols.stop)] - cols.start
-    kept_d, kept_s = p[:, di, dj].clone(), p[..., sc].clone()
-    p[:, di, dj] = 0.0  # a token on itself does not count, nor do sinks
-    p[..., sc] = 0.0
-    try:
-        best, keys = p.max(-1)  # (H, r): each row's largest weight and its key
-        hs, rs = torch.nonzero((best > floor[:, None]) & (best > 0), as_tuple=True)
-        if len(hs) == 0:
-            return None
-        vals = best[hs, rs]
-        return hs, rs + rows.start, keys[hs, rs] + cols.start, vals, vals
-    finally:
-        p[:, di, dj] = kept_d
-        p[..., sc] = kept_s
+        return (p * (torch.arange(m)[None, :] - at[:, None]).abs().float()).argmax(-1)
+    if kind == "weight":
+        ok = (at >= 0) & (at < m)
+        p[torch.nonzero(ok)[:, 0], at[ok]] = 0.0
+        p[:, sk] = 0.0
+    return p.argmax(-1)
