@@ -7,7 +7,7 @@ ends at its next step and nothing arrives.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,14 +17,16 @@ from attn_explorer.analysis.lab_retrieval import KEY_FACT, NEEDLE, QUESTION, Hay
 from attn_explorer.errors import UserError
 
 __all__ = ["AblationCheck", "InductionScores", "KEY_FACT", "NEEDLE", "QUESTION", "Needle", "RetrievalRun",
-           "default_lengths", "induction_check_job", "induction_job", "parse_depths", "parse_lengths",
-           "ranked_heads", "retrieval_check_job", "retrieval_job", "top_for"]
+           "default_lengths", "field_text", "induction_check_job", "induction_job", "open_results_job",
+           "parse_depths", "parse_lengths", "parse_needle", "ranked_heads", "retrieval_check_job", "retrieval_job",
+           "save_results_job", "top_for"]
 
 DEFAULT_LENGTHS = (512, 1024)
 DEFAULT_DEPTHS = "0,0.5,1"
 NEW_TOKENS = 8  # tokens generated per answer
 SEQ_LEN, BATCHES = 50, 4  # the repeated random tokens, as the `induction` command's defaults
 MAX_CASES = 60
+BUNDLED = "bundled corpus"  # the filler a run here reads (the `retrieval` command may read a file)
 
 
 @dataclass
@@ -38,11 +40,45 @@ class Needle:
 
 @dataclass
 class RetrievalRun:
-    """A retrieval run: its result and the haystacks it answered (the check answers them again)."""
+    """A retrieval run: its result and the haystacks it answered (the check answers them again; a run opened
+    from a file has none, and its check builds them again from the needle and the filler)."""
 
     result: RetrievalResult
     cases: list[Haystack]
     max_new_tokens: int
+    needle: Needle = field(default_factory=Needle)
+    filler: str = BUNDLED
+
+    def settings(self) -> dict:
+        n = self.needle
+        return {"needle": n.needle, "question": n.question, "answer": n.answer,
+                "max_new_tokens": int(self.max_new_tokens), "filler": self.filler}
+
+
+def field_text(text: str) -> str:
+    """A needle field's text as shown: a line break as the two characters \\n (a line edit has one line)."""
+    return str(text).replace("\n", "\\n")
+
+
+def _from_field(text: str) -> str:
+    return str(text).replace("\\n", "\n")
+
+
+def check_needle(n: Needle) -> Needle:
+    """n, or one UserError line: an empty needle, question or answer, or an answer the needle does not hold
+    (the model can only copy it from there; compared as the answers are, ignoring case)."""
+    for what, text in (("the needle", n.needle), ("the question", n.question), ("the expected answer", n.answer)):
+        if not str(text).strip():
+            raise UserError(f"{what} is empty: give {'the sentence hidden in the haystack' if what == 'the needle' else 'some text'}")
+    if n.answer.strip().lower() not in n.needle.lower():
+        raise UserError(f"the expected answer {n.answer.strip()!r} is not in the needle: the model can only copy it "
+                        "from there")
+    return Needle(n.needle, n.question, n.answer.strip())
+
+
+def parse_needle(needle: str, question: str, answer: str) -> Needle:
+    """The page's three fields (\\n in them a line break) as a checked Needle (check_needle)."""
+    return check_needle(Needle(_from_field(needle), _from_field(question), _from_field(answer)))
 
 
 def _numbers(text: str, name: str, kind) -> list:
@@ -137,20 +173,26 @@ def _filler(lengths: list[int]):
 def retrieval_job(model, lengths: list[int], depths: list[float], needle: Needle | None = None,
                   max_new_tokens: int = NEW_TOKENS, progress=None) -> RetrievalRun:
     """Haystacks of every (length, depth), answered (analysis.lab_retrieval.retrieval_scores)."""
-    from attn_explorer.analysis.lab_retrieval import check_decoder, make_haystack, retrieval_scores
+    from attn_explorer.analysis.lab_retrieval import check_decoder, retrieval_scores
 
     check_decoder(model)
-    n = needle or Needle()
+    n = check_needle(needle or Needle())
     if len(lengths) * len(depths) > MAX_CASES:
         raise UserError(f"{len(lengths)} lengths × {len(depths)} depths make more than {MAX_CASES} haystacks")
     parse_lengths(",".join(map(str, lengths)), model.info, max_new_tokens)
     if progress is not None:
         progress(0.0, "building the haystacks")
-    fill = _filler(lengths)
-    cases = [make_haystack(n.needle, n.question, fill, length, d, model.tokenizer, answer=n.answer)
-             for length in lengths for d in depths]
+    cases = _haystacks(model, lengths, depths, n)
     r = retrieval_scores(model, cases, max_new_tokens, progress=_steps(progress, "haystack"))
-    return RetrievalRun(r, cases, int(max_new_tokens))
+    return RetrievalRun(r, cases, int(max_new_tokens), n)
+
+
+def _haystacks(model, lengths: list[int], depths: list[float], n: Needle) -> list[Haystack]:
+    from attn_explorer.analysis.lab_retrieval import make_haystack
+
+    fill = _filler(lengths)
+    return [make_haystack(n.needle, n.question, fill, length, d, model.tokenizer, answer=n.answer)
+            for length in lengths for d in depths]
 
 
 def retrieval_check_job(model, run: RetrievalRun, top: int, random_sets: int = 5, seed: int = 0,
@@ -160,6 +202,43 @@ def retrieval_check_job(model, run: RetrievalRun, top: int, random_sets: int = 5
 
     if run.result.model != model.info.name:
         raise UserError(f"these retrieval scores are {run.result.model}'s, not {model.info.name}'s: run again")
-    return retrieval_ablation(model, run.cases, run.result.scores, top=top_for(model.info, top),
+    cases = run.cases
+    if not cases:  # opened from a file: the same haystacks, built again
+        if run.filler != BUNDLED:
+            raise UserError(f"these results read the filler {run.filler}; the check here reads the bundled corpus: "
+                            "run again")
+        if progress is not None:
+            progress(0.0, "building the haystacks")
+        cases = _haystacks(model, run.result.lengths, run.result.depths, run.needle)
+    return retrieval_ablation(model, cases, run.result.scores, top=top_for(model.info, top),
                               random_sets=random_sets, seed=seed, max_new_tokens=run.max_new_tokens,
                               progress=_steps(progress, "condition"))
+
+
+# ---------------------------------------------------------------------------------------------- files
+def save_results_job(result, check: AblationCheck | None, path: str) -> str:
+    """Write the shown result (InductionScores or RetrievalRun) and its check to one .npz (analysis.lab_results);
+    the path gets .npz where it has no such suffix."""
+    from attn_explorer.analysis.lab_results import save_results
+
+    if not str(path).lower().endswith(".npz"):
+        path = f"{path}.npz"
+    if isinstance(result, RetrievalRun):
+        save_results(path, result.result, check, result.settings())
+    else:
+        save_results(path, result, check, {"check_seed": 0})
+    return str(path)
+
+
+def open_results_job(path: str):
+    """(kind, the result as the page holds it, its check) of a saved file, without the model."""
+    from attn_explorer.analysis.lab_results import load_results
+
+    got = load_results(path)
+    if got.kind == "induction":
+        return got.kind, got.result, got.check
+    s = got.settings
+    needle = Needle(str(s.get("needle", NEEDLE)), str(s.get("question", QUESTION)), str(s.get("answer", KEY_FACT)))
+    run = RetrievalRun(got.result, [], int(s.get("max_new_tokens", NEW_TOKENS)), needle,
+                       str(s.get("filler", "unknown (not saved)")))
+    return got.kind, run, got.check

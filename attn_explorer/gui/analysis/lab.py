@@ -5,23 +5,30 @@ induction` runs) and draws the L×H grid with the top heads listed; "Check by ab
 heads off, then k random heads (5 sets), and draws the loss on the repeat for each. Retrieval: haystacks of
 the chosen lengths (capped by the model's positions) with the needle at the chosen depths; Run answers them
 and draws the accuracy by (length, depth) and every head's retrieval score; its check compares needle
-accuracy with the top k heads off against random sets. Every run goes through the session's worker with
-progress and Cancel (or Esc); a model switch or a new run clears what was shown. Clicking a head (grid or
-list) selects it in the window.
+accuracy with the top k heads off against random sets. The needle, question and expected answer are fields
+(checked before a run: a bad one is one banner line and the last result stays). Every run goes through the
+session's worker with progress and Cancel (or Esc); a model switch or a new run clears what was shown.
+Clicking a head (grid or list) selects it in the window; hovering an accuracy cell says its asked length,
+the tokens its prompts had and its accuracy. "Save results…" writes the shown result and its check to one
+.npz; "Open results…" shows one again without its model (lab_files).
 """
 from __future__ import annotations
 
 import html
 
+import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QListWidget, QPushButton, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QPushButton, QSpinBox,
+                               QVBoxLayout, QWidget)
 
 from attn_explorer.errors import UserError
 from attn_explorer.gui.analysis.common import AnalysisPage, EscCancelsJob, untrained_tag
-from attn_explorer.gui.analysis.lab_view import TOP_LISTED, LabCanvas, heads_text, ranking_line, verdict_html
-from attn_explorer.session.lab import (DEFAULT_DEPTHS, Needle, default_lengths, induction_check_job, induction_job,
-                                       parse_depths, parse_lengths, ranked_heads, retrieval_check_job, retrieval_job,
-                                       top_for)
+from attn_explorer.gui.analysis.lab_files import LabFiles
+from attn_explorer.gui.analysis.lab_view import (BARS_MIN, GRID_MIN, TOP_LISTED, LabCanvas, cell_line, heads_text,
+                                                 ranking_line, verdict_html)
+from attn_explorer.session.lab import (DEFAULT_DEPTHS, Needle, default_lengths, field_text, induction_check_job,
+                                       induction_job, parse_depths, parse_lengths, parse_needle, ranked_heads,
+                                       retrieval_check_job, retrieval_job, top_for)
 from attn_explorer.session.state import SessionState
 
 JOB = "lab"  # one lane: a new run replaces the one in flight
@@ -33,9 +40,10 @@ class LabPage(EscCancelsJob, AnalysisPage):
     FOLLOWS_INPUT = False  # its inputs are made here (random tokens, haystacks), not the text box
 
     def __init__(self, state: SessionState, parent=None):
-        super().__init__(state, parent, mono_readout=False, again="Run again")
+        # the canvas takes the height the tab has (at least this much), so at 1024×700 the check's chart is whole
+        super().__init__(state, parent, mono_readout=False, again="Run again", fill_height=GRID_MIN + 40)
         self.unused_note(hide="every token counts", log="scores and accuracies are drawn on a plain scale")
-        self.needle = Needle()  # the needle sentence, question and key fact (scripts and tests may set another)
+        self.source = {"induction": "", "retrieval": ""}  # "opened from x.npz" for a result read from a file
         self.induction = None  # analysis.atlas_induction.InductionScores of the current model
         self.induction_check = None
         self.retrieval = None  # session.lab.RetrievalRun
@@ -67,6 +75,8 @@ class LabPage(EscCancelsJob, AnalysisPage):
                   self.top, self.check_button):
             self.control_row.addWidget(w)
         self.control_row.addStretch(1)
+        self._needle_row()
+        self.files = LabFiles(self)
 
         self.view = LabCanvas(self.canvas, state.colormap)
         self.verdict = QLabel("")
@@ -99,6 +109,44 @@ class LabPage(EscCancelsJob, AnalysisPage):
             self._model_loaded(state.info)
         self._mode_changed()
 
+    def _needle_row(self) -> None:
+        """The needle, the question and the expected answer (retrieval only), then Save results… / Open results…"""
+        row = QHBoxLayout()
+        self.needle_edit, self.question_edit, self.answer_edit = QLineEdit(), QLineEdit(), QLineEdit()
+        self.needle_edit.setToolTip("The needle: the sentence hidden in the haystack, which holds the answer")
+        self.question_edit.setToolTip("The question after the haystack; the model answers from its end. \\n is "
+                                      "a line break")
+        self.answer_edit.setToolTip("The expected answer: a case is right when the generated text holds it "
+                                    "(ignoring case); it must be in the needle")
+        self.needle_labels = [QLabel("needle"), QLabel("question"), QLabel("answer")]
+        for label, e, stretch in zip(self.needle_labels, (self.needle_edit, self.question_edit, self.answer_edit),
+                                     (3, 3, 1)):
+            e.setMinimumWidth(60)
+            row.addWidget(label)
+            row.addWidget(e, stretch)
+        self.needle = Needle()
+        self.save_button = QPushButton("Save results…")
+        self.save_button.setToolTip("The shown result (scores, ranked heads, accuracy grid, check, settings) as one .npz")
+        self.open_button = QPushButton("Open results…")
+        self.open_button.setToolTip("Results saved here or by `python main.py induction` / `retrieval`: they open "
+                                    "without their model")
+        row.addStretch(0)
+        row.addWidget(self.save_button)
+        row.addWidget(self.open_button)
+        self.add_row(row)
+
+    @property
+    def needle(self) -> Needle:
+        """The needle fields as they read now (unchecked; `run` checks them)."""
+        return Needle(*(e.text().replace("\\n", "\n") for e in (self.needle_edit, self.question_edit,
+                                                                 self.answer_edit)))
+
+    @needle.setter
+    def needle(self, n: Needle) -> None:
+        for e, text in zip((self.needle_edit, self.question_edit, self.answer_edit), (n.needle, n.question, n.answer)):
+            e.setText(field_text(text))
+            e.setCursorPosition(0)
+
     # ---------------------------------------------------------------------------------- state
     def refresh(self, *_):
         """The lab does not follow the text box."""
@@ -111,7 +159,8 @@ class LabPage(EscCancelsJob, AnalysisPage):
 
     def _mode_changed(self) -> None:
         retrieval = self.current_mode() == "retrieval"
-        for w in (self.length_label, self.lengths, self.depth_label, self.depths):
+        for w in (self.length_label, self.lengths, self.depth_label, self.depths, self.needle_edit,
+                  self.question_edit, self.answer_edit, *self.needle_labels):
             w.setVisible(retrieval)
         self.redraw()
 
@@ -135,6 +184,7 @@ class LabPage(EscCancelsJob, AnalysisPage):
             self.induction, self.induction_check = None, None
         else:
             self.retrieval, self.retrieval_check = None, None
+        self.source[mode] = ""
 
     def _set_enabled(self) -> None:
         running = self.progress.running
@@ -142,6 +192,8 @@ class LabPage(EscCancelsJob, AnalysisPage):
         self.run_button.setEnabled(not running and self.state.info is not None)
         self.check_button.setEnabled(not running and have)
         self.mode.setEnabled(not running)
+        self.save_button.setEnabled(not running and have)
+        self.open_button.setEnabled(not running)
 
     # ---------------------------------------------------------------------------------- jobs
     def run(self) -> None:
@@ -156,10 +208,11 @@ class LabPage(EscCancelsJob, AnalysisPage):
         else:
             try:
                 lengths, depths = parse_lengths(self.lengths.text(), info), parse_depths(self.depths.text())
+                needle = parse_needle(self.needle_edit.text(), self.question_edit.text(), self.answer_edit.text())
             except UserError as e:
-                self.state.error_raised.emit(str(e))
+                self.state.error_raised.emit(str(e))  # the last result stays
                 return
-            args, title = (lengths, depths, self.needle), f"Needles in haystacks for {info.name}"
+            args, title = (lengths, depths, needle), f"Needles in haystacks for {info.name}"
             fn, done = retrieval_job, self._retrieval_arrived
         self._forget(mode)  # a new run: the old result and its check go now
         self._start(title, (mode, "run"), fn, args, done)
@@ -170,6 +223,12 @@ class LabPage(EscCancelsJob, AnalysisPage):
         if info is None:
             return
         k = top_for(info, self.top.value())
+        shown = self.induction if mode == "induction" else self.retrieval
+        made_by = getattr(shown, "model", None) or getattr(getattr(shown, "result", None), "model", None)
+        if made_by is not None and made_by != info.name:
+            self.state.error_raised.emit(f"these results are {made_by}'s; the loaded model is {info.name}: load "
+                                         f"{made_by} to check them")
+            return
         if mode == "induction" and self.induction is not None:
             fn, args = induction_check_job, (self.induction.scores, k, RANDOM_SETS)
         elif mode == "retrieval" and self.retrieval is not None:
@@ -265,9 +324,11 @@ class LabPage(EscCancelsJob, AnalysisPage):
                 self.stack.show_message("Press Run." if info is not None else "Loading the model…")
             return
         self.stack.show_canvas()
-        name = html.escape(info.name) if info is not None else ""
+        self.stack.setMinimumHeight(GRID_MIN + 40 + (BARS_MIN + 20 if check is not None else 0))
+        made_by = scores.model if mode == "induction" else scores.result.model
+        name = html.escape(made_by)
         if mode == "induction":
-            self.view.show_induction(scores.scores, check, info.name)
+            self.view.show_induction(scores.scores, check, made_by)
             ranked = [(l, h, float(scores.scores[l, h])) for l, h in ranked_heads(scores.scores)]
             what = "induction"
             cap = (f"<b>Induction heads of {name}</b>: each head's mean weight from a repeated token to the token "
@@ -275,16 +336,16 @@ class LabPage(EscCancelsJob, AnalysisPage):
                    f"repeated once. Top: {heads_text([r[:2] for r in ranked[:3]])}.")
         else:
             r = scores.result
-            self.view.show_retrieval(r, check, info.name)
+            self.view.show_retrieval(r, check, made_by)
             ranked = r.ranked() if r.copied else []
             what = "retrieval"
             found = (f"Top: {heads_text([x[:2] for x in ranked[:3]])}." if ranked else
                      "<b>No answer token was copied from the needle</b>: no head has a retrieval score.")
             cap = (f"<b>Retrieval heads of {name}</b>: {len(scores.cases)} haystacks; a head's score is the share "
                    f"of answer tokens copied from the needle that it attended to most (Wu et al. 2024), over "
-                   f"{r.copied} copied tokens. Needle accuracy (grid: rows lengths, columns depths) "
-                   f"{float(r.accuracy.mean()):.0%} on average. {found}")
-        self.caption.setText(cap + untrained_tag(info))
+                   f"{r.copied} copied tokens. Needle accuracy (grid: rows lengths, columns depths; hover a cell "
+                   f"for its prompts' actual tokens) {float(np.nanmean(r.accuracy)):.0%} on average. {found}")
+        self.caption.setText(cap + self.files.source_note(mode, made_by))
         self.ranking_title.setText(f"top {min(TOP_LISTED, len(ranked))} heads by {what} score" if ranked else "")
         for l, h, v in ranked[:TOP_LISTED]:
             self.ranking.addItem(ranking_line(l, h, v, what))
@@ -317,6 +378,22 @@ class LabPage(EscCancelsJob, AnalysisPage):
         if hit:
             v = float(self.view.heads[hit])
             self.readout.setText(f"L{hit[0]} H{hit[1]}: {self.current_mode()} score {v:.3f}")
+            self.canvas.setToolTip("")
+            return
+        cell = self.view.cell_at(pos)
+        if cell is not None and self.view.result is not None:
+            line = cell_line(self.view.result, *cell)
+            self.readout.setText(line)
+            self.canvas.setToolTip(line)
+        else:
+            self.canvas.setToolTip("")
+
+    # ---------------------------------------------------------------------------------- files
+    def save(self, path: str) -> None:
+        self.files.save(path)
+
+    def open(self, path: str) -> None:
+        self.files.open(path)
 
     def _picked(self, item) -> None:
         row = self.ranking.row(item)

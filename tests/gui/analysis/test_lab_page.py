@@ -7,24 +7,13 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from attn_explorer.session.lab import Needle
 from tests.analysis.atlas_planted import INDUCTION_HEAD, make_planted_folder
-
-PLANTED_NEEDLE = Needle("alpha bravo charlie delta", "alpha bravo", "charlie delta")
+from tests.gui.analysis.lab_helpers import lab
 
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     return str(make_planted_folder(tmp_path_factory.mktemp("planted")))
-
-
-def lab(make_window, planted):
-    w = make_window(model=planted, view="lab")
-    page = w.pages["lab"]
-    page.needle = PLANTED_NEEDLE
-    banners = []
-    w.state.error_raised.connect(banners.append)
-    return w, page, banners
 
 
 def click_scene(qtbot, canvas, scene_pos):
@@ -76,7 +65,7 @@ def test_retrieval_run_grid_shape_and_the_copying_head(make_window, qtbot, plant
     r = page.retrieval.result
     assert r.accuracy.shape == (2, 3) and page.view.accuracy.shape == (2, 3)
     assert page._ranked[0][:2] == INDUCTION_HEAD and page.ranking.item(0).text().split()[:2] == ["L1", "H0"]
-    assert "columns depths) 100% on average" in page.caption.text()
+    assert "actual tokens) 100% on average" in page.caption.text()
     page.top.setValue(1)
     page.check()
     qtbot.waitUntil(lambda: page.retrieval_check is not None, timeout=60000)
