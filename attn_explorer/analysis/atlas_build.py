@@ -187,8 +187,7 @@ def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens
     floors = torch.full((L, len(kinds), H), float("-inf"))  # each heap's floor, kinds in am.KINDS' order
     sums = {name: np.zeros((L, H)) for name in METRICS}
     counts = {name: np.zeros((L, H)) for name in METRICS}
-    refs: dict[int, int] = {}  # segment -> heap items pointing at it
-    texts: dict[int, tuple[str, int, str]] = {}  # segment -> (text, its token limit, source), while pointed at
+    pointed = Pointed()  # the texts of the segments the heaps point at
     done, seg_id, docs = 0, -1, 0
     stopped = False
     v_names = [f"blocks.{l}.attn.hook_v" for l in range(L)] if copy.ok else []
@@ -196,9 +195,9 @@ def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens
     def offer(key, score, item: tuple) -> None:  # item: (segment, query, key, weight, kind, score)
         kept, out = heaps[key].offer(score, item)
         if kept:
-            refs[item[0]] = refs.get(item[0], 0) + 1
+            pointed.kept(item[0])
         if out is not None:
-            refs[out[0]] -= 1
+            pointed.dropped(out[0])
 
     for name, text in _named(documents):
         docs += 1
@@ -245,10 +244,7 @@ def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens
                             am.KINDS.index("copy")]).sum(-1).numpy()
                     _offer_layer(l, lz, ka, vals, rows, zs, pairs, floors, top_k, seg_id, offer, heaps)
             del t
-            if refs.get(seg_id, 0) > 0:
-                texts[seg_id] = (seg_text, limit, name)
-            for d in [d for d in texts if refs.get(d, 0) <= 0]:
-                texts.pop(d), refs.pop(d, None)
+            pointed.end(seg_id, (seg_text, limit, name))
             done += n
             if progress is not None:
                 progress(done, max(total_tokens, done))
@@ -262,6 +258,7 @@ def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens
     notes = {k: am_note for k, am_note in _notes(copy, context).items()}
     if not copy.ok:
         metrics["copy"] = np.full((L, H), np.nan)
+    texts = pointed.texts
     tokens = {d: model.prepare(text, max_tokens=lim).tokens for d, (text, lim, _) in texts.items()}  # as read
     examples: dict[tuple[int, int], list[Example]] = {}
     for (l, h, kind), heap in heaps.items():
@@ -271,6 +268,29 @@ def build_atlas(model: Model, documents: Iterable, *, top_k: int = 8, max_tokens
     return Atlas(model=info.name, n_layers=L, n_heads=H, tokens=done, documents=docs, metrics=metrics,
                  examples=examples, notes=notes, complete=not stopped,
                  texts={d: t[0] for d, t in texts.items()}, sources={d: t[2] for d, t in texts.items()})
+
+
+class Pointed:
+    """The texts of the segments heap items point at, with how many point at each: all an atlas keeps of its
+    corpus, bounded by its heaps whatever the corpus size."""
+
+    def __init__(self):
+        self.refs: dict[int, int] = {}  # segment -> heap items pointing at it
+        self.texts: dict[int, tuple] = {}  # segment -> (text, its token limit, source), while pointed at
+
+    def kept(self, seg: int) -> None:
+        self.refs[seg] = self.refs.get(seg, 0) + 1
+
+    def dropped(self, seg: int) -> None:
+        self.refs[seg] -= 1
+
+    def end(self, seg: int, text: tuple) -> None:
+        """Segment seg is done: keep its text if anything points at it; forget every segment nothing points at."""
+        if self.refs.get(seg, 0) > 0:
+            self.texts[seg] = text
+        for d in [d for d, c in self.refs.items() if c <= 0]:
+            self.refs.pop(d)
+            self.texts.pop(d, None)
 
 
 def _notes(copy, context: int) -> dict[str, str]:

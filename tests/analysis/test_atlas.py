@@ -293,3 +293,19 @@ def test_copy_statistics_are_reused_until_the_unembedding_changes(llama):
     finally:
         with torch.no_grad():
             U.mul_(0.5)
+
+
+def test_the_texts_kept_are_only_those_examples_point_at():
+    """atlas_build.Pointed: what an atlas keeps of its corpus is bounded by its heaps, whatever the corpus size: a
+    segment whose every heap item was pushed out (within its own segment or later) leaves nothing behind."""
+    from attn_explorer.analysis.atlas_build import Pointed
+
+    kept = Pointed()
+    for seg in range(1000):
+        kept.kept(seg)
+        if seg % 10:  # pushed out again, within its own segment
+            kept.dropped(seg)
+        if seg % 10 == 0 and seg >= 10:  # the one kept before it, pushed out later
+            kept.dropped(seg - 10)
+        kept.end(seg, (f"text {seg}", 1024, "src"))
+    assert set(kept.texts) == {990} and set(kept.refs) == {990}
