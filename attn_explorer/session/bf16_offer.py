@@ -114,11 +114,25 @@ def _s(x: float) -> str:
     return f"{x:.1f} s" if x < 10 else f"{x:.0f} s"
 
 
+def offer_variants(d: dict) -> tuple[str, ...]:
+    """The offer in words, longest first: the window shows the longest that fits (the tooltip has all of it)."""
+    x, y = _s(d["bf16_s"]), _s(d["f32_s"])
+    return (f"bfloat16 would take about {x} instead of {y} "
+            "(estimated from measured product rates; its maps round a little, see vs float32)",
+            f"bfloat16 would take about {x} instead of {y} (estimated; maps round a little, see vs float32)",
+            f"bfloat16 would take about {x} instead of {y} (estimated)",
+            f"bfloat16: about {x}, not {y}",
+            f"bfloat16 ≈ {x}, not {y}",
+            f"bf16 ≈ {x}, not {y}",
+            f"bf16 ≈ {x}")  # the last resort of a crowded status bar: its forward label says Y
+
+
 def offer_text(d: dict) -> tuple[str, str]:
-    """The status line's offer and its tooltip, from estimate_job's answer."""
-    line = (f"bfloat16 would take about {_s(d['bf16_s'])} instead of {_s(d['f32_s'])} "
-            "(estimated from measured product rates; its maps round a little, see vs float32)")
-    tip = (f"This float32 forward took {_s(d['f32_s'])} for {d['tokens']:,} tokens. On this CPU (native bfloat16) the "
+    """The status line's offer and its tooltip (the whole line, then how it was estimated), from estimate_job's
+    answer."""
+    line = offer_variants(d)[0]
+    first = " (a first run: that includes one-off start-up costs)" if d.get("warm_up") else ""
+    tip = (f"{line}.\n\nThis float32 forward took {_s(d['f32_s'])} for {d['tokens']:,} tokens{first}. On this CPU (native bfloat16) the "
            f"model's own products ran {1 / max(d['products_ratio'], 1e-9):.1f}× as fast in bfloat16 and its attention "
            f"kernel {1 / max(d['attn_ratio'], 1e-9):.1f}× (timed here); at float32 rates they make about "
            f"{d['share']:.0%} of the forward, and the rest is taken as unchanged: about {_s(d['bf16_s'])} in "
@@ -141,6 +155,7 @@ class Bf16Offer(QObject):
         super().__init__(parent)
         self.state = state
         self.line = self.tip = ""
+        self.variants: tuple[str, ...] = ()  # the line, and shorter ways of saying it (offer_variants)
         self._key: tuple | None = None  # (model info, tokens, forward ms) the offer (or its estimate) is for
         state.attention_ready.connect(self._arrived)
         for sig in (state.text_changed, state.target_changed, state.model_loading, state.model_loaded):
@@ -151,6 +166,7 @@ class Bf16Offer(QObject):
         if self._key is not None:
             self.state.cancel(LANE)
         self._key = None
+        self.variants = ()
         self._set("", "")
 
     def _set(self, line: str, tip: str) -> None:
@@ -175,6 +191,8 @@ class Bf16Offer(QObject):
     def _estimated(self, key: tuple, d: dict) -> None:
         if not _same(key, self._key) or not d.get("native") or d["bf16_s"] > PAYS * d["f32_s"]:
             return
+        d = {**d, "warm_up": bool(getattr(self.state.result, "warm_up", False))}
+        self.variants = offer_variants(d)
         self._set(*offer_text(d))
 
     def _failed(self, key: tuple) -> None:

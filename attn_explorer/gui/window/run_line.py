@@ -8,12 +8,85 @@ run on a CPU with native bfloat16, "bfloat16 would take about X s instead of Y s
 button goes through the toolbar's dtype picker, as a choice there does; nothing switches unless it is clicked."""
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QWidget
 
 from attn_explorer.session.bf16_offer import Bf16Offer
 from attn_explorer.session.live_run import incomplete
 from attn_explorer.session.state import SessionState
+
+
+class OfferBox(QWidget):
+    """The bfloat16 offer: its line and the switch, side by side. Given the line's ways of saying it (longest first)
+    it shows the longest that fits with the button's full text, else with a short "Switch", else the shortest
+    elided: a crowded status bar squeezes it, and the tooltip always has all of it."""
+
+    BUTTON_TEXTS = ("Switch to bfloat16", "Switch")
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.variants: tuple[str, ...] = ()
+        self._button_ws: dict[str, int] = {}
+        self.label = QLabel("")
+        self.label.setObjectName("bf16-offer")
+        self.button = QPushButton(self.BUTTON_TEXTS[0])
+        self.button.setObjectName("bf16-offer-switch")
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.label)
+        lay.addWidget(self.button)
+        lay.addStretch(1)  # the button right after its line, not at the far end of a wide bar
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Preferred)
+
+    def set_offer(self, variants, tip: str) -> None:
+        self.variants = tuple(variants)
+        for w in (self.label, self.button):
+            w.setToolTip(tip)
+        self.updateGeometry()
+        self._fit()
+
+    def _text_w(self, text: str) -> int:
+        return self.label.fontMetrics().horizontalAdvance(text) + 4
+
+    def _button_w(self, text: str) -> int:
+        """The button's width with `text`: measured once per text (a short text may keep a minimum width)."""
+        if text not in self._button_ws:
+            shown = self.button.text()
+            self.button.setText(text)
+            self._button_ws[text] = self.button.sizeHint().width()
+            self.button.setText(shown)
+        return self._button_ws[text]
+
+    def _need(self, variant: str, button: str) -> int:
+        return self._text_w(variant) + self.layout().spacing() + self._button_w(button)
+
+    def sizeHint(self) -> QSize:
+        h = super().sizeHint()
+        return QSize(self._need(self.variants[0], self.BUTTON_TEXTS[0]), h.height()) if self.variants else h
+
+    def minimumSizeHint(self) -> QSize:
+        h = super().minimumSizeHint()
+        return QSize(self._need(self.variants[-1], self.BUTTON_TEXTS[-1]), h.height()) if self.variants else h
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        if not self.variants:
+            self.label.setText("")
+            return
+        room = self.width()
+        for button in self.BUTTON_TEXTS:
+            for v in self.variants:
+                if self._need(v, button) <= room:
+                    self.button.setText(button)
+                    self.label.setText(v)
+                    return
+        button = self.BUTTON_TEXTS[-1]
+        self.button.setText(button)
+        left = max(0, room - self._need("", button))
+        self.label.setText(self.label.fontMetrics().elidedText(self.variants[-1], Qt.ElideRight, left))
 
 
 class RunLine(QWidget):
@@ -29,11 +102,8 @@ class RunLine(QWidget):
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Stop the run (Esc): the maps on screen stay")
         self.offer = Bf16Offer(state, self)
-        self.offer_label = QLabel("")
-        self.offer_label.setObjectName("bf16-offer")
-        self.offer_label.setMinimumWidth(0)  # a narrow window elides it (its tooltip has it all), not the bar
-        self.offer_button = QPushButton("Switch to bfloat16")
-        self.offer_button.setObjectName("bf16-offer-switch")
+        self.offer_box = OfferBox()  # a narrow window gets a shorter line; the tooltip has all of it
+        self.offer_label, self.offer_button = self.offer_box.label, self.offer_box.button
         self.offer_button.clicked.connect(self.switch_to_bf16)
         self.offer.changed.connect(lambda *_: self.refresh())
         lay = QHBoxLayout(self)
@@ -41,8 +111,7 @@ class RunLine(QWidget):
         lay.addWidget(self.label)
         lay.addWidget(self.bar)
         lay.addWidget(self.stop_button)
-        lay.addWidget(self.offer_label, 1)
-        lay.addWidget(self.offer_button)
+        lay.addWidget(self.offer_box, 1)
         self._tick = QTimer(self)  # the elapsed time moves on between layers too
         self._tick.setInterval(500)
         self._tick.timeout.connect(self.refresh)
@@ -74,11 +143,8 @@ class RunLine(QWidget):
 
     def _show_offer(self, line: str) -> None:
         on = bool(line)
-        self.offer_label.setText(line)
-        self.offer_label.setToolTip(self.offer.tip)
-        self.offer_button.setToolTip(self.offer.tip)
-        self.offer_label.setVisible(on)
-        self.offer_button.setVisible(on)
+        self.offer_box.set_offer(self.offer.variants if on else (), self.offer.tip if on else "")
+        self.offer_box.setVisible(on)
 
     def refresh(self) -> None:
         s = self.state.run_status() if self.state.busy else None
@@ -86,7 +152,7 @@ class RunLine(QWidget):
             self._tick.stop()
             self._show_running(False)
             self._show_offer("" if self.state.busy else self.offer.line)
-            self.setVisible(self.offer_label.isVisibleTo(self))
+            self.setVisible(self.offer_box.isVisibleTo(self))
             return
         self._show_offer("")
         self._show_running(True)

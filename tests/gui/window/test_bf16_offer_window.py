@@ -41,17 +41,37 @@ def _long_run(qtbot, w, state):
 
 def test_a_long_float32_run_offers_bfloat16_and_nothing_switches_by_itself(qtbot, dtype_window, offered):
     w, state = dtype_window("float32")
+    w.resize(1300, 850)
     _settled(qtbot, state)
     assert not w.run_line.offer_label.isVisible()  # the first text is short
     _long_run(qtbot, w, state)
     qtbot.waitUntil(lambda: w.run_line.offer_label.isVisible(), timeout=10000)
-    text = w.run_line.offer_label.text()
-    assert text.startswith("bfloat16 would take about ") and " instead of " in text
-    assert "estimated" in text and "vs float32" in text
+    line = w.run_line.offer.line
+    assert line.startswith("bfloat16 would take about ") and " instead of " in line
+    assert "estimated" in line and "vs float32" in line
+    assert w.run_line.offer_label.text() in w.run_line.offer.variants  # as much of it as fits the window
+    assert line in w.run_line.offer_label.toolTip()
     assert w.run_line.offer_button.isVisible() and w.run_line.offer_button.text() == "Switch to bfloat16"
     assert w.run_line.isVisible() and not w.run_line.stop_button.isVisible() and not w.run_line.bar.isVisible()
     qtbot.wait(300)
     assert state.info.dtype == "float32" and w.dtype_combo.currentText() == "float32"  # offered, not done
+    w.state.shutdown()
+
+
+def test_a_narrow_window_shows_a_shorter_offer_and_the_whole_button(qtbot, dtype_window, offered):
+    w, state = dtype_window("float32")
+    _long_run(qtbot, w, state)
+    qtbot.waitUntil(lambda: w.run_line.offer_label.isVisible(), timeout=10000)
+    for width in (1920, 1024):
+        w.resize(width, 700)
+        qtbot.wait(100)
+        label, button = w.run_line.offer_label, w.run_line.offer_button
+        shown = label.text()
+        assert shown in w.run_line.offer.variants, (width, shown)  # not cut mid-word
+        assert label.fontMetrics().horizontalAdvance(shown) <= label.width()
+        assert ("about" in shown or "≈" in shown) and " s" in shown  # the estimate, always
+        assert button.text() in ("Switch to bfloat16", "Switch")  # whole, never "itch to bfloa"
+        assert button.width() >= button.sizeHint().width()
     w.state.shutdown()
 
 
