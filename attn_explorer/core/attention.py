@@ -339,7 +339,8 @@ class MultiHeadAttention(nn.Module):
             if self.sinks is not None:  # the lse includes the sink, so tiles give the probabilities beside it
                 ctx, lse = fold_sink(ctx, lse, self.sinks)
             # how tiles recompute this layer's logits
-            lh.store(q, k, lse, lazy.LayerOptions.of(o, self.head_dim, sinks=self.sinks))
+            lh.store(q, k, lse, lazy.LayerOptions.of(o, self.head_dim, sinks=self.sinks,
+                                                     rounded=lazy.rounded_logits(q, k, v, o)))
             return self._finish(ctx, lh, B, N), None
         hook_pattern = lh is not None and lh.wants("attn.hook_pattern")
         explicit = o.need_weights or hook_pattern or o.softcap is not None  # torch's fused kernel cannot soft-cap

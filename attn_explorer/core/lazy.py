@@ -20,13 +20,16 @@ from typing import Callable
 
 import torch
 
+from attn_explorer.core import bf16_attention
 from attn_explorer.core.bf16 import log_probs_bf16, native_bf16
+from attn_explorer.core.bf16_attention import rounded_product
 from attn_explorer.core.pool_cells import _groups, _pool_axis, pool_edges  # noqa: F401 (pool_edges re-exported)
 from attn_explorer.core.masks import attention_scale, chunk_start, differentiable
 from attn_explorer.core.progress import Stopped, check as _check_stop  # one Stopped for forwards and tiles
 
 _flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 NEG_INF = float("-inf")
+BF16_KERNEL = True  # a bfloat16 model's attention in bfloat16 products where the CPU has them (core.bf16_attention)
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,23 @@ class LayerOptions:
     mask: torch.Tensor | None = None  # bool (True = may attend) or additive, broadcastable to (B, H, N, M)
     sinks: torch.Tensor | None = None  # gpt-oss: each head's sink logit (H,); the kept lse already includes it
     chunk: int | None = None  # Llama 4's attention chunks: query i sees keys j of its own chunk only (j <= i + M - N)
+    rounded: bool = False  # the logits were rounded to bfloat16 (core.bf16_attention), and the lse is theirs
 
     @classmethod
-    def of(cls, opts, head_dim: int, sinks: torch.Tensor | None = None) -> "LayerOptions":
-        """From an AttentionOptions: the scale worked out once (dk_scale and Gemma's query_pre_attn_scalar)."""
+    def of(cls, opts, head_dim: int, sinks: torch.Tensor | None = None, rounded: bool = False) -> "LayerOptions":
+        """From an AttentionOptions: the scale worked out once (dk_scale and Gemma's query_pre_attn_scalar).
+        rounded: what rounded_logits said of the forward's call."""
         return cls(causal=bool(opts.causal), window=opts.window, softcap=opts.softcap, mask=opts.mask,
                    scale=attention_scale(head_dim, opts.dk_scale, opts.scale),
-                   sinks=None if sinks is None else sinks.detach(), chunk=opts.chunk)
+                   sinks=None if sinks is None else sinks.detach(), chunk=opts.chunk, rounded=rounded)
+
+
+def rounded_logits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts) -> bool:
+    """Whether keep_attention runs this call in bfloat16 products (core.bf16_attention): a bfloat16 model on a
+    CPU that multiplies bfloat16 natively, no mask, chunks or soft-cap. Its logits are then rounded to
+    bfloat16 as transformers' eager attention rounds them, its lse is theirs, and tiles must round them alike
+    (LayerOptions.rounded), so that every map row sums to 1."""
+    return BF16_KERNEL and native_bf16() and bf16_attention.usable(q, k, v, opts.mask, opts.chunk, opts.softcap)
 
 
 
@@ -117,7 +130,10 @@ def layer_logits(q: torch.Tensor, k: torch.Tensor, o: LayerOptions, rows: slice,
     """The masked, scaled (and soft-capped) logits of query rows `rows` against keys `cols`: (B, h, r, c)
     float32. q (B, h, r_all, d) and k (B, h, c_all, d) hold the same heads (already repeated); `head`
     says which of the mask's heads they are (when the mask has a head axis)."""
-    s = torch.matmul(q[:, :, rows].float(), k[:, :, cols].float().transpose(-2, -1)) * o.scale
+    if o.rounded:  # as core.bf16_attention formed them: the bfloat16 product's float32 sum, scaled, rounded once
+        s = rounded_product(q[:, :, rows], k[:, :, cols].transpose(-2, -1), o.scale).float()
+    else:
+        s = torch.matmul(q[:, :, rows].float(), k[:, :, cols].float().transpose(-2, -1)) * o.scale
     if o.softcap is not None:
         s = torch.tanh(s / o.softcap) * o.softcap
     band = _band_mask(rows, cols, n_total, m_total, o.causal, o.window, q.device, o.chunk)
@@ -138,6 +154,8 @@ def keep_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts, head
     o = LayerOptions.of(opts, head_dim)
     if (o.window is not None or o.chunk is not None) and not o.causal:
         raise ValueError("a sliding window or attention chunks need causal attention")
+    if rounded_logits(q, k, v, o):
+        return bf16_attention.attention(q, k, v, o.scale, o.causal, o.window)  # issue 24 B: bf16 products
     if q.device.type == "cpu" and o.softcap is None and not differentiable(q, k, v):
         return _keep_flash_cpu(q, k, v, o)  # the CPU flash kernel reads grouped k, v itself (no repeat)
     return _keep_blocked(q, _rep(k, q.shape[1]), _rep(v, q.shape[1]), o, block)
@@ -267,6 +285,9 @@ class _Head:
     def log_probs(self, rows: slice, cols: slice) -> torch.Tensor:
         """log p of rows × cols, (r, c) float32: -inf where the mask, the triangle or the window hides a key."""
         o = self.o
+        if o.rounded:  # the forward's own rounded logits (core.bf16_attention), less its lse
+            s = rounded_product(self.q[rows], self.k[cols].T, o.scale).float().sub_(self.lse[rows, None])
+            return self._masked(s, rows, cols)
         if o.softcap is None and self.q.dtype == torch.bfloat16 and self.k.dtype == torch.bfloat16 \
                 and self.q.device.type == "cpu" and native_bf16():  # issue 24 E: core.bf16 states the error
             s = log_probs_bf16(self.q[rows], self.k[cols], self.lse[rows], o.scale)

@@ -254,8 +254,9 @@ class MultiHeadLatentAttention(nn.Module):
             keys = LatentKeys(latent, k_rope, self.key_weights().detach()) if latent_keys else k
             if latent_keys and not differentiable(latent):  # the keys as the tiles rebuild them (each row's lse
                 k = keys.full()  # is theirs to the last bit); with autograd, the module's own (w_k is detached here)
-            ctx, lse = lazy.keep_attention(*_same_width(q, k, v), o, self.qk_head_dim)
-            lh.store(q, keys, lse, lazy.LayerOptions.of(o, self.qk_head_dim))
+            qkv = _same_width(q, k, v)
+            ctx, lse = lazy.keep_attention(*qkv, o, self.qk_head_dim)
+            lh.store(q, keys, lse, lazy.LayerOptions.of(o, self.qk_head_dim, rounded=lazy.rounded_logits(*qkv, o)))
             return self._finish(ctx[..., :self.head_dim], lh, B, N), None
         hook_pattern = lh is not None and lh.wants("attn.hook_pattern")
         if o.need_weights or hook_pattern or o.softcap is not None:
