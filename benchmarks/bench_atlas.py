@@ -9,15 +9,20 @@ resources/corpus), cut into the atlas's segments (--context tokens each):
 - the ratio atlas / forward (target <= 1.5x); the forward runs before and after the atlas and the mean of the two
   is the floor, so a shared machine's load falls on both; beside wall time, the process's CPU time
   (time.process_time), which a loaded machine disturbs less (use --threads 1 there);
-- peak RSS of the child (target <= 2 GB), which holds the model, both runs and the atlas.
+- peak RSS of the child (target <= 2 GB), which holds the model, both runs and the atlas: after the first
+  forward run (the model and one forward) and at the end, so what the atlas adds is the difference.
 
-    python benchmarks/bench_atlas.py [--sizes 50000,200000] [--context 1024] [--threads 2]
+    python benchmarks/bench_atlas.py --tokens 50000,200000 [--context 1024] [--threads 1]
+    python benchmarks/bench_atlas.py --tokens 50000 --tokens 200000      # the same
     python benchmarks/bench_atlas.py --quick       # 4,000 tokens: a check that it runs, in a minute or two
+
+On a shared machine, read the CPU columns at --threads 1 (time.process_time, same run) and give the load.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -66,6 +71,7 @@ def child(args) -> dict:
         return time.perf_counter() - t0, tokens, time.process_time() - c0
 
     forward_first, tokens, cpu_first = forward()
+    rss_forward = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0, c0 = time.perf_counter(), time.process_time()
     atlas = build_atlas(model, documents(corpus_files([], []), per_line=False), max_tokens=n, context=args.context)
     atlas_s, atlas_cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -76,12 +82,16 @@ def child(args) -> dict:
     return {"tokens": atlas.tokens, "forward_tokens": tokens, "forward_s": floor,
             "forward_runs": [forward_first, forward_last], "atlas_s": atlas_s, "ratio": atlas_s / floor,
             "forward_cpu_s": cpu_floor, "atlas_cpu_s": atlas_cpu, "cpu_ratio": atlas_cpu / cpu_floor,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "top": top, "model": args.model}
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_forward_mb": rss_forward,
+            "examples": sum(len(v) for v in atlas.examples.values()), "texts_kept": len(atlas.texts), "top": top,
+            "model": args.model}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", default="50000,200000")
+    p.add_argument("--tokens", action="append", default=None,
+                   help="corpus sizes in tokens, comma-separated or repeated (default 50000,200000)")
+    p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)  # the old name of --tokens
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--model", default="smollm2-135m")
@@ -91,7 +101,14 @@ def main() -> int:
     if args.child is not None:
         print(json.dumps(child(args)))
         return 0
-    sizes = [4000] if args.quick else [int(s) for s in args.sizes.split(",")]
+    given = (args.tokens or []) + ([args.sizes] if args.sizes else [])
+    try:
+        sizes = [4000] if args.quick else [int(s.replace("_", "")) for g in (given or ["50000,200000"])
+                                          for s in g.split(",") if s.strip()]
+    except ValueError:
+        p.error("--tokens takes whole numbers, e.g. --tokens 50000,200000")
+    if not sizes or min(sizes) < 1:
+        p.error("--tokens takes positive numbers, e.g. --tokens 50000,200000")
     rows = []
     for n in sizes:
         cmd = [sys.executable, __file__, "--child", str(n), "--context", str(args.context), "--threads",
@@ -101,17 +118,20 @@ def main() -> int:
             print(out.stderr[-3000:], file=sys.stderr)
             return 1
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"atlas of {rows[0]['model']}, every head, bundled corpus, segments of {args.context} tokens, "
-          f"{args.threads} thread(s)\n")
+          f"{args.threads} thread(s); load average at the end {load}\n")
     print("| tokens | forward alone (s) | atlas (s) | atlas / forward | CPU: forward (s) | CPU: atlas (s) | "
-          "CPU: atlas / forward | tokens/s (atlas) | peak RSS (MB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "CPU: atlas / forward | tokens/s (atlas) | RSS after forward (MB) | peak RSS (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['tokens']:,} | {r['forward_s']:.1f} | {r['atlas_s']:.1f} | {r['ratio']:.2f}x | "
               f"{r['forward_cpu_s']:.1f} | {r['atlas_cpu_s']:.1f} | {r['cpu_ratio']:.2f}x | "
-              f"{r['tokens'] / r['atlas_s']:,.0f} | {r['peak_rss_mb']:,.0f} |")
+              f"{r['tokens'] / r['atlas_s']:,.0f} | {r['rss_forward_mb']:,.0f} | {r['peak_rss_mb']:,.0f} |")
+    print("\nTargets: atlas / forward <= 1.5x (issue 27: the same run), peak RSS <= 2,048 MB at any corpus size.")
     for r in rows:
-        print(f"\n{r['tokens']:,} tokens: forward runs {', '.join(f'{x:.1f}' for x in r['forward_runs'])} s; highest: "
+        print(f"\n{r['tokens']:,} tokens: {r['examples']:,} examples kept, pointing into {r['texts_kept']:,} "
+              f"segments; forward runs {', '.join(f'{x:.1f}' for x in r['forward_runs'])} s; highest: "
               + "; ".join(f"{k} L{l}H{h} {v:.3f}" for k, (l, h, v) in r["top"].items()))
     return 0
 
