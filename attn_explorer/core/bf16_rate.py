@@ -4,9 +4,9 @@
 occurs) and its attention heads' width; `measure_rates(shapes, heads, head_dim)` times those products on `ROWS`
 rows, and a causal attention kernel on `ATTN_TOKENS` tokens, in float32 and in bfloat16, interleaved, the best of a
 few each, and returns seconds per token (products) and per head and query-key pair (attention) for both. Measured
-on this machine once per process (cached by shapes): about 0.5 s for Gemma 3 270M's shapes on 2 cores. The session turns
-these rates and the float32 run's measured forward into an estimate (session.bf16_offer); nothing here assumes a
-speed-up.
+on this machine once per process (cached by shapes): 0.7 s for Gemma 3 270M's shapes on 2 cores under a load of 13
+(no kept round starts after BUDGET_S). The session turns these rates and the float32 run's measured forward into an
+estimate (session.bf16_offer); nothing here assumes a speed-up.
 """
 from __future__ import annotations
 

@@ -66,7 +66,8 @@ def estimate(forward_s: float, tokens: int, rates: dict, heads: int, pairs: floa
     share = min(1.0, a32 / y) if y > 0 and a32 > 0 else 0.0
     ratio = 1.0 - share + share * (a16 / a32) if a32 > 0 else 1.0
     return {"f32_s": y, "bf16_s": y * ratio, "ratio": ratio, "share": share, "tokens": int(tokens),
-            "products_ratio": b16["linear_s_per_token"] / f32["linear_s_per_token"] if f32["linear_s_per_token"] else 1.0,
+            "products_ratio": (b16["linear_s_per_token"] / f32["linear_s_per_token"]
+                               if f32["linear_s_per_token"] else 1.0),
             "attn_ratio": b16["attn_s_per_pair"] / f32["attn_s_per_pair"] if f32["attn_s_per_pair"] else 1.0}
 
 
@@ -132,7 +133,8 @@ def offer_text(d: dict) -> tuple[str, str]:
     answer."""
     line = offer_variants(d)[0]
     first = " (a first run: that includes one-off start-up costs)" if d.get("warm_up") else ""
-    tip = (f"{line}.\n\nThis float32 forward took {_s(d['f32_s'])} for {d['tokens']:,} tokens{first}. On this CPU (native bfloat16) the "
+    tip = (f"{line}.\n\nThis float32 forward took {_s(d['f32_s'])} for {d['tokens']:,} tokens{first}. "
+           "On this CPU (native bfloat16) the "
            f"model's own products ran {1 / max(d['products_ratio'], 1e-9):.1f}× as fast in bfloat16 and its attention "
            f"kernel {1 / max(d['attn_ratio'], 1e-9):.1f}× (timed here); at float32 rates they make about "
            f"{d['share']:.0%} of the forward, and the rest is taken as unchanged: about {_s(d['bf16_s'])} in "
