@@ -309,3 +309,41 @@ def test_the_texts_kept_are_only_those_examples_point_at():
             kept.dropped(seg - 10)
         kept.end(seg, (f"text {seg}", 1024, "src"))
     assert set(kept.texts) == {990} and set(kept.refs) == {990}
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_layer_values_and_candidate_rows_equal_the_dense_maps(llama, monkeypatch, plain):
+    """atlas_math.layer_values (every row's value by each kind, in row chunks) and row_probs (a few (head, row)
+    pairs worked out again) against the dense maps of one run, on the fast path and the general one; the weight
+    row is the largest weight off the token itself and the sinks, and candidate_keys("weight") points at it."""
+    import torch
+
+    if not plain:
+        monkeypatch.setattr(atlas_math, "_plain", lambda o: False)
+    monkeypatch.setattr(atlas_math, "CHUNK_CELLS", 6 * 5 * 40)  # several chunks
+    text = TEXTS[0] + " " + TEXTS[2]
+    prep = llama.prepare(text)
+    ids = prep.inputs["input_ids"][0]
+    att = torch.as_tensor(llama.run(text).attentions)  # (L, H, n, n)
+    t = llama.trace(prep, lazy=True)
+    pairs = atlas_math.segment_pairs(ids.numpy(), np.asarray(prep.special, dtype=bool))
+    n = len(ids)
+    K = atlas_math.KINDS
+    for l, lz in enumerate(t.lazy.layers):
+        a = att[l].float()
+        vals = atlas_math.layer_values(lz, pairs, None, True)
+        ent = -(a * torch.where(a > 0, a, 1.0).log2()).sum(-1)
+        torch.testing.assert_close(vals[K.index("entropy")][:, 1:], ent[:, 1:], atol=2e-5, rtol=0)
+        torch.testing.assert_close(vals[K.index("sink")], a[..., 0], atol=2e-6, rtol=0)
+        off = a.clone()
+        off[:, torch.arange(n), torch.arange(n)] = 0.0
+        off[..., pairs.sink_cols] = 0.0
+        torch.testing.assert_close(vals[K.index("weight")], off.amax(-1), atol=2e-6, rtol=0)
+        hs = torch.tensor([0, 1, 1, 0])
+        rs = torch.tensor([n - 1, 3, n - 1, 5])
+        ka = atlas_math.widened_keys(lz)
+        assert (ka is not None) == plain
+        rows = atlas_math.row_probs(lz, hs, rs, ka)
+        torch.testing.assert_close(rows, a[hs, rs], atol=2e-6, rtol=0)
+        keys = atlas_math.candidate_keys("weight", rows.clone(), rs, hs, pairs, None)
+        assert keys.tolist() == off[hs, rs].argmax(-1).tolist()
