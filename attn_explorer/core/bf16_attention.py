@@ -22,12 +22,18 @@ rounding, at most 2⁻⁸ of each logit (bfloat16's unit roundoff): what eager b
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from attn_explorer.core.progress import check as _check_stop
 
 ROW_BLOCK = 256  # query rows a block (global layers); fewer when the keys are many
 WINDOW_BLOCK = 128  # a sliding window's blocks: each sees rows + window - 1 keys, so short blocks waste little
-TILE = 1 << 23  # logits a block at most (r·rows·keys), about 16 MB in bfloat16 and 32 MB as float32
+NEG = float("-inf")
+TILE = 1 << 24  # logits a block at most (r·rows·keys), about 32 MB in bfloat16 and 64 MB as float32
+# A causal layer's blocks see ever more keys; oneDNN compiles one kernel per product shape (about 1.5 MB each:
+# 512 shapes grew the process by 750 MB here), so a block's key range is rounded up to a multiple of this, the
+# keys past the diagonal masked (k and v padded once per layer where the last block needs it)
+KEY_BUCKET = 512
 
 
 def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, chunk, softcap) -> bool:
@@ -47,27 +53,37 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, c
     Hkv, M, dv = k.shape[1], k.shape[2], v.shape[-1]
     r = H // Hkv
     off = M - N
-    k3 = k.reshape(B * Hkv, M, d).transpose(1, 2)  # (BH_kv, d, M): a view where k is contiguous
-    v3 = v.reshape(B * Hkv, M, dv)
+    k3, v3 = k.reshape(B * Hkv, M, d), v.reshape(B * Hkv, M, dv)
+    bucket = causal and window is None
+    mp = -(-M // KEY_BUCKET) * KEY_BUCKET if bucket else M
+    if mp > M:  # room for the last block's rounded-up range: keys that every row of it masks
+        k3, v3 = F.pad(k3, (0, 0, 0, mp - M)), F.pad(v3, (0, 0, 0, mp - M))
+    k3 = k3.transpose(1, 2)  # (BH_kv, d, M'): a view
     out = q.new_empty(B, Hkv, r, N, dv)  # = (B, H, N, d_v) with head g·r + j
     lse = torch.empty(B, Hkv, r, N, dtype=torch.float32, device=q.device)
     zero = q.new_zeros(1, 1, 1)  # baddbmm's ignored addend (beta = 0): the scale rides in the product
     rb = WINDOW_BLOCK if (causal and window is not None) else ROW_BLOCK
     keys = M if not causal else min(M, (window or M) + rb)
     rb = max(16, min(rb, TILE // max(1, r * keys)))
-    shut: dict[tuple[int, int, int], torch.Tensor] = {}  # block shape -> where the band hides a key
+    shut: dict = {}  # block shape -> where the band hides a key (and "far": the causal triangle's far side)
     for a in range(0, N, rb):
         _check_stop()  # issue 24 D: a stop asked by the caller ends the forward between blocks
         b = min(N, a + rb)
         rows = b - a
         c0 = 0 if not causal or window is None else max(0, a + off - window + 1)
         c1 = M if not causal else min(M, b + off)
+        if bucket:
+            c1 = min(mp, -(-c1 // KEY_BUCKET) * KEY_BUCKET)
         qb = q[:, :, a:b].reshape(B * Hkv, r * rows, d)  # r heads' rows stacked: one product per k head
         s = torch.baddbmm(zero, qb, k3[:, :, c0:c1], beta=0, alpha=scale)  # (BH_kv, r·rows, c) bfloat16
-        if causal:
+        if bucket:  # row i of the block sees keys up to a + off + i: mask the triangle's far side only
+            z = a + off
+            if z + 1 < c1:
+                s.view(B * Hkv, r, rows, c1)[..., z:].masked_fill_(_far_side(shut, rows, c1 - z, q.device), NEG)
+        elif causal:
             cut = _cut(shut, rows, c1 - c0, a + off - c0, window, q.device)
             if cut is not None:
-                s.view(B * Hkv, r, rows, c1 - c0).masked_fill_(cut, float("-inf"))
+                s.view(B * Hkv, r, rows, c1 - c0).masked_fill_(cut, NEG)
         p = torch.softmax(s, dim=-1, dtype=torch.float32)  # as eager: the softmax in float32
         top = s.amax(dim=-1).float()  # each row's largest logit (exact: a max of bfloat16 numbers)
         lse[:, :, :, a:b] = (top - p.amax(dim=-1).log_()).view(B, Hkv, r, rows)  # p_max = exp(top - lse)
@@ -82,6 +98,14 @@ def rounded_product(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Ten
     a3, b3 = a.reshape(-1, *a.shape[-2:]), b.expand(*lead, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
     zero = a.new_zeros(1, 1, 1)
     return torch.baddbmm(zero, a3, b3, beta=0, alpha=scale).view(*lead, a.shape[-2], b.shape[-1])
+
+
+def _far_side(cache: dict, rows: int, cols: int, device) -> torch.Tensor:
+    """bool (rows, cols), True where column j > row i: a view of one triangle kept for the layer."""
+    tri = cache.get("far")
+    if tri is None or tri.shape[0] < rows or tri.shape[1] < cols:
+        tri = cache["far"] = torch.ones(rows, max(cols, rows + KEY_BUCKET), dtype=torch.bool, device=device).triu_(1)
+    return tri[:rows, :cols]
 
 
 def _cut(cache: dict, rows: int, cols: int, diag: int, window: int | None, device) -> torch.Tensor | None:

@@ -155,3 +155,19 @@ def test_a_bfloat16_model_runs_its_lazy_layers_through_the_kernel(monkeypatch, t
             assert abs(a.sum(-1) - 1).max() < 1e-5
             # the dense bfloat16 path rounds its own way: 0.024 apart here, as with the flash kernel (0.022)
             assert abs(a - dense.attentions[layer, head]).max() < 5e-2
+
+
+def test_a_causal_layer_multiplies_few_distinct_shapes(monkeypatch):
+    """oneDNN keeps a compiled kernel per product shape (about 1.5 MB each): a causal layer's ever longer key
+    ranges are rounded up to KEY_BUCKET keys, so 128 blocks make 4 shapes, not 128 (8,192 tokens at 16 rows a
+    block grew the process by 750 MB before), and the answer is unchanged."""
+    q, k, v = _inputs(2, 1, 2000, 2000, 32)
+    want, want_lse = ba.attention(q, k, v, 0.2, True, None)
+    shapes = set()
+    real = torch.baddbmm
+    monkeypatch.setattr(ba, "ROW_BLOCK", 16)
+    monkeypatch.setattr(torch, "baddbmm", lambda z, a, b, **kw: shapes.add(tuple(b.shape)) or real(z, a, b, **kw))
+    out, lse = ba.attention(q, k, v, 0.2, True, None)
+    assert len(shapes) == 4  # 2,000 keys in ranges of 512, 1,024, 1,536 and 2,048 (padded)
+    assert (lse - want_lse).abs().max().item() < 1e-5
+    assert (out.float() - want.float()).abs().max().item() <= 2 ** -7
