@@ -18,6 +18,17 @@ def _no_hook(point: str, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _residual(x: torch.Tensor, branch: torch.Tensor, lh, point: str) -> torch.Tensor:
+    """x + branch. Where no hook is on the branch's point (none saw it, so none holds it) and there is no autograd,
+    the sum is written into the branch, the new tensor its sub-layer just made (issue 24 A): the same numbers
+    (a sum does not depend on its order), one (B, N, D) tensor fewer. x itself is never changed."""
+    tracked = torch.is_grad_enabled() and (x.requires_grad or branch.requires_grad)
+    if ((lh is None or not lh.wants(point)) and not tracked and branch.shape == x.shape and branch.dtype == x.dtype
+            and branch.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()):
+        return branch.add_(x)
+    return x + branch
+
+
 @dataclass(frozen=True)
 class BlockConfig:
     """Everything one block is built from (a family's config says it per layer: `cfg.block(layer)`)."""
@@ -153,8 +164,9 @@ class TransformerBlock(nn.Module):
             out = x + a + m
         elif self.norm_first:
             a, probs = self.attn(self.norm1(x), opts)
-            x = x + hook("hook_attn_out", self._scaled(self.ls1(self.post_attn_norm(a))))
-            out = x + hook("hook_mlp_out", self._scaled(self.ls2(self.post_mlp_norm(self._mlp(self.norm2(x), lh)))))
+            x = _residual(x, hook("hook_attn_out", self._scaled(self.ls1(self.post_attn_norm(a)))), lh, "hook_attn_out")
+            m = self._scaled(self.ls2(self.post_mlp_norm(self._mlp(self.norm2(x), lh))))
+            out = _residual(x, hook("hook_mlp_out", m), lh, "hook_mlp_out")
         else:
             a, probs = self.attn(x, opts)
             x = self.norm1(x + hook("hook_attn_out", self.ls1(a)))

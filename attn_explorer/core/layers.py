@@ -22,9 +22,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
+            return self._steps_in_place(x)
         if not active():  # issue 24 A: torch's rms_norm (same numbers as the steps below: float32 statistics, rounded
             # once; max |diff| 0 in float32 and bfloat16). Fused on GPUs; on the CPU torch 2.13 runs it as the same
-            # steps (pow, mean, rsqrt, mul), so there it saves nothing measurable
+            # steps (pow, mean, rsqrt, mul), a new tensor for each, so the CPU takes _steps_in_place above
             shape = x.shape[-1:]
             if self.unit_offset:  # Gemma: normalised and times (1 + w) in float32, then cast
                 return F.rms_norm(x.float(), shape, 1.0 + self.weight.float(), self.eps).to(x.dtype)
@@ -37,6 +39,19 @@ class RMSNorm(nn.Module):
         if self.unit_offset:
             return (x * (1.0 + self.weight.float())).to(dtype)
         return self.weight * x.to(dtype)
+
+    def _steps_in_place(self, x: torch.Tensor) -> torch.Tensor:
+        """The steps above (transformers' own), each into one float32 tensor of this call's own (issue 24 A: on the
+        CPU, where torch's rms_norm runs as these steps with a new tensor for each): the same numbers."""
+        y = x.float()
+        scale = y.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+        y = y * scale if y is x else y.mul_(scale)  # x itself (float32 already) is not ours to change
+        if self.unit_offset:  # times (1 + w) in float32, then rounded to x's dtype (torch.mul(..., out=) of
+            # another dtype computes into a float32 tensor and copies it over: no pass saved)
+            return y.mul_(1.0 + self.weight.float()).to(x.dtype)
+        if x.dtype == self.weight.dtype:  # Llama: rounded to x's dtype, then times w
+            return y.to(x.dtype).mul_(self.weight)
+        return self.weight * y.to(x.dtype)
 
 
 def unit_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -129,6 +144,16 @@ ACTIVATIONS = {
 }
 
 
+# The same functions written into their input (issue 24 A: no second (N, hidden) tensor), the same numbers.
+INPLACE_ACTIVATIONS = {
+    "gelu": lambda x: torch.ops.aten.gelu_(x),
+    "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "relu": torch.relu_,
+    "silu": lambda x: F.silu(x, inplace=True),
+    "quick_gelu": lambda x: x.mul_(torch.sigmoid(1.702 * x)),
+}
+
+
 # The same functions as oneDNN post-ops, applied inside the product on the fast path (core.linear).
 FUSED_ACTIVATIONS = {
     "gelu": ("gelu", "none"),  # erf
@@ -173,12 +198,17 @@ class SwiGLU(nn.Module):
         self.fused = fused
         self.down = Linear(hidden, dim, bias=bias)
         self.act = activation(act)
+        self.act_ = INPLACE_ACTIVATIONS[act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:
             gate, up = self.gate_up(x).chunk(2, dim=-1)
         else:
             gate, up = self.gate(x), self.up(x)
+        if not torch.is_grad_enabled() or not (gate.requires_grad or up.requires_grad):  # gate: the product's own
+            # new tensor, so act in place, and * too where gate is a whole tensor (fused: a strided half, and
+            # down's product could round otherwise on a strided input, so the product gets a new one as before)
+            return self.down(self.act_(gate) * up if self.fused else self.act_(gate).mul_(up))
         return self.down(half_grad(act_rule(self.act, gate)) * half_grad(up))  # explain's rules: no-ops otherwise
 
 

@@ -182,8 +182,23 @@ def apply_rope(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor], layou
     if layout != "half":  # the pairs' first members, then their second ones
         x = torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
     half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    out = x * cos + rotated * sin
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # rotate_half, for autograd
+        out = x * cos + rotated * sin
+    else:
+        out = _rotate(x, cos, sin, half)
     if layout == "pairs":  # back to (first, second) side by side
         out = out.unflatten(-1, (2, half)).transpose(-1, -2).flatten(-2)
+    return out
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin, transformers' sum, without rotate_half's negated copy and cat (issue 24 A): x·cos
+    whole, then each half's sin term added in place, (-x2)·sin1 as -(x2·sin1) (a negation is exact and rounding
+    symmetric), so every element is the same two rounded products and one rounded sum, bit for bit."""
+    out = torch.mul(x, cos)
+    term = torch.mul(x[..., half:], sin[..., :half])
+    out[..., :half].sub_(term)
+    torch.mul(x[..., :half], sin[..., half:], out=term)
+    out[..., half:].add_(term)
     return out
