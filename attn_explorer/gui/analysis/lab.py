@@ -320,6 +320,7 @@ class LabPage(EscCancelsJob, AnalysisPage):
             self._ranked = []
             self.ranking_title.setText("")
             self.caption.setText(self._intro(info))
+            self.stack.setMinimumHeight(GRID_MIN + 40)
             if not self.progress.running:
                 self.stack.show_message("Press Run." if info is not None else "Loading the model…")
             return
@@ -341,7 +342,7 @@ class LabPage(EscCancelsJob, AnalysisPage):
             what = "retrieval"
             found = (f"Top: {heads_text([x[:2] for x in ranked[:3]])}." if ranked else
                      "<b>No answer token was copied from the needle</b>: no head has a retrieval score.")
-            cap = (f"<b>Retrieval heads of {name}</b>: {len(scores.cases)} haystacks; a head's score is the share "
+            cap = (f"<b>Retrieval heads of {name}</b>: {len(scores.cases) or len(r.answers)} haystacks; a head's score is the share "
                    f"of answer tokens copied from the needle that it attended to most (Wu et al. 2024), over "
                    f"{r.copied} copied tokens. Needle accuracy (grid: rows lengths, columns depths; hover a cell "
                    f"for its prompts' actual tokens) {float(np.nanmean(r.accuracy)):.0%} on average. {found}")
