@@ -5,7 +5,9 @@
   its linear layers (the q, k, v, out projections and the MLP's matrices, at (n × d_in) inputs), and the
   attention kernel (`F.scaled_dot_product_attention`): causal over all n for a global layer; for a windowed
   layer, the band, as query tiles of `window` rows against the `2·window - 1` keys they can see, the band's
-  boolean mask built once beforehand. The model's heads and key/value heads (GQA through `enable_gqa`), its
+  boolean mask built once beforehand. The products and the kernel are the run's own: q, k and v as one packed
+  oneDNN product where core.linear packs them (float32, and bfloat16 on a CPU that multiplies it natively),
+  and a bfloat16 model's attention on such a CPU in core.bf16_attention (issue 24 B). The model's heads and key/value heads (GQA through `enable_gqa`), its
   head size and its logits' scale. Layers of one signature (the same linear shapes, the same window) are timed
   once and counted as many times as they occur.
 - `hf_sdpa`: the same weights in transformers with `attn_implementation="sdpa"`, the base model's forward
@@ -38,6 +40,15 @@ def band_tiles(n: int, w: int):
         yield (s, e), (s - w + 1, e), band[: e - s, : e - s + w - 1]
 
 
+def _bf16_kernel(q) -> bool:
+    """Whether the lazy forward runs this attention in core.bf16_attention (bfloat16 on a native CPU)."""
+    import torch
+
+    from attn_explorer.core.bf16 import native_bf16
+
+    return q.dtype == torch.bfloat16 and native_bf16()
+
+
 def _attention_ms(n, window, heads, kv_heads, q_dim, v_dim, scale, dtype, gen):
     """One layer's attention kernel calls at n tokens: causal (window None or >= n) or the windowed band."""
     import torch
@@ -48,6 +59,14 @@ def _attention_ms(n, window, heads, kv_heads, q_dim, v_dim, scale, dtype, gen):
 
     q, k, v = rand(heads, n, q_dim), rand(kv_heads, n, q_dim), rand(kv_heads, n, v_dim)
     gqa = heads != kv_heads
+    if _bf16_kernel(q):  # the run's own kernel: core.bf16_attention (both layer kinds), warmed up first
+        from attn_explorer.core import bf16_attention
+
+        w = None if window is None or window >= n else window
+        bf16_attention.attention(q[:, :, :256], k[:, :, :256], v[:, :, :256], scale, True, w)
+        t0 = time.perf_counter()
+        bf16_attention.attention(q, k, v, scale, True, w)
+        return (time.perf_counter() - t0) * 1000
     if window is None or window >= n:
         t0 = time.perf_counter()
         F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
@@ -60,10 +79,36 @@ def _attention_ms(n, window, heads, kv_heads, q_dim, v_dim, scale, dtype, gen):
     return (time.perf_counter() - t0) * 1000
 
 
+def _product_groups(layer, linears):
+    """[(product(x), input width)]: the layer's products as its forward runs them. Where core.linear's packed
+    oneDNN path applies (float32, or bfloat16 on a CPU that multiplies it natively), q, k and v are one packed
+    product and each other layer its own packed one; elsewhere F.linear per matrix."""
+    import torch.nn.functional as F
+
+    def plain(mod):
+        return lambda x: F.linear(x, mod.weight.to(x.dtype), None if mod.bias is None else mod.bias.to(x.dtype))
+
+    def packed(pack, mod):
+        def run(x):
+            y = pack(x)
+            return y if y is not None else plain(mod)(x)
+        return run
+
+    out, done = [], set()
+    qkv = getattr(layer.attn, "packed_qkv", None)
+    if qkv is not None:
+        out.append((packed(qkv, qkv.layers[0]), qkv.layers[0].in_features))
+        done = {id(m) for m in qkv.layers if m is not None}
+    for mod in linears:
+        if id(mod) not in done:
+            pack = getattr(mod, "packed", None)
+            out.append((packed(pack, mod) if pack is not None else plain(mod), mod.in_features))
+    return out
+
+
 def floor_ms(module, n: int, dtype) -> dict:
     """{"linear_ms", "attention_ms", "ms"}: the measured arithmetic floor of module's forward at n tokens."""
     import torch
-    import torch.nn.functional as F
 
     cfg = module.cfg
     layers = list(module.blocks.layers)
@@ -78,9 +123,12 @@ def floor_ms(module, n: int, dtype) -> dict:
         for (mats, window), (layer, count) in counts.items():
             linears = [mod for mod in layer.modules() if isinstance(mod, torch.nn.Linear)]
             xs = {mod.in_features: torch.randn(n, mod.in_features, generator=gen).to(dtype) for mod in linears}
+            groups = _product_groups(layer, linears)
+            for fn, x in groups:  # oneDNN packs each weight on its first call: not part of the floor
+                fn(xs[x])
             t0 = time.perf_counter()
-            for mod in linears:
-                F.linear(xs[mod.in_features], mod.weight.to(dtype), None if mod.bias is None else mod.bias.to(dtype))
+            for fn, x in groups:
+                fn(xs[x])
             lin += (time.perf_counter() - t0) * 1000 * count
             a = layer.attn
             kv_heads = getattr(cfg, "num_kv_heads", cfg.num_heads) or cfg.num_heads
