@@ -204,6 +204,9 @@ def retrieval_check_job(model, run: RetrievalRun, top: int, random_sets: int = 5
         raise UserError(f"these retrieval scores are {run.result.model}'s, not {model.info.name}'s: run again")
     cases = run.cases
     if not cases:  # opened from a file: the same haystacks, built again
+        if not run.filler:
+            raise UserError("these results were saved without their needle, question and filler (an older file): "
+                            "run again to check")
         if run.filler != BUNDLED:
             raise UserError(f"these results read the filler {run.filler}; the check here reads the bundled corpus: "
                             "run again")
@@ -240,5 +243,5 @@ def open_results_job(path: str):
     s = got.settings
     needle = Needle(str(s.get("needle", NEEDLE)), str(s.get("question", QUESTION)), str(s.get("answer", KEY_FACT)))
     run = RetrievalRun(got.result, [], int(s.get("max_new_tokens", NEW_TOKENS)), needle,
-                       str(s.get("filler", "unknown (not saved)")))
+                       str(s.get("filler", "")))  # "": not recorded (an older `retrieval` file)
     return got.kind, run, got.check

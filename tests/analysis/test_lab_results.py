@@ -85,3 +85,18 @@ def test_a_bad_file_is_one_line(tmp_path):
         with pytest.raises(UserError, match=word) as e:
             load_results(path)
         assert "\n" not in str(e.value)
+
+
+def test_an_opened_file_without_its_settings_is_shown_but_not_checked(tmp_path):
+    from types import SimpleNamespace
+
+    from attn_explorer.session.lab import open_results_job, retrieval_check_job
+
+    r = _retrieval()
+    np.savez(tmp_path / "old.npz", **r.arrays())  # no needle, question, answer or filler recorded
+    kind, run, check = open_results_job(str(tmp_path / "old.npz"))
+    assert kind == "retrieval" and run.cases == [] and run.filler == "" and check is None
+    model = SimpleNamespace(info=SimpleNamespace(name="tiny"))
+    with pytest.raises(UserError, match="saved without their needle") as e:
+        retrieval_check_job(model, run, top=1)
+    assert "\n" not in str(e.value)

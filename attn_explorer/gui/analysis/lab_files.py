@@ -70,7 +70,8 @@ class LabFiles:
             p.induction, p.induction_check = result, check
         else:
             p.retrieval, p.retrieval_check = result, check
-            p.needle = result.needle  # the fields show what it was made with
+            if result.filler:  # the fields show what it was made with, where the file says
+                p.needle = result.needle
         p.source[kind] = f"opened from {name}"
         p.set_mode(kind)
         p.redraw()
