@@ -123,6 +123,9 @@ def drop_kept_prefix() -> None:
     if prefix is not None and prefix.kept_tokens():
         prefix.forget()
     if prefix is not None:  # a model ran: what the session let go (the old model, its runs' q and k) is freed now
+        workers = sys.modules.get("attn_explorer.session.workers")
+        if workers is not None:  # the old model's side jobs, stopped by the switch, end first
+            workers.await_stopped(1.0)
         gc.collect()
 
 

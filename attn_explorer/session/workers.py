@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 import traceback
 import weakref
 from typing import Any, Callable
@@ -171,6 +172,20 @@ def launch(
 def live_workers() -> int:
     """Workers started and not yet finished."""
     return len(_LIVE)
+
+
+def await_stopped(limit_s: float = 1.0) -> None:
+    """From a worker: wait, up to limit_s, until every worker asked to stop has ended. A load's full collection
+    holds the GIL for most of a second in a big process; made at once, it kept the old model's stopped side jobs
+    from reaching their next check, past the second a switch allows them (issue 24 D)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            if not any(w.abort_requested for w in list(_LIVE)):
+                return
+        except RuntimeError:  # the GUI thread changed the set meanwhile
+            pass
+        time.sleep(0.01)
 
 
 def await_workers(msecs: int = 10000) -> None:
