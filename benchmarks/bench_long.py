@@ -78,6 +78,7 @@ def _load(args, dtype: str, folder):
 def child(args) -> None:
     import torch
 
+    from attn_explorer.core import progress
     from attn_explorer.core.hooks import Hooks
 
     torch.set_num_threads(args.threads)
@@ -105,11 +106,16 @@ def child(args) -> None:
         if hf is not None:
             hf(ids[:, :256])
     holder = {}
-    t = {dt: {"floor": [], "linear": [], "attention": [], "lazy": [], "hf": [], "plain": []} for dt in args.dtypes}
+    t = {dt: {"floor": [], "linear": [], "attention": [], "lazy": [], "hf": [], "plain": [], "first": []}
+         for dt in args.dtypes}
 
     def lazy_forward(dt, m):
         holder.pop(dt, None)  # the last store goes before the next forward: one store per dtype at a time
-        out, _, _ = m._forward(inputs, hooks=Hooks(keep=True), output_attentions=False)
+        first = []  # when layer 0's kept q, k, lse reached the watcher: what the window can draw first (issue 24 C)
+        t0 = time.perf_counter()
+        with progress.watching(on_kept=lambda layer, kept: first or first.append(time.perf_counter() - t0)):
+            out, _, _ = m._forward(inputs, hooks=Hooks(keep=True), output_attentions=False)
+        t[dt]["first"].append(first[0] * 1000 if first else None)
         holder[dt] = out.lazy
 
     for _ in range(max(1, reps)):  # interleaved: every measure of every dtype sees the same minute's load
@@ -134,7 +140,7 @@ def child(args) -> None:
 
 def _views(m, dt, store, t, n, L, H, slow, reps, folder, args, inputs) -> dict:
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-    row = {k + "_ms": med(v) for k, v in t.items()}
+    row = {k + "_ms": med([x for x in v if x is not None]) for k, v in t.items()}
     row["lazy_over_floor"] = [b / a for a, b in zip(t["floor"], t["lazy"])]
     row["lazy_over_hf"] = [b / a for a, b in zip(t["hf"], t["lazy"])]
     row["lazy_over_plain"] = [b / a for a, b in zip(t["plain"], t["lazy"])]
@@ -179,6 +185,13 @@ def _fmt_ms(v, missing: str = "not run") -> str:
     return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
 
 
+def _first(d: dict) -> str:
+    """Layer 0's maps ready at X, as a share of the whole lazy forward (target: within 10 %)."""
+    if not d.get("first_ms") or not d.get("lazy_ms"):
+        return "-"
+    return f"{_fmt_ms(d['first_ms'])} ({100 * d['first_ms'] / d['lazy_ms']:.1f} %)"
+
+
 def _ratio(xs, target=None) -> str:
     if not xs:
         return "-"
@@ -193,8 +206,8 @@ def tables(rows: list[dict], dtypes: list[str], plain: bool) -> str:
     out = [f"Model: {head['model']} (L={head['L']}, H={head['H']}); medians; one run on this machine; "
            "peak RSS is the child's, with every dtype and transformers' copies loaded.", ""]
     for dt in dtypes:
-        cols = ["n", "floor (products + kernels)", "lazy forward", "transformers SDPA, no maps", "lazy ÷ floor",
-                "lazy ÷ SDPA"] + (["our no-map forward", "lazy ÷ no-map"] if plain else []) + [
+        cols = ["n", "floor (products + kernels)", "lazy forward", "first layer kept at", "transformers SDPA, no maps",
+                "lazy ÷ floor", "lazy ÷ SDPA"] + (["our no-map forward", "lazy ÷ no-map"] if plain else []) + [
                 "kept", "dense maps", "kept/dense", "pool 1024² local", "pool 1024² global", "256² window",
                 "one row", "eager output_attentions", "peak RSS"]
         out += [f"### {dt}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -202,7 +215,7 @@ def tables(rows: list[dict], dtypes: list[str], plain: bool) -> str:
             d = r["by_dtype"][dt]
             eager = human_bytes(d["eager_bytes"]) + (f", {_fmt_ms(d['eager_ms'])}" if d.get("eager_ms") else " (not run)")
             cells = [f"{r['n']:,}", f"{_fmt_ms(d['floor_ms'])} ({_fmt_ms(d['linear_ms'])} + {_fmt_ms(d['attention_ms'])})",
-                     _fmt_ms(d["lazy_ms"]), _fmt_ms(d["hf_ms"]), _ratio(d["lazy_over_floor"]),
+                     _fmt_ms(d["lazy_ms"]), _first(d), _fmt_ms(d["hf_ms"]), _ratio(d["lazy_over_floor"]),
                      _ratio(d["lazy_over_hf"])]
             cells += [_fmt_ms(d["plain_ms"]), _ratio(d["lazy_over_plain"])] if plain else []
             cells += [human_bytes(d["kept"]), human_bytes(d["dense"]), f"{100 * d['kept'] / d['dense']:.3g} %",
