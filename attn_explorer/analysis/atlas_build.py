@@ -1,7 +1,9 @@
 """Building an atlas: documents cut into segments the model reads whole, each run once with lazy attention
-(q, k and each row's log-sum-exp kept, never a map), every layer's metrics then computed in row chunks
-(analysis.atlas_math), and each head's best examples kept in bounded heaps. Memory is bounded whatever the
-corpus: one segment's kept tensors, one chunk of probabilities, the heaps, and the texts the heaps point at.
+(q, k and each row's log-sum-exp kept, never a map). Per layer, one pass over row chunks of its probabilities
+gives every row's value by each metric (analysis.atlas_math.layer_values); the metrics' sums take them all,
+and each head's heaps are offered only the rows among its layer's top_k by a metric (torch.topk), whose keys
+come from those few rows worked out again. Memory is bounded whatever the corpus: one segment's kept tensors,
+one chunk of probabilities, the heaps, and the texts the heaps point at (Pointed).
 """
 from __future__ import annotations
 

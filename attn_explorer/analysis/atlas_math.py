@@ -1,5 +1,7 @@
 """The atlas's per-layer arithmetic: every head's metrics from one segment's kept q, k and lse (api.lazy), in
-query-row chunks so that memory stays bounded (at most ~CHUNK_CELLS probabilities at once, whatever n).
+query-row chunks so that memory stays bounded (at most ~CHUNK_CELLS probabilities at once, whatever n), each
+chunk passed over a few times while it is in cache (layer_values); the examples' keys from the few candidate
+rows worked out again (row_probs, candidate_keys).
 
 Per row i of a segment (the atlas sums these and divides by the rows counted):
 
@@ -24,7 +26,7 @@ import torch
 from attn_explorer.core import lazy as core_lazy
 from attn_explorer.errors import UserError
 
-CHUNK_CELLS = 1 << 20  # probabilities held at once per layer (H × rows × keys): 4 MB of float32, cache-sized
+CHUNK_CELLS = 1 << 19  # probabilities held at once per layer (H × rows × keys): 2 MB of float32, cache-sized
 ROW_KINDS = ("entropy", "sink", "distance", "prev_token", "duplicate", "induction", "copy")
 LN2 = float(np.log(2.0))
 _STATS: dict = {}  # id(unembedding) -> (a weak reference to it, ..., CopyReader's statistics)
