@@ -127,6 +127,9 @@ def drop_kept_prefix() -> None:
         if workers is not None:  # the old model's side jobs, stopped by the switch, end first
             workers.await_stopped(1.0)
         gc.collect()
+        from attn_explorer.session.memory import give_back_freed
+
+        give_back_freed()  # what the old model and its runs held goes back to the system, not kept by malloc
 
 
 def pool_job(r: RunResult, hide_special: bool = False, stack: str = "encoder") -> RunResult:

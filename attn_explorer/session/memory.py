@@ -5,10 +5,37 @@ gigabytes. The run on screen shares that store with every record a view holds (a
 same store), so the store itself is emptied, in place: its tensors go at once, whoever holds the record. The
 mosaic drawn from it stays (plain NumPy); a view that asks the store for more gets one line saying why it cannot.
 Torch is never imported here: the store's class is taken from the store.
+
+What was freed goes back to the system (`give_back_freed`, at a load once the old model went): glibc's malloc
+keeps freed blocks for reuse, and after a long run they were hundreds of MiB the next model's run never needed.
 """
 from __future__ import annotations
 
 from typing import Any
+
+_TRIM: list = []  # glibc's malloc_trim, once looked up (an empty entry: none on this system)
+
+
+def give_back_freed() -> bool:
+    """Hand the memory malloc holds free back to the system (glibc's malloc_trim(0), every arena); False where
+    there is no glibc (macOS, Windows, musl): nothing to do there."""
+    if not _TRIM:
+        import ctypes
+        import sys
+
+        trim = None
+        if sys.platform.startswith("linux"):
+            try:
+                trim = ctypes.CDLL("libc.so.6").malloc_trim
+                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+            except (OSError, AttributeError):
+                trim = None
+        _TRIM.append(trim)
+    if _TRIM[0] is None:
+        return False
+    _TRIM[0](0)
+    return True
+
 
 LET_GO = ("its queries and keys were let go when another model was loaded, to free memory: run the input "
           "again to read them")

@@ -1,0 +1,47 @@
+"""Issue 24 D, memory: what a model switch frees goes back to the system. glibc's malloc keeps freed blocks for
+reuse: after MiniLM -> SmolLM2 -> Gemma the process stayed hundreds of MiB above Gemma's run alone. A load, once
+the old model and its runs are collected (session.jobs.drop_kept_prefix), calls session.memory.give_back_freed
+(malloc_trim(0))."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from attn_explorer.session import memory
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim: Linux only")
+
+
+def _rss_mib() -> float:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@linux
+def test_freed_blocks_go_back_to_the_system():
+    blocks = [np.ones(60_000 // 8) for _ in range(3000)]  # ~170 MiB of blocks under malloc's mmap threshold
+    keep = [blocks[i] for i in range(0, len(blocks), 500)] + [np.ones(10)]  # a few stay: the heap cannot shrink
+    del blocks
+    held = _rss_mib()
+    assert memory.give_back_freed()
+    back = held - _rss_mib()
+    assert back > 100, f"only {back:.0f} MiB went back"
+    del keep
+
+
+def test_a_load_gives_back_what_the_old_model_freed(monkeypatch):
+    import gc
+
+    from attn_explorer.session import jobs
+
+    order = []
+    monkeypatch.setitem(sys.modules, "attn_explorer.api.prefix", type(sys)("prefix"))  # a model ran
+    sys.modules["attn_explorer.api.prefix"].kept_tokens = lambda: 0
+    monkeypatch.setattr(gc, "collect", lambda *a: order.append("collect") or 0)
+    monkeypatch.setattr(memory, "give_back_freed", lambda: order.append("give back") or True)
+    jobs.drop_kept_prefix()
+    assert order == ["collect", "give back"]  # after the collection that frees the old model
