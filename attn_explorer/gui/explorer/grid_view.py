@@ -27,15 +27,13 @@ from PySide6.QtWidgets import QGraphicsRectItem, QHBoxLayout, QLabel, QProgressB
 from attn_explorer.gui.widgets.heatmap import (CanvasStack, LazyPage, PaintedGraphicsWidget, add_heat_image, follow_loading,
                                        style_colorbar, waiting_for_input)
 from attn_explorer.gui.explorer.controls import StackSwitch, titled_page
+from attn_explorer.gui.explorer.long_map import PREVIOUS  # the mark on maps of the input before an edit (issue 24)
 from attn_explorer.session.live_run import incomplete
 from attn_explorer.session.long_view import GRID_LANE, overview_job, result_tag, reused_prefix
 from attn_explorer.gui.explorer.mixer_marks import MixerOverlay, grid_note
 from attn_explorer.session.stacks import STACK_NAMES, short_kind, stack_maps
 from attn_explorer.session.state import SessionState
 
-
-# the header's mark while a run is in flight: the maps drawn are those of the input before the edit (issue 24)
-PREVIOUS = "these maps are the previous input's"
 
 
 class HeadGridView(LazyPage, QWidget):

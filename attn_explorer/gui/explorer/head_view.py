@@ -1,17 +1,15 @@
 """The head page: one head's N×N attention, large, with token labels on both axes.
 
-Hovering a cell shows `query "it" → key "animal": 0.43`; a new result clears that line, since it
-described the old map. The layer and head come from the session (spin boxes in the window's toolbar,
-arrow keys); the colormap, linear/log scale and "hide special tokens" too. Long inputs stay legible:
-the axes label as many tokens as fit, and the mouse wheel zooms in (drag pans) until every token has
-its label.
+Hovering a cell shows `query "it" → key "animal": 0.43`; a new result clears that line, since it described the
+old map. The layer and head come from the session (spin boxes in the window's toolbar, arrow keys); the colormap,
+linear/log scale and "hide special tokens" too. Long inputs stay legible: the axes label as many tokens as fit,
+and the mouse wheel zooms in (drag pans) until every token has its label.
 
-Its parts, each in its own module of gui/explorer: the map drawn and the title's counts (head_maps.py); a
-long input's map, never drawn whole but asked of the worker lanes pooled to the view's pixels and again for
-the visible window after every zoom or pan (long_map.py); the selected query's row over every key, under the
-map (query_strip.py); "Go to token", by number or word (goto_box.py); the colour scale, the weights, each
-row scaled to its max, or a percentile clip with sink columns left apart, with a label that says which
-(colour_key.py); the hover line (hover.py).
+Its parts, each in its own module of gui/explorer: the map drawn and the title's counts (head_maps.py); a long
+input's map, never drawn whole but asked of the worker lanes pooled to the view's pixels and again for the
+visible window after every zoom or pan, and the header's mark while a new input runs (long_map.py); the query's
+row over every key (query_strip.py); "Go to token" (goto_box.py); the colour scale (weights, each row scaled to
+its max, or a percentile clip with sinks apart) and its label (colour_key.py); the hover line (hover.py).
 """
 from __future__ import annotations
 
@@ -34,7 +32,7 @@ from attn_explorer.gui.explorer.head_maps import AXIS_TITLES, common_prefix, sho
 from attn_explorer.gui.explorer.head_maps import head_matrix  # noqa: F401 - tests/gui/test_readable.py imports it here
 from attn_explorer.gui.explorer.image_bands import BandedAxis, ImageBands  # issue 26 B: image blocks as bands
 from attn_explorer.gui.explorer.hover import HOVER_HINT, HoverLine, cell_text, window_cell_text
-from attn_explorer.gui.explorer.long_map import LongMap
+from attn_explorer.gui.explorer.long_map import LongMap, marked
 from attn_explorer.gui.explorer.query_strip import QueryStrip
 from attn_explorer.gui.explorer.sink_column import SinkColumn
 from attn_explorer.errors import UserError
@@ -128,6 +126,8 @@ class HeadView(LazyPage, QWidget):
         state.options_changed.connect(self._options)
         state.model_loading.connect(lambda *_: self.readout.setText(HOVER_HINT))
         state.input_cleared.connect(self._cleared)
+        for sig in (state.busy_changed, state.run_progressed):  # the map is the previous input's while a run goes
+            sig.connect(lambda *_: self.title.setText(marked(state, self.title.text())))
         follow_loading(state, self.stack.show_message)
 
     # --------------------------------------------------------------------------------- drawing
@@ -390,8 +390,8 @@ class HeadView(LazyPage, QWidget):
         sink = sink_text(self.sink.values, q, self.tokens[q] if q is not None and q < len(self.tokens) else "")
         sink = f"<br>Sink (left column): {html.escape(sink)}." if sink else ""
         sink += mx.head_note(info, l, h) if m.stack == "encoder" else ""  # a hybrid's signed or absent head
-        self.title.setText(f"{html.escape(what)}<b>Layer {l}{kind}, head {h}</b> — {count}, "
-                           f"dk scale {r.dk_scale:.2f}×{causal}{tag}{sink}")
+        self.title.setText(marked(st, f"{html.escape(what)}<b>Layer {l}{kind}, head {h}</b> — {count}, "
+                                      f"dk scale {r.dk_scale:.2f}×{causal}{tag}{sink}"))
 
     def _options(self):
         style_colorbar(self.colorbar, self.state.colormap, self.state.log_scale)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 import dataclasses
+import html
 
 from PySide6.QtCore import QObject, QRectF, QTimer, Signal
 
@@ -19,10 +20,23 @@ from attn_explorer.gui.widgets.heatmap import colormap
 from attn_explorer.session.mixers import signed_scaled
 from attn_explorer.session.long_view import (WINDOW_LANE, Scaled, Window, WindowAsk, colour_scale, layer_key,
                                              result_tag, same_layer, visible_ask, window_job)
+from attn_explorer.session.live_run import incomplete
 from attn_explorer.session.state import SessionState
 
 ASK_DELAY_MS = 40  # zoom and pan settle this long before the window is asked for again
 BASE_LANE = WINDOW_LANE + ":whole"  # the whole map pooled to the screen, under the window
+PREVIOUS = "these maps are the previous input's"  # a page's maps while a new input's run is in flight (issue 24 D)
+
+
+def marked(state: SessionState, text: str) -> str:
+    """A page's header with "these maps are the previous input's (running …: layer k of L …)" below it while a new
+    input's run of the model shown is in flight, and without it otherwise (an earlier mark is replaced)."""
+    text = text.split(f"<br><b>{PREVIOUS}")[0]
+    r, info = state.result, state.info
+    if (not text or r is None or info is None or r.model != info.name or not state.busy
+            or state.run_status() is None or incomplete(r)):
+        return text
+    return f"{text}<br><b>{PREVIOUS}</b> <i>({html.escape(state.watch.line())})</i>"
 
 
 class LongMap(QObject):
