@@ -161,7 +161,7 @@ class TransformerBlock(nn.Module):
             a = hook("hook_attn_out", self._scaled(self.ls1(self.post_attn_norm(a))))
             h = h if self.one_norm else self.norm2(x)  # Cohere: the MLP reads the attention's input norm
             m = hook("hook_mlp_out", self._scaled(self.ls2(self.post_mlp_norm(self._mlp(h, lh)))))
-            out = x + a + m
+            out = _residual(_residual(x, a, lh, "hook_attn_out"), m, lh, "hook_mlp_out")  # (x + a) + m
         elif self.norm_first:
             a, probs = self.attn(self.norm1(x), opts)
             x = _residual(x, hook("hook_attn_out", self._scaled(self.ls1(self.post_attn_norm(a)))), lh, "hook_attn_out")
@@ -169,8 +169,8 @@ class TransformerBlock(nn.Module):
             out = _residual(x, hook("hook_mlp_out", m), lh, "hook_mlp_out")
         else:
             a, probs = self.attn(x, opts)
-            x = self.norm1(x + hook("hook_attn_out", self.ls1(a)))
-            out = self.norm2(x + hook("hook_mlp_out", self.ls2(self._mlp(x, lh))))
+            x = self.norm1(_residual(x, hook("hook_attn_out", self.ls1(a)), lh, "hook_attn_out"))
+            out = self.norm2(_residual(x, hook("hook_mlp_out", self.ls2(self._mlp(x, lh))), lh, "hook_mlp_out"))
         return hook("hook_resid_post", out), probs
 
     def _mlp(self, x: torch.Tensor, lh) -> torch.Tensor:

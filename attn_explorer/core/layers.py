@@ -152,6 +152,8 @@ INPLACE_ACTIVATIONS = {
     "silu": lambda x: F.silu(x, inplace=True),
     "quick_gelu": lambda x: x.mul_(torch.sigmoid(1.702 * x)),
 }
+# by the function an MLP holds as its `act` (one set in its place, e.g. by a test, has none: the plain steps run)
+_IN_PLACE = {ACTIVATIONS[name]: fn for name, fn in INPLACE_ACTIVATIONS.items()}
 
 
 # The same functions as oneDNN post-ops, applied inside the product on the fast path (core.linear).
@@ -181,7 +183,13 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = None if self.fused_act is None else self.fc1.packed(x, post=self.fused_act)
-        return self.fc2(act_rule(self.act, self.fc1(x)) if h is None else h)
+        if h is not None:
+            return self.fc2(h)
+        h = self.fc1(x)
+        act_ = _IN_PLACE.get(self.act)
+        if act_ is not None and not (torch.is_grad_enabled() and h.requires_grad):
+            return self.fc2(act_(h))  # fc1's own new tensor: the activation in place (issue 24 A)
+        return self.fc2(act_rule(self.act, h))
 
 
 class SwiGLU(nn.Module):
@@ -198,17 +206,17 @@ class SwiGLU(nn.Module):
         self.fused = fused
         self.down = Linear(hidden, dim, bias=bias)
         self.act = activation(act)
-        self.act_ = INPLACE_ACTIVATIONS[act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:
             gate, up = self.gate_up(x).chunk(2, dim=-1)
         else:
             gate, up = self.gate(x), self.up(x)
-        if not torch.is_grad_enabled() or not (gate.requires_grad or up.requires_grad):  # gate: the product's own
-            # new tensor, so act in place, and * too where gate is a whole tensor (fused: a strided half, and
-            # down's product could round otherwise on a strided input, so the product gets a new one as before)
-            return self.down(self.act_(gate) * up if self.fused else self.act_(gate).mul_(up))
+        act_ = _IN_PLACE.get(self.act)
+        if act_ is not None and not (torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)):
+            # gate: the product's own new tensor, so act in place, and * too where gate is a whole tensor (fused: a
+            # strided half, and down's product could round otherwise on a strided input: a new one as before)
+            return self.down(act_(gate) * up if self.fused else act_(gate).mul_(up))
         return self.down(half_grad(act_rule(self.act, gate)) * half_grad(up))  # explain's rules: no-ops otherwise
 
 

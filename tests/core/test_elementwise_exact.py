@@ -14,7 +14,7 @@ from attn_explorer.core import attention, blocks, linear
 from attn_explorer.core.attention import AttentionOptions
 from attn_explorer.core.blocks import BlockConfig, TransformerBlock
 from attn_explorer.core.hooks import Hooks
-from attn_explorer.core.layers import RMSNorm, SwiGLU
+from attn_explorer.core.layers import MLP, RMSNorm, SwiGLU
 from attn_explorer.core.positional import apply_rope, rope_tables
 
 transformers = pytest.importorskip("transformers")
@@ -109,6 +109,43 @@ def test_gated_mlp_in_place_equals_the_plain_steps(act, fused, dtype):
     assert leaf.grad is not None and leaf.grad.abs().sum() > 0
     if dtype != torch.float32:
         assert torch.equal(fast, slow.detach())
+
+
+def test_every_activation_has_its_in_place_form():
+    from attn_explorer.core.layers import ACTIVATIONS, INPLACE_ACTIVATIONS
+
+    assert set(INPLACE_ACTIVATIONS) == set(ACTIVATIONS)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_an_activation_set_in_place_of_the_mlps_is_the_one_used(gated):
+    """A function put in `act` (as tests/hub/test_parity_clip_siglip.py swaps quick_gelu for gelu) is what runs,
+    not the in-place form of the one the MLP was built with."""
+    torch.manual_seed(0)
+    m = _swiglu("silu", False, torch.float32) if gated else MLP(24, 40, act="quick_gelu")
+    x = torch.randn(2, 5, 24)
+    with torch.inference_mode():
+        before = m(x)
+        m.act = torch.tanh
+        if not gated:
+            m.fused_act = None
+        after = m(x)
+        h = m.act(m.gate(x)) * m.up(x) if gated else m.act(m.fc1(x))
+        want = m.down(h) if gated else m.fc2(h)
+    assert not torch.equal(before, after) and torch.equal(after, want)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "relu", "silu", "quick_gelu"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mlp_activation_in_place_equals_the_plain_steps(act, dtype):
+    """fc2(act(fc1(x))) (GPT-2, BERT, CLIP's quick_gelu): the activation in place gives the same bits."""
+    torch.manual_seed(0)
+    m = MLP(24, 40, act=act).to(dtype)
+    x = (torch.randn(2, 5, 24) * 2).to(dtype)
+    with torch.inference_mode():
+        fast = m(x)
+        h = m.fc1.packed(x, post=m.fused_act) if m.fused_act is not None else None
+        assert torch.equal(fast, m.fc2(m.act(m.fc1(x)) if h is None else h))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -215,6 +252,24 @@ def test_gemma3_block_equals_its_plain_steps(dtype, lazy, monkeypatch):
     monkeypatch.setattr(SwiGLU, "forward", _plain_mlp)
     monkeypatch.setattr(blocks, "_residual", lambda x, branch, lh, point: x + branch)
     assert torch.equal(fast, run())
+
+
+@pytest.mark.parametrize("kind", ["parallel", "post_ln", "one_norm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_parallel_and_post_ln_residuals_equal_the_plain_sums(kind, dtype, monkeypatch):
+    """GPT-NeoX's (x + a) + m, Cohere's one-norm parallel block and BERT's norm(x + a): the same bits with the sums
+    written into the branches as with x + branch."""
+    torch.manual_seed(0)
+    kw = {"parallel": dict(parallel=True), "post_ln": dict(norm_first=False),
+          "one_norm": dict(parallel=True, one_norm=True, norm="layer_nobias")}[kind]
+    b = TransformerBlock(BlockConfig(32, 4, 48, **kw)).eval().to(dtype)
+    x = torch.randn(2, 7, 32).to(dtype)
+    before = x.clone()
+    with torch.inference_mode():
+        fast = b(x, AttentionOptions(causal=True))[0]
+        monkeypatch.setattr(blocks, "_residual", lambda x, branch, lh, point: x + branch)
+        assert torch.equal(fast, b(x, AttentionOptions(causal=True))[0])
+    assert torch.equal(x, before)
 
 
 EVERY = ("hook_resid_pre", "hook_attn_out", "hook_mlp_out", "hook_resid_post")
