@@ -175,8 +175,11 @@ def _gain(norm):
 
 
 def _plain(o) -> bool:
-    """Whether a layer's logits are scale·q·k under the causal triangle alone (no window, chunks, mask or cap)."""
-    return o.causal and o.window is None and o.chunk is None and o.mask is None and o.softcap is None
+    """Whether a layer's logits are scale·q·k under the causal triangle alone (no window, chunks, mask or cap),
+    in float32: a bfloat16 layer whose logits were rounded (core.bf16_attention, o.rounded) takes the general
+    path, which rounds them as the forward did (core.lazy.layer_logits), so its lse fits."""
+    return (o.causal and o.window is None and o.chunk is None and o.mask is None and o.softcap is None
+            and not getattr(o, "rounded", False))
 
 
 def widened_keys(lz) -> torch.Tensor | None:

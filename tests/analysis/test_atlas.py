@@ -347,3 +347,29 @@ def test_layer_values_and_candidate_rows_equal_the_dense_maps(llama, monkeypatch
         torch.testing.assert_close(rows, a[hs, rs], atol=2e-6, rtol=0)
         keys = atlas_math.candidate_keys("weight", rows.clone(), rs, hs, pairs, None)
         assert keys.tolist() == off[hs, rs].argmax(-1).tolist()
+
+
+def test_a_bfloat16_layer_with_rounded_logits_is_measured_as_its_tiles_are(monkeypatch):
+    """Issue 24 B: where a bfloat16 model's lazy layer rounded its logits (core.bf16_attention, LayerOptions.rounded),
+    its lse is that of the rounded logits: the atlas must form them the same way (the general path), or its rows
+    are 1-6 % off and do not sum to 1."""
+    import torch
+
+    from attn_explorer.api.lazy import LazyLayer
+    from attn_explorer.core import lazy as core_lazy
+
+    monkeypatch.setattr(core_lazy, "native_bf16", lambda: True)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = ((torch.randn(1, h, 200, 64, generator=g) * 2).bfloat16() for h in (4, 2, 2))
+    from types import SimpleNamespace
+
+    call = SimpleNamespace(causal=True, window=None, softcap=None, mask=None, dk_scale=1.0, scale=None, chunk=None)
+    assert core_lazy.rounded_logits(q, k, v, call)
+    _, lse = core_lazy.keep_attention(q, k, v, call, 64)
+    o = core_lazy.LayerOptions.of(call, 64, rounded=True)
+    lz = LazyLayer(q, k, lse, o)
+    hs, rs = torch.tensor([0, 3, 1]), torch.tensor([199, 150, 40])
+    rows = atlas_math.row_probs(lz, hs, rs, atlas_math.widened_keys(lz))
+    want = torch.stack([core_lazy.head_probs(q, k, lse, o, int(h))[int(r)] for h, r in zip(hs, rs)])
+    torch.testing.assert_close(rows, want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(rows.sum(-1), torch.ones(3), atol=1e-5, rtol=0)
