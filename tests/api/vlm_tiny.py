@@ -1,9 +1,7 @@
 """Tiny random Qwen3-VL folders (transformers' own classes, every weight moved off its init, saved and read back
-by ax.load_model) for the vision-language analyses' tests and benchmarks/bench_vlm.py. The same sizes as
-tests/hub/test_parity_qwen3_vl.py; `max_pixels` and `positions` open it to large pictures."""
+by ax.load_model) for the vision-language analyses' tests and benchmarks/bench_vlm.py. With the defaults, the
+very folder tests/hub/test_parity_qwen3_vl.py checks against transformers; `max_pixels` and `positions` open it to large pictures."""
 from __future__ import annotations
-
-import json
 
 import torch
 
@@ -18,6 +16,7 @@ def qwen3_vl_folder(folder, max_pixels: int = 10_000, positions: int = 256, seed
     import transformers
 
     from tests.hub.test_parity_qwen_vl import END, PAD, START, tokenizer
+    from tests.hub.tiny_vlm import eager_perturbed, save_folder
 
     torch.manual_seed(seed)
     text = dict(vocab_size=304, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=6,
@@ -27,14 +26,7 @@ def qwen3_vl_folder(folder, max_pixels: int = 10_000, positions: int = 256, seed
                                  "mrope_interleaved": True})
     cfg = transformers.Qwen3VLConfig(vision_config=VISION, text_config=text, image_token_id=PAD,
                                      vision_start_token_id=START, vision_end_token_id=END, tie_word_embeddings=False)
-    cfg._attn_implementation = "eager"
-    hf = transformers.Qwen3VLForConditionalGeneration(cfg).eval()
-    hf.set_attn_implementation("eager")
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    hf.save_pretrained(folder, safe_serialization=True)
-    tokenizer().save(str(folder / "tokenizer.json"))
-    (folder / "preprocessor_config.json").write_text(json.dumps({"min_pixels": 64, "max_pixels": max_pixels,
-                                                                 "image_mean": [0.5] * 3, "image_std": [0.5] * 3}))
+    hf = eager_perturbed(transformers.Qwen3VLForConditionalGeneration, cfg)
+    save_folder(hf, folder, tokenizer(), {"min_pixels": 64, "max_pixels": max_pixels, "image_mean": [0.5] * 3,
+                                          "image_std": [0.5] * 3})
     return hf

@@ -13,12 +13,10 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from attn_explorer.core.qwen3_vision import QWEN3_VISION_RULES, Qwen3VisionConfig, Qwen3VisionTower  # noqa: E402
+from tests.api.vlm_tiny import VISION, qwen3_vl_folder  # noqa: E402
 from tests.hub.test_parity_qwen_vl import picture, processor_pixels  # noqa: E402
 
 TOL = 1e-5
-VISION = dict(depth=4, hidden_size=32, intermediate_size=40, num_heads=4, out_hidden_size=48, patch_size=4,
-              spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16, deepstack_visual_indexes=[0, 2],
-              hidden_act="gelu_pytorch_tanh")
 
 
 def test_qwen3_vl_tower_matches_transformers():
@@ -72,32 +70,13 @@ def test_qwen3_vl_tower_matches_transformers():
 def test_qwen3_vl_parity_with_transformers(tmp_path, monkeypatch):
     """The whole Qwen3-VL through ax.load_model: interleaved M-RoPE, the Qwen3 decoder's q/k norms, DeepStack
     after its first layers; decoder maps, tower maps and hidden state within 1e-5, greedy tokens equal."""
-    import json
-
     import numpy as np
 
     import attn_explorer as ax
     from attn_explorer.core.qwen_vision import patch_positions
-    from tests.hub.test_parity_qwen_vl import PAD, END, START, tokenizer
+    from tests.hub.test_parity_qwen_vl import PAD
 
-    torch.manual_seed(7)
-    text = dict(vocab_size=304, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=6,
-                num_key_value_heads=2, head_dim=8, max_position_embeddings=256, rms_norm_eps=1e-6,
-                bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1],
-                                 "mrope_interleaved": True})
-    cfg = transformers.Qwen3VLConfig(vision_config=VISION, text_config=text, image_token_id=PAD,
-                                     vision_start_token_id=START, vision_end_token_id=END, tie_word_embeddings=False)
-    cfg._attn_implementation = "eager"
-    hf = transformers.Qwen3VLForConditionalGeneration(cfg).eval()
-    hf.set_attn_implementation("eager")
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    hf.save_pretrained(tmp_path, safe_serialization=True)
-    tokenizer().save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"min_pixels": 64, "max_pixels": 10_000,
-                                                                   "image_mean": [0.5] * 3, "image_std": [0.5] * 3}))
+    hf = qwen3_vl_folder(tmp_path)  # seed 7, 256 positions, max_pixels 10,000
     m = ax.load_model(str(tmp_path), device="cpu")
     assert m.info.family == "qwen3_vl"
     img, prompt = picture(27, 37), "the cat <image> sat on"

@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.core.qwen_vision import (QWEN_VISION_RULES, QwenVisionConfig, QwenVisionTower,  # noqa: E402
                                             patch_positions)
+from tests.hub.tiny_vlm import eager_perturbed, save_folder  # noqa: E402
 
 TOL = 1e-5
 # patch 4, merge 2, window 16 px = 2 image tokens a side: a 40 × 24 px picture is 10 × 6 patches, 5 × 3 image
@@ -150,16 +151,8 @@ def qwen_folder(tmp_path_factory):
     torch.manual_seed(5)
     cfg = transformers.Qwen2_5_VLConfig(text_config=TEXT, vision_config=VISION, image_token_id=PAD,
                                         vision_start_token_id=START, vision_end_token_id=END, tie_word_embeddings=False)
-    cfg._attn_implementation = "eager"
-    hf = transformers.Qwen2_5_VLForConditionalGeneration(cfg).eval()
-    hf.set_attn_implementation("eager")
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    hf.save_pretrained(folder, safe_serialization=True)
-    tokenizer().save(str(folder / "tokenizer.json"))
-    (folder / "preprocessor_config.json").write_text(json.dumps({"min_pixels": 64, "max_pixels": 10_000,
-                                                                 "patch_size": 4, "merge_size": 2}))
+    hf = eager_perturbed(transformers.Qwen2_5_VLForConditionalGeneration, cfg)
+    save_folder(hf, folder, tokenizer(), {"min_pixels": 64, "max_pixels": 10_000, "patch_size": 4, "merge_size": 2})
     return hf, folder
 
 

@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
+from tests.hub.tiny_vlm import cached_builder, eager_perturbed, save_folder  # noqa: E402
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 TOL = 1e-5
@@ -69,33 +70,18 @@ def tokenizer():
 def make(folder, name):
     cfg_cls, model_cls, kw = CASES[name]
     torch.manual_seed(sorted(CASES).index(name))
-    cfg = getattr(transformers, cfg_cls)(**kw)
-    cfg._attn_implementation = "eager"
-    hf = getattr(transformers, model_cls)(cfg).eval()
-    hf.set_attn_implementation("eager")
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    hf.save_pretrained(folder, safe_serialization=True)
-    tokenizer().save(str(folder / "tokenizer.json"))
+    hf = eager_perturbed(getattr(transformers, model_cls), getattr(transformers, cfg_cls)(**kw))
+    pre = None
     if name in ("idefics3", "smolvlm"):  # tiles of 32 px from a picture whose longer side is made 64 px: 2 × 2 tiles
-        (folder / "preprocessor_config.json").write_text(json.dumps(
-            {"size": {"longest_edge": 64}, "do_image_splitting": True, "resample": 1, "image_mean": [0.5] * 3,
-             "image_std": [0.5] * 3}))
+        pre = {"size": {"longest_edge": 64}, "do_image_splitting": True, "resample": 1, "image_mean": [0.5] * 3,
+               "image_std": [0.5] * 3}
+    save_folder(hf, folder, tokenizer(), pre)
     return hf
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            folder = tmp_path_factory.mktemp(name)
-            cache[name] = (make(folder, name), folder)
-        return cache[name]
-
-    return get
+    return cached_builder(tmp_path_factory, make)
 
 
 def picture(seed=3):

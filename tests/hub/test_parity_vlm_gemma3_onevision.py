@@ -24,6 +24,7 @@ transformers = pytest.importorskip("transformers")
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
 from tests.hub.test_parity_vlm import SIGLIP, TEXT, TOL, picture, tokenizer  # noqa: E402
+from tests.hub.tiny_vlm import cached_builder, eager_perturbed, save_folder  # noqa: E402
 
 BOI, EOI, SOFT = 303, 304, 305  # <start_of_image>, <end_of_image>, <image_soft_token>
 ONE_IMAGE = 300  # <image>
@@ -78,30 +79,14 @@ def preprocessor(name):
 def make(folder, name):
     cfg_cls, model_cls, kw = CASES[name]
     torch.manual_seed({"gemma3": 11, "llava_onevision": 12, "llava_onevision-shrink": 13, "gemma3-oov": 14}[name])
-    cfg = getattr(transformers, cfg_cls)(**kw)
-    cfg._attn_implementation = "eager"
-    hf = getattr(transformers, model_cls)(cfg).eval()
-    hf.set_attn_implementation("eager")
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    hf.save_pretrained(folder, safe_serialization=True)
-    gemma_tokenizer().save(str(folder / "tokenizer.json"))
-    (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor(name)))
+    hf = eager_perturbed(getattr(transformers, model_cls), getattr(transformers, cfg_cls)(**kw))
+    save_folder(hf, folder, gemma_tokenizer(), preprocessor(name))
     return hf
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            folder = tmp_path_factory.mktemp(name)
-            cache[name] = (make(folder, name), folder)
-        return cache[name]
-
-    return get
+    return cached_builder(tmp_path_factory, make)
 
 
 def expected_text(name, prompt, n):
