@@ -225,6 +225,10 @@ def run_job(model: Any, x: Any, kwargs: dict, hide_special: bool = False, stack:
     grid = live.final_grid(r) if live is not None else None
     if grid is not None:  # every layer's cells were filled in as it ran: the grid's lane has nothing left to do
         r = dataclasses.replace(r, display=grid)
+    if getattr(r, "is_lazy", False):  # a long run's freed tiles and activations go back to the system (issue 24 D)
+        from attn_explorer.session.memory import give_back_freed
+
+        give_back_freed()
     return Ran(result=r, started=t0, forward_done=t1, ended=time.perf_counter(), fit_tokens=fit, cut=cut)
 
 

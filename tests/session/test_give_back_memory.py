@@ -45,3 +45,20 @@ def test_a_load_gives_back_what_the_old_model_freed(monkeypatch):
     monkeypatch.setattr(memory, "give_back_freed", lambda: order.append("give back") or True)
     jobs.drop_kept_prefix()
     assert order == ["collect", "give back"]  # after the collection that frees the old model
+
+
+def test_a_long_run_gives_back_its_temporaries(monkeypatch, tmp_path):
+    """A lazy run's forward frees its tiles and activations as it ends: they go back too, once the run is done
+    (a dense, short run is left alone: typing runs it at every keystroke)."""
+    pytest.importorskip("transformers")
+    import attn_explorer as ax
+    from attn_explorer.session.jobs import run_job
+    from tests.tiny_llama import make_llama_folder
+
+    m = ax.load_model(str(make_llama_folder(tmp_path / "m")), device="cpu")
+    calls = []
+    monkeypatch.setattr(memory, "give_back_freed", lambda: calls.append(1) or True)
+    run_job(m, "The capital of France is Paris.", {})
+    assert calls == []
+    run_job(m, "The capital of France is Paris, and of Spain Madrid.", {"lazy": True})
+    assert calls == [1]
