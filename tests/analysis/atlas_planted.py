@@ -17,25 +17,9 @@ PREV_HEAD, INDUCTION_HEAD = (0, 0), (1, 0)
 
 
 def make_planted_folder(folder: Path) -> Path:
-    import torch
-    import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     assert V == 24 and PREV + V <= D
-    cfg = transformers.GPT2Config(vocab_size=V, n_positions=P, n_embd=D, n_layer=2, n_head=2, n_inner=4 * D,
-                                  activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                  tie_word_embeddings=True, bos_token_id=None, eos_token_id=None)
-    model = transformers.GPT2LMHeadModel(cfg).eval()
-    sd = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    model, sd = one_hot_gpt2(V, POS)
     d = D // 2  # d_head
-    for t in range(V):
-        sd["transformer.wte.weight"][t, t] = 1.0
-    for p in range(P):
-        sd["transformer.wpe.weight"][p, POS + p] = 1.0
-    for i in range(2):
-        for ln in ("ln_1", "ln_2"):
-            sd[f"transformer.h.{i}.{ln}.weight"].fill_(1.0)
-    sd["transformer.ln_f.weight"].fill_(1.0)
     # layer 0 head 0: query = its position p, key = position j as p + 1: q_i . k_j is large when j = i - 1.
     w = sd["transformer.h.0.attn.c_attn.weight"]  # (D, 3D): x @ w = [q | k | v], head h in columns h*d..h*d+d-1
     for p in range(P - 1):
@@ -56,13 +40,46 @@ def make_planted_folder(folder: Path) -> Path:
     for t in range(V):
         proj[t, t] = 1.0  # ... written back as that token's embedding: it raises the attended token's logit
     assert d >= P
+    return save_planted(model, sd, folder, WORDS)
+
+
+def one_hot_gpt2(vocab: int, pos: int, eos_token_id: int | None = None):
+    """A 2-layer, 2-head GPT-2 (P positions, D dims, tied embeddings, no dropout) and a state dict for it that is
+    zero but for the one-hot token embedding (token t at dim t), the one-hot position embedding (position p at dim
+    pos + p) and unit LayerNorm weights; the heads are left to the caller, then save_planted."""
+    import torch
+    import transformers
+
+    cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=P, n_embd=D, n_layer=2, n_head=2, n_inner=4 * D,
+                                  activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                  tie_word_embeddings=True, bos_token_id=None, eos_token_id=eos_token_id)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    sd = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    for t in range(vocab):
+        sd["transformer.wte.weight"][t, t] = 1.0
+    for p in range(P):
+        sd["transformer.wpe.weight"][p, pos + p] = 1.0
+    for i in range(2):
+        for ln in ("ln_1", "ln_2"):
+            sd[f"transformer.h.{i}.{ln}.weight"].fill_(1.0)
+    sd["transformer.ln_f.weight"].fill_(1.0)
+    return model, sd
+
+
+def save_planted(model, sd, folder: Path, words: list[str], special: tuple[str, ...] = ()) -> Path:
+    """sd loaded into model, saved to folder as a Hugging Face folder with a word-level tokenizer over words
+    (whitespace split, [UNK] for the rest; special added as special tokens)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
     if "lm_head.weight" in sd:  # tied: the same tensor as the embedding, not a second (zero) one loaded after it
         sd["lm_head.weight"] = sd["transformer.wte.weight"]
     model.load_state_dict(sd)
     folder = Path(folder)
     model.save_pretrained(folder, safe_serialization=True)
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if special:
+        tok.add_special_tokens(list(special))
     tok.save(str(folder / "tokenizer.json"))
     return folder
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.analysis.atlas_planted import WORDS as BASE_WORDS
+from tests.analysis.atlas_planted import WORDS as BASE_WORDS, one_hot_gpt2, save_planted
 
 WORDS = [*BASE_WORDS, "[EOS]"]
 V, P, D = len(WORDS), 64, 128
@@ -33,27 +33,11 @@ NEEDLE, QUESTION, ANSWER = "tango sierra kilo", "quebec romeo", "kilo"
 
 
 def make_retrieval_folder(folder: Path) -> Path:
-    import torch
-    import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     assert SCRATCH + V <= CONST and all(w in WORDS for w in (*SECRETS, MARKER))
-    cfg = transformers.GPT2Config(vocab_size=V, n_positions=P, n_embd=D, n_layer=2, n_head=2, n_inner=4 * D,
-                                  activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                  tie_word_embeddings=True, bos_token_id=None, eos_token_id=EOS)
-    model = transformers.GPT2LMHeadModel(cfg).eval()
-    sd = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    model, sd = one_hot_gpt2(V, POS, eos_token_id=EOS)
     d = D // 2  # d_head; head h's q, k, v columns: h*d.., D + h*d.., 2D + h*d..; its c_proj rows h*d..
     secret = [WORDS.index(w) for w in SECRETS]
     marker = WORDS.index(MARKER)
-    for t in range(V):
-        sd["transformer.wte.weight"][t, t] = 1.0
-    for p in range(P):
-        sd["transformer.wpe.weight"][p, POS + p] = 1.0
-    for i in range(2):
-        for ln in ("ln_1", "ln_2"):
-            sd[f"transformer.h.{i}.{ln}.weight"].fill_(1.0)
-    sd["transformer.ln_f.weight"].fill_(1.0)
     w0, o0 = sd["transformer.h.0.attn.c_attn.weight"], sd["transformer.h.0.attn.c_proj.weight"]
     for p in range(P - 1):  # L0 H0: query position p, key position p + 1 -> the previous position
         w0[POS + p, p] = 1.5
@@ -77,13 +61,4 @@ def make_retrieval_folder(folder: Path) -> Path:
         w1[t, 2 * D + d + t] = 1.0  # ... and its value is the token itself,
         o1[d + t, t] = 2.0  # written back as its embedding: its logit rises
     assert d >= max(P, V)
-    if "lm_head.weight" in sd:
-        sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    model.load_state_dict(sd)
-    folder = Path(folder)
-    model.save_pretrained(folder, safe_serialization=True)
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens(["[EOS]"])
-    tok.save(str(folder / "tokenizer.json"))
-    return folder
+    return save_planted(model, sd, folder, WORDS, special=("[EOS]",))

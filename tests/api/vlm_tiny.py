@@ -1,6 +1,7 @@
 """Tiny random Qwen3-VL folders (transformers' own classes, every weight moved off its init, saved and read back
 by ax.load_model) for the vision-language analyses' tests and benchmarks/bench_vlm.py. With the defaults, the
-very folder tests/hub/test_parity_qwen3_vl.py checks against transformers; `max_pixels` and `positions` open it to large pictures."""
+very folder tests/hub/test_parity_qwen3_vl.py checks against transformers; `max_pixels` and `positions` open it
+to large pictures."""
 from __future__ import annotations
 
 import torch
