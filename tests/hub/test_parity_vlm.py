@@ -16,7 +16,8 @@ transformers = pytest.importorskip("transformers")
 
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
-from tests.hub.tiny_vlm import cached_builder, eager_perturbed, save_folder  # noqa: E402
+from tests.hub.tiny_vlm import (assert_image_positions, assert_maps_match, cached_builder,  # noqa: E402
+                                 eager_perturbed, save_folder)
 from tests.tiny_llama import train_tokenizer  # noqa: E402
 
 TOL = 1e-5
@@ -121,15 +122,8 @@ def test_vlm_parity_with_transformers(built, name):
         ref = hf.model(input_ids=ids, pixel_values=hf_pixels, output_attentions=True, **extra)
         tower = getattr(hf.model, "vision_tower", None) or hf.model.vision_model
         tower = tower(pixel_values=pixels, output_attentions=True)
-    dec = max(np.abs(r.attentions[i] - a[0].numpy()).max() for i, a in enumerate(ref.attentions))
-    vis = max(np.abs(r.vision_attentions[:, i] - a.numpy()).max() for i, a in enumerate(tower.attentions))
-    hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
-    print(f"{name}: decoder maps {dec:.2e} tower maps {vis:.2e} hidden {hid:.2e}")
-    assert len(ref.attentions) == r.attentions.shape[0] and len(tower.attentions) == r.vision_attentions.shape[1]
-    assert dec <= TOL and vis <= TOL and hid <= TOL
-    pos = r.image_token_positions
-    assert pos.shape == (n, 5) and (ids[0, pos[:, 0]] == IMAGE_ID).all()
-    assert [r.tokens[i] for i in pos[-2:, 0]] == IMAGE_TOKENS[name][1]
+    assert_maps_match(name, r, ref, tower, TOL)
+    pos = assert_image_positions(r, ids, n, IMAGE_ID, IMAGE_TOKENS[name][1])
     if name.endswith("full"):  # the tower's class token is an image token with no place in the grid
         assert r.tokens[pos[0, 0]] == "<image cls>" and pos[0, 2:4].tolist() == [-1, -1]
     if name in ("idefics3", "smolvlm"):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
@@ -24,7 +23,8 @@ transformers = pytest.importorskip("transformers")
 import attn_explorer as ax  # noqa: E402
 from attn_explorer.errors import UserError  # noqa: E402
 from tests.hub.test_parity_vlm import SIGLIP, TEXT, TOL, picture, tokenizer  # noqa: E402
-from tests.hub.tiny_vlm import cached_builder, eager_perturbed, save_folder  # noqa: E402
+from tests.hub.tiny_vlm import (assert_image_positions, assert_maps_match, cached_builder,  # noqa: E402
+                                 eager_perturbed, save_folder)
 
 BOI, EOI, SOFT = 303, 304, 305  # <start_of_image>, <end_of_image>, <image_soft_token>
 ONE_IMAGE = 300  # <image>
@@ -144,15 +144,8 @@ def test_parity_with_transformers(built, name):
     with torch.no_grad():
         ref = hf.model(output_attentions=True, **feed)
         tower = hf.model.vision_tower(pixel_values=prep.inputs["pixels"], output_attentions=True)
-    dec = max(np.abs(r.attentions[i] - a[0].numpy()).max() for i, a in enumerate(ref.attentions))
-    vis = max(np.abs(r.vision_attentions[:, i] - a.numpy()).max() for i, a in enumerate(tower.attentions))
-    hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
-    print(f"{name}: decoder maps {dec:.2e} tower maps {vis:.2e} hidden {hid:.2e}")
-    assert len(ref.attentions) == r.attentions.shape[0] and len(tower.attentions) == r.vision_attentions.shape[1]
-    assert dec <= TOL and vis <= TOL and hid <= TOL
-    pos = r.image_token_positions
-    assert pos.shape == (n, 5) and (ids[0, pos[:, 0]] == image_id).all()
-    assert [r.tokens[i] for i in pos[-2:, 0]] == IMAGE_TOKENS[name][1]
+    assert_maps_match(name, r, ref, tower, TOL)
+    pos = assert_image_positions(r, ids, n, image_id, IMAGE_TOKENS[name][1])
     first = int(pos[0, 0])
     if family == "gemma3":  # the image run both ways, inside the window on the local layers
         assert (pos[:, 4] == 2).all() and r.vision_attentions.shape == (1, 2, 4, 64, 64)

@@ -39,3 +39,25 @@ def cached_builder(tmp_path_factory, make):
         return cache[name]
 
     return get
+
+
+def assert_maps_match(name, r, ref, tower, tol):
+    """Our run r against transformers' language model output ref and vision tower output tower: every decoder
+    map, every tower map and the last hidden state within tol (printed), and as many layers on both sides."""
+    import numpy as np
+
+    dec = max(np.abs(r.attentions[i] - a[0].numpy()).max() for i, a in enumerate(ref.attentions))
+    vis = max(np.abs(r.vision_attentions[:, i] - a.numpy()).max() for i, a in enumerate(tower.attentions))
+    hid = np.abs(r.hidden - ref.last_hidden_state[0].numpy()).max()
+    print(f"{name}: decoder maps {dec:.2e} tower maps {vis:.2e} hidden {hid:.2e}")
+    assert len(ref.attentions) == r.attentions.shape[0] and len(tower.attentions) == r.vision_attentions.shape[1]
+    assert dec <= tol and vis <= tol and hid <= tol
+
+
+def assert_image_positions(r, ids, n, image_id, last_two):
+    """r's image token positions: n rows of 5, each on an image_id token, the last two labelled last_two;
+    returns them."""
+    pos = r.image_token_positions
+    assert pos.shape == (n, 5) and (ids[0, pos[:, 0]] == image_id).all()
+    assert [r.tokens[i] for i in pos[-2:, 0]] == last_two
+    return pos
