@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from attn_explorer.gui.widgets.overlay import blend  # noqa: E402
-from tests.gui.window.test_vlm_window import PROMPT, _ready, _window, llava  # noqa: E402,F401
+from tests.gui.window.test_vlm_window import PROMPT, _page, _ready, llava  # noqa: E402,F401
 
 
 def _generate(qtbot, page, n=5):
@@ -25,11 +25,7 @@ def _generate(qtbot, page, n=5):
 def test_each_new_word_is_drawn_on_the_picture_as_it_is_written(qtbot, settings, llava):
     from attn_explorer.api.vlm import image_overlay
 
-    folder, img = llava
-    w, st = _window(qtbot, settings, model=str(folder), image=str(img), text=PROMPT)
-    _ready(qtbot, st, "image-text")
-    w.show_page("generate")
-    page = w.pages["generate"]
+    folder, w, st, page = _page(qtbot, settings, llava, "generate")
     assert page.session.can_generate and page.generate_button.isEnabled()
     assert not page.vlm.isHidden() and page.attn_plot.isHidden() and not page.temperature.isEnabled()
     assert "image tokens" in page.empty_hint.text()
@@ -87,11 +83,7 @@ def test_each_new_word_is_drawn_on_the_picture_as_it_is_written(qtbot, settings,
 
 
 def test_a_text_model_afterwards_gets_the_rows_back(qtbot, settings, llava):
-    folder, img = llava
-    w, st = _window(qtbot, settings, model=str(folder), image=str(img), text=PROMPT)
-    _ready(qtbot, st, "image-text")
-    w.show_page("generate")
-    page = w.pages["generate"]
+    folder, w, st, page = _page(qtbot, settings, llava, "generate")
     _generate(qtbot, page, 2)
     assert page.vlm.prompt is not None
     from tests.tiny_llama import make_llama_folder

@@ -9,21 +9,14 @@ import pytest
 pytest.importorskip("transformers")
 
 from attn_explorer.session.vlm import image_blocks  # noqa: E402
-from tests.gui.window.test_vlm_window import PROMPT, _ready, _window, llava  # noqa: E402,F401
-from tests.hub.test_parity_vlm import make, picture  # noqa: E402
+from tests.gui.window.test_vlm_window import PROMPT, _ready, _window, llava, vlm_folder  # noqa: E402,F401
 
 IDEFICS_PROMPT = "User:<image>the cat sat<end_of_utterance>\nAssistant:"
 
 
 @pytest.fixture(scope="module")
 def idefics3(tmp_path_factory):
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("idefics3")
-    make(folder, "idefics3")
-    img = folder / "picture.png"
-    Image.fromarray(picture()).save(img)
-    return folder, img
+    return vlm_folder(tmp_path_factory, "idefics3")
 
 
 def _head(qtbot, w, st):

@@ -10,18 +10,14 @@ import pytest
 pytest.importorskip("transformers")
 
 from attn_explorer.gui.widgets.overlay import blend  # noqa: E402
-from tests.gui.window.test_vlm_window import PROMPT, _ready, _window, llava  # noqa: E402,F401
+from tests.gui.window.test_vlm_window import PROMPT, _page, _ready, _window, llava  # noqa: E402,F401
 
 
 def test_relevance_is_drawn_on_the_picture(qtbot, settings, llava):
     import attn_explorer as ax
     from attn_explorer.analysis.relevance import explain
 
-    folder, img = llava
-    w, st = _window(qtbot, settings, model=str(folder), image=str(img), text=PROMPT)
-    _ready(qtbot, st, "image-text")
-    w.show_page("relevance")
-    page = w.pages["relevance"]
+    folder, w, st, page = _page(qtbot, settings, llava, "relevance")
     page.refresh()
     qtbot.waitUntil(lambda: page.data is not None, timeout=60000)
     d = page.data
@@ -40,11 +36,7 @@ def test_ablation_runs_on_the_picture_and_the_prompt(qtbot, settings, llava):
     from attn_explorer.analysis.interventions import compare
     from attn_explorer.gui.interventions.ablation import TOP_TOKENS
 
-    folder, img = llava
-    w, st = _window(qtbot, settings, model=str(folder), image=str(img), text=PROMPT)
-    _ready(qtbot, st, "image-text")
-    w.show_page("ablation")
-    page = w.pages["ablation"]
+    folder, w, st, page = _page(qtbot, settings, llava, "ablation")
     qtbot.waitUntil(lambda: page.comparison is not None, timeout=60000)
     with qtbot.waitSignal(page.compared, timeout=60000):
         page.toggle(0, 1)

@@ -18,15 +18,20 @@ from tests.hub.test_parity_vlm import make, picture  # noqa: E402
 PROMPT = "USER: <image>\nthe cat sat ASSISTANT:"
 
 
-@pytest.fixture(scope="module")
-def llava(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("llava")
-    make(folder, "llava")
+def vlm_folder(tmp_path_factory, name):
+    """A tiny random name (tests/hub/test_parity_vlm.make) with picture.png beside it: (folder, picture)."""
     from PIL import Image
 
+    folder = tmp_path_factory.mktemp(name)
+    make(folder, name)
     img = folder / "picture.png"
     Image.fromarray(picture()).save(img)
     return folder, img
+
+
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory):
+    return vlm_folder(tmp_path_factory, "llava")
 
 
 def _window(qtbot, settings, **kw):
@@ -43,6 +48,15 @@ def _window(qtbot, settings, **kw):
 def _ready(qtbot, st, modality):
     qtbot.waitUntil(lambda: not st.busy and st.info is not None and st.info.modality == modality
                     and st.result is not None, timeout=60000)
+
+
+def _page(qtbot, settings, llava, name):
+    """The window on llava's picture and PROMPT, its run done, showing page name: (folder, w, st, page)."""
+    folder, img = llava
+    w, st = _window(qtbot, settings, model=str(folder), image=str(img), text=PROMPT)
+    _ready(qtbot, st, "image-text")
+    w.show_page(name)
+    return folder, w, st, w.pages[name]
 
 
 def test_picture_and_prompt_reach_a_vision_language_model(qtbot, settings, llava):
