@@ -34,6 +34,17 @@ def built(make_window, qtbot, planted, tmp_path, n=6):
     return w, page
 
 
+def building(make_window, qtbot, planted, tmp_path):
+    """A build of 400 documents at the largest budget, started and past its first progress step: (w, page)."""
+    w = make_window(model=planted, view="atlas")
+    page = w.pages["atlas"]
+    page.set_corpus([str(corpus(tmp_path, 400, half=30))])
+    page.budget.setValue(page.budget.maximum())
+    page.run()
+    qtbot.waitUntil(lambda: page.progress.bar.value() > 0, timeout=30000)
+    return w, page
+
+
 def click_scene(qtbot, canvas, scene_pos):
     view_pos = canvas.mapFromScene(scene_pos)
     qtbot.mouseClick(canvas.viewport(), Qt.LeftButton, pos=view_pos)
@@ -64,12 +75,7 @@ def test_run_shows_progress_every_head_and_the_roles(make_window, qtbot, planted
 
 
 def test_cancel_by_button_and_by_esc_keeps_nothing(make_window, qtbot, planted, tmp_path):
-    w = make_window(model=planted, view="atlas")
-    page = w.pages["atlas"]
-    page.set_corpus([str(corpus(tmp_path, 400, half=30))])
-    page.budget.setValue(page.budget.maximum())
-    page.run()
-    qtbot.waitUntil(lambda: page.progress.bar.value() > 0, timeout=30000)
+    w, page = building(make_window, qtbot, planted, tmp_path)
     qtbot.mouseClick(page.progress.button, Qt.LeftButton)
     assert page.run_button.isEnabled() and "Cancelled" in page.progress.label.text()
     qtbot.waitUntil(lambda: not page.busy(), timeout=30000)
@@ -199,12 +205,7 @@ def test_a_bad_second_model_is_one_banner_line_and_the_first_stays(make_window, 
 
 
 def test_a_model_load_stops_the_build_and_says_so(make_window, qtbot, planted, tmp_path):
-    w = make_window(model=planted, view="atlas")
-    page = w.pages["atlas"]
-    page.set_corpus([str(corpus(tmp_path, 400, half=30))])
-    page.budget.setValue(page.budget.maximum())
-    page.run()
-    qtbot.waitUntil(lambda: page.progress.bar.value() > 0, timeout=30000)
+    w, page = building(make_window, qtbot, planted, tmp_path)
     w.state.load_model("textbook")
     assert "model changed" in page.progress.label.text() and page.run_button.isEnabled()
     qtbot.waitUntil(lambda: w.state.info.name == "textbook", timeout=30000)
