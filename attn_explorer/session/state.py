@@ -315,6 +315,7 @@ class SessionState(QObject):
             self.query = default_query(r)
         self.query = min(self.query, r.num_tokens - 1)
         self.result = r
+        self.ready_at = time.perf_counter()  # the GUI's share of this part starts here, not at the last whole run
         self.attention_ready.emit(r)
 
     def run_status(self) -> dict | None:
