@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from tests.gui.conftest import cached_loader  # noqa: E402
-from tests.gui.explorer.test_live_zoom import LAYERS, TEXT, folder  # noqa: E402,F401 (the module's folder fixture)
+from tests.gui.explorer.test_live_zoom import TEXT, folder  # noqa: E402,F401 (the module's folder fixture)
 
 
 def test_a_partial_results_render_time_is_its_own_paint(qtbot, settings, folder, monkeypatch):  # noqa: F811
