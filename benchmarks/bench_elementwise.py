@@ -29,9 +29,10 @@ import torch.nn.functional as F  # noqa: E402
 import attn_explorer.core.attention as attention  # noqa: E402
 import attn_explorer.core.blocks as blocks  # noqa: E402
 from attn_explorer.core.attention import AttentionOptions  # noqa: E402
-from attn_explorer.core.blocks import BlockConfig, TransformerBlock  # noqa: E402
+from attn_explorer.core.blocks import TransformerBlock  # noqa: E402
 from attn_explorer.core.layers import RMSNorm, SwiGLU  # noqa: E402
 from attn_explorer.core.positional import apply_rope, rope_tables  # noqa: E402
+from tests.core.test_elementwise_exact import gemma3_shaped_block  # noqa: E402
 
 
 def old_rope(x, tables, layout="half"):
@@ -74,14 +75,8 @@ def code(new: bool):
 
 
 def gemma3_block(dtype) -> TransformerBlock:
-    torch.manual_seed(0)
-    cfg = BlockConfig(640, 4, 2048, eps=1e-6, norm="rms1p", mlp="swiglu", mlp_act="gelu_tanh", qkv_bias=False,
-                      mlp_bias=False, attn_out_bias=False, num_kv_heads=1, head_dim=256, qk_norm=True, sandwich=True)
-    b = TransformerBlock(cfg).eval()
-    with torch.no_grad():
-        for name, p in b.named_parameters():
-            p.normal_(std=0.3 if "norm" in name else 0.05)
-    return b.to(dtype)
+    """Gemma 3 270M's block shapes (hidden 640, MLP 2048, head 256) with random weights."""
+    return gemma3_shaped_block(dtype, dim=640, mlp=2048, head_dim=256, std=0.05)
 
 
 def cases(dtype, n: int) -> list:

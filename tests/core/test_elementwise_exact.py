@@ -199,14 +199,17 @@ def test_rms_norm_equals_transformers_bit_for_bit_and_leaves_its_input(unit_offs
 
 # ---- the block: residual sums --------------------------------------------------------------------------------
 
-def _gemma3_block(dtype) -> TransformerBlock:
+def gemma3_shaped_block(dtype, dim: int = 32, mlp: int = 48, head_dim: int = 16, std: float = 0.2) -> TransformerBlock:
+    """A Gemma 3 block (4 query heads on 1 key-value head, QK-norm, sandwich norms, GeGLU) with random weights, norm
+    gains included; benchmarks/bench_elementwise.py builds Gemma 3 270M's shapes with it."""
     torch.manual_seed(0)
-    cfg = BlockConfig(32, 4, 48, eps=1e-6, norm="rms1p", mlp="swiglu", mlp_act="gelu_tanh", qkv_bias=False,
-                      mlp_bias=False, attn_out_bias=False, num_kv_heads=1, head_dim=16, qk_norm=True, sandwich=True)
+    cfg = BlockConfig(dim, 4, mlp, eps=1e-6, norm="rms1p", mlp="swiglu", mlp_act="gelu_tanh", qkv_bias=False,
+                      mlp_bias=False, attn_out_bias=False, num_kv_heads=1, head_dim=head_dim, qk_norm=True,
+                      sandwich=True)
     b = TransformerBlock(cfg).eval()
     with torch.no_grad():
         for name, p in b.named_parameters():
-            p.normal_(std=0.3 if "norm" in name else 0.2)
+            p.normal_(std=0.3 if "norm" in name else std)
     return b.to(dtype)
 
 
@@ -237,7 +240,7 @@ def test_gemma3_block_equals_its_plain_steps(dtype, lazy, monkeypatch):
     with transformers' plain steps put in its place (rotate_half and cat, x.float() ... .type_as, act(gate) * up,
     x + branch): the same bits, dense and lazy (a lazy run's layer has LayerHooks without functions). Its input is
     left as it was."""
-    b = _gemma3_block(dtype)
+    b = gemma3_shaped_block(dtype)
     x = (torch.randn(1, 11, 32) * 2).to(dtype)
     before = x.clone()
 
@@ -281,7 +284,7 @@ def test_hooked_tensors_are_not_changed_after_the_hook(points):
     """A hook that keeps a reference (no copy, as caching_hook does) on some points: what it kept is still what
     the point held when the hook saw it (the sums go in place only where no hook is), and the output is the
     unhooked one. With every point hooked: resid_post = (resid_pre + attn_out) + mlp_out, as the docstring says."""
-    b = _gemma3_block(torch.bfloat16)
+    b = gemma3_shaped_block(torch.bfloat16)
     x = (torch.randn(1, 11, 32) * 2).bfloat16()
     kept: dict = {}
 
