@@ -22,7 +22,6 @@ import torch
 
 from attn_explorer.core import bf16_attention
 from attn_explorer.core.bf16 import log_probs_bf16, native_bf16
-from attn_explorer.core.bf16_attention import rounded_product
 from attn_explorer.core.pool_cells import _groups, _pool_axis, pool_edges  # noqa: F401 (pool_edges re-exported)
 from attn_explorer.core.masks import attention_scale, chunk_start, differentiable
 from attn_explorer.core.progress import Stopped, check as _check_stop  # one Stopped for forwards and tiles
@@ -60,8 +59,6 @@ def rounded_logits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts) -> b
     bfloat16 as transformers' eager attention rounds them, its lse is theirs, and tiles must round them alike
     (LayerOptions.rounded), so that every map row sums to 1."""
     return BF16_KERNEL and native_bf16() and bf16_attention.usable(q, k, v, opts.mask, opts.chunk, opts.softcap)
-
-
 
 
 def _rep(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -131,7 +128,7 @@ def layer_logits(q: torch.Tensor, k: torch.Tensor, o: LayerOptions, rows: slice,
     float32. q (B, h, r_all, d) and k (B, h, c_all, d) hold the same heads (already repeated); `head`
     says which of the mask's heads they are (when the mask has a head axis)."""
     if o.rounded:  # as core.bf16_attention formed them: the bfloat16 product's float32 sum, scaled, rounded once
-        s = rounded_product(q[:, :, rows], k[:, :, cols].transpose(-2, -1), o.scale).float()
+        s = bf16_attention.rounded_product(q[:, :, rows], k[:, :, cols].transpose(-2, -1), o.scale).float()
     else:
         s = torch.matmul(q[:, :, rows].float(), k[:, :, cols].float().transpose(-2, -1)) * o.scale
     if o.softcap is not None:
@@ -286,7 +283,7 @@ class _Head:
         """log p of rows × cols, (r, c) float32: -inf where the mask, the triangle or the window hides a key."""
         o = self.o
         if o.rounded:  # the forward's own rounded logits (core.bf16_attention), less its lse
-            s = rounded_product(self.q[rows], self.k[cols].T, o.scale).float().sub_(self.lse[rows, None])
+            s = bf16_attention.rounded_product(self.q[rows], self.k[cols].T, o.scale).float().sub_(self.lse[rows, None])
             return self._masked(s, rows, cols)
         if o.softcap is None and self.q.dtype == torch.bfloat16 and self.k.dtype == torch.bfloat16 \
                 and self.q.device.type == "cpu" and native_bf16():  # issue 24 E: core.bf16 states the error
