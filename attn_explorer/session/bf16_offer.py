@@ -26,13 +26,13 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from attn_explorer.session.live_run import incomplete
+from attn_explorer.session.long_view import reused_prefix
 
 LANE = "bf16-offer"
 LONG_TOKENS = 1024  # fewer tokens: the forward is short, and a reload in bfloat16 would cost more than it saves
 LONG_FORWARD_S = 3.0  # a shorter float32 forward is not worth a reload
 PAYS = 0.8  # offered when bfloat16 would take at most this share of the float32 forward
 WINDOW = re.compile(r"window (\d+)")
-REUSED = re.compile(r"reused ([\d,]+) of")
 
 
 def attention_pairs(n: int, kinds: tuple[str, ...], causal: bool, layers: int,
@@ -101,8 +101,7 @@ def why_not(info: Any, r: Any) -> str:
         return f"the model runs on {info.device}, not the cpu"
     if incomplete(r):
         return "the run is not whole yet"
-    m = REUSED.match(getattr(r, "reuse", "") or "")
-    if m and int(m.group(1).replace(",", "")) > 0:
+    if reused_prefix(r) > 0:
         return "the forward reused a prefix: its time is the new tokens' only"
     if r.num_tokens < LONG_TOKENS:
         return f"{r.num_tokens:,} tokens: fewer than {LONG_TOKENS:,}"
