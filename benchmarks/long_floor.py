@@ -40,13 +40,15 @@ def band_tiles(n: int, w: int):
         yield (s, e), (s - w + 1, e), band[: e - s, : e - s + w - 1]
 
 
-def _bf16_kernel(q) -> bool:
-    """Whether the lazy forward runs this attention in core.bf16_attention (bfloat16 on a native CPU)."""
+def _bf16_kernel(q, window) -> bool:
+    """Whether the lazy forward runs this layer's attention in core.bf16_attention (bfloat16 on a native CPU, a
+    layer of a kind where that kernel pays: bf16_attention.pays)."""
     import torch
 
+    from attn_explorer.core import bf16_attention
     from attn_explorer.core.bf16 import native_bf16
 
-    return q.dtype == torch.bfloat16 and native_bf16()
+    return q.dtype == torch.bfloat16 and native_bf16() and bf16_attention.pays(window, True)
 
 
 def _attention_ms(n, window, heads, kv_heads, q_dim, v_dim, scale, dtype, gen):
@@ -59,10 +61,10 @@ def _attention_ms(n, window, heads, kv_heads, q_dim, v_dim, scale, dtype, gen):
 
     q, k, v = rand(heads, n, q_dim), rand(kv_heads, n, q_dim), rand(kv_heads, n, v_dim)
     gqa = heads != kv_heads
-    if _bf16_kernel(q):  # the run's own kernel: core.bf16_attention (both layer kinds), warmed up first
+    w = None if window is None or window >= n else window
+    if _bf16_kernel(q, w):  # the run's own kernel where it takes the layer: core.bf16_attention, warmed up
         from attn_explorer.core import bf16_attention
 
-        w = None if window is None or window >= n else window
         bf16_attention.attention(q[:, :, :256], k[:, :, :256], v[:, :, :256], scale, True, w)
         t0 = time.perf_counter()
         bf16_attention.attention(q, k, v, scale, True, w)

@@ -16,6 +16,14 @@ r·rows rows of one product. The causal triangle and a sliding window are applie
 block shape, made once per layer; a tile that the mask does not cut takes none. A row never sees nothing
 here (callers route masks, chunks and more queries than keys elsewhere).
 
+Where it pays (`pays`, issue 24 B: measured per layer kind, 2 threads, one causal head group of 4 query heads
+on 1 key-value head, d 256): on a CPU with avx512_bf16 and no AMX (an AMD EPYC) torch's flash kernel runs bfloat16
+at float32 speed, and this kernel took a sliding-window layer (window 512) in 0.4-0.5× its time, but lost on the
+long global layers (8,192 tokens: 1.06 s against 0.86 s; 32,768: 18.0 s against 14.4 s), where its float32 softmax
+tile leaves the cache. On a CPU with AMX (an Intel Xeon) the flash kernel multiplies bfloat16 in AMX tiles and won
+on every shape: global layers 0.035 s against 0.166 s at 4,096 tokens, window layers 0.50 s against 0.59 s at
+32,768. So by default the kernel takes sliding-window layers on a CPU without AMX, and nothing else.
+
 The error this adds against float32 attention on the same bfloat16 q, k and v is that of the logits'
 rounding, at most 2⁻⁸ of each logit (bfloat16's unit roundoff): what eager bfloat16 has. `tests/core/test_bf16_attention.py` states it.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attn_explorer.core.bf16 import amx_bf16
 from attn_explorer.core.progress import check as _check_stop
 
 ROW_BLOCK = 256  # query rows a block (global layers); fewer when the keys are many
@@ -34,6 +43,8 @@ TILE = 1 << 24  # logits a block at most (r·rows·keys), about 32 MB in bfloat1
 # 512 shapes grew the process by 750 MB here), so a block's key range is rounded up to a multiple of this, the
 # keys past the diagonal masked (k and v padded once per layer where the last block needs it)
 KEY_BUCKET = 512
+# "auto": where it pays (pays()); "always": every call usable() allows (tests, benchmarks); "never": torch's kernel
+MODE = "auto"
 
 
 def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, chunk, softcap) -> bool:
@@ -43,6 +54,14 @@ def usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, chunk, softc
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     return (q.device.type == "cpu" and q.dtype == k.dtype == v.dtype == torch.bfloat16 and not grad
             and mask is None and chunk is None and softcap is None and q.shape[-2] <= k.shape[-2])
+
+
+def pays(window: int | None, causal: bool) -> bool:
+    """Whether this kernel is the faster one for a layer of this kind on this CPU (the module docstring's
+    measurements), as MODE says: by default a causal sliding-window layer on a CPU without AMX."""
+    if MODE != "auto":
+        return MODE == "always"
+    return causal and window is not None and not amx_bf16()
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool,

@@ -105,8 +105,8 @@ def _measure(shapes: tuple, heads: int, head_dim: int, clock: Callable[[], float
 
 
 def _causal(q: torch.Tensor) -> torch.Tensor:
-    """A causal attention as the lazy forward runs it: bfloat16 in core.bf16_attention's products, float32 in
-    torch's kernel."""
-    if q.dtype == torch.bfloat16:
+    """A global causal attention as the lazy forward runs it: core.bf16_attention's products where that kernel
+    pays for such a layer (bf16_attention.pays), else torch's kernel, in either dtype."""
+    if q.dtype == torch.bfloat16 and bf16_attention.pays(None, True):
         return bf16_attention.attention(q, q, q, q.shape[-1] ** -0.5, True, None)[0]
     return F.scaled_dot_product_attention(q, q, q, is_causal=True)

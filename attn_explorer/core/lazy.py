@@ -28,7 +28,6 @@ from attn_explorer.core.progress import Stopped, check as _check_stop  # one Sto
 
 _flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 NEG_INF = float("-inf")
-BF16_KERNEL = True  # a bfloat16 model's attention in bfloat16 products where the CPU has them (core.bf16_attention)
 
 
 @dataclass(frozen=True)
@@ -55,10 +54,12 @@ class LayerOptions:
 
 def rounded_logits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts) -> bool:
     """Whether keep_attention runs this call in bfloat16 products (core.bf16_attention): a bfloat16 model on a
-    CPU that multiplies bfloat16 natively, no mask, chunks or soft-cap. Its logits are then rounded to
+    CPU that multiplies bfloat16 natively, no mask, chunks or soft-cap, a layer of a kind where the kernel pays
+    (bf16_attention.pays). Its logits are then rounded to
     bfloat16 as transformers' eager attention rounds them, its lse is theirs, and tiles must round them alike
     (LayerOptions.rounded), so that every map row sums to 1."""
-    return BF16_KERNEL and native_bf16() and bf16_attention.usable(q, k, v, opts.mask, opts.chunk, opts.softcap)
+    return (native_bf16() and bf16_attention.usable(q, k, v, opts.mask, opts.chunk, opts.softcap)
+            and bf16_attention.pays(opts.window, opts.causal))
 
 
 def _rep(t: torch.Tensor, heads: int) -> torch.Tensor:

@@ -82,6 +82,7 @@ def _options(**kw):
 @pytest.mark.parametrize("window", [None, 60])
 def test_tiles_of_a_rounded_layer_sum_to_one_and_rebuild_the_output(monkeypatch, window):
     monkeypatch.setattr(lazy, "native_bf16", lambda: True)  # the kernel on any CPU (slower there, same numbers)
+    monkeypatch.setattr(ba, "MODE", "always")  # and on any layer kind, where it pays or not
     q, k, v = _inputs(4, 2, 300, 300, 64)
     o = _options(window=window)
     assert lazy.rounded_logits(q, k, v, o)
@@ -111,6 +112,7 @@ def test_without_native_bfloat16_the_flash_kernel_keeps_its_exact_lse(monkeypatc
 @pytest.mark.parametrize("change", ["mask", "chunk", "softcap", "float32", "more queries"])
 def test_calls_the_kernel_does_not_take(monkeypatch, change):
     monkeypatch.setattr(lazy, "native_bf16", lambda: True)
+    monkeypatch.setattr(ba, "MODE", "always")
     q, k, v = _inputs(4, 1, 64, 64, 32)
     o = _options()
     if change == "mask":
@@ -142,6 +144,7 @@ def test_a_bfloat16_model_runs_its_lazy_layers_through_the_kernel(monkeypatch, t
     from tests.tiny_llama import make_llama_folder
 
     monkeypatch.setattr(lazy, "native_bf16", lambda: True)
+    monkeypatch.setattr(ba, "MODE", "always")  # the tiny Llama's layers are global: the kernel where it does not pay
     calls = []
     real = ba.attention
     monkeypatch.setattr(ba, "attention", lambda *a: calls.append(1) or real(*a))
@@ -155,6 +158,31 @@ def test_a_bfloat16_model_runs_its_lazy_layers_through_the_kernel(monkeypatch, t
             assert abs(a.sum(-1) - 1).max() < 1e-5
             # the dense bfloat16 path rounds its own way: 0.024 apart here, as with the flash kernel (0.022)
             assert abs(a - dense.attentions[layer, head]).max() < 5e-2
+
+
+@pytest.mark.parametrize("amx", [True, False])
+@pytest.mark.parametrize("window", [None, 60])
+def test_by_default_the_kernel_takes_only_window_layers_on_a_cpu_without_amx(monkeypatch, amx, window):
+    """Where it pays (measured, the module docstring): torch's flash kernel runs bfloat16 in AMX tiles and won on
+    every layer kind there; without AMX ours won on sliding-window layers only. A layer the kernel does not take
+    runs torch's flash kernel and keeps its exact float32 lse (tiles: core.bf16's stated error)."""
+    monkeypatch.setattr(lazy, "native_bf16", lambda: True)
+    monkeypatch.setattr(ba, "amx_bf16", lambda: amx)
+    monkeypatch.setattr(ba, "MODE", "auto")
+    q, k, v = _inputs(4, 1, 200, 200, 64)
+    o = _options(window=window)
+    takes = lazy.rounded_logits(q, k, v, o)
+    assert takes == (window is not None and not amx)
+    _, lse = lazy.keep_attention(q, k, v, o, 64)
+    _, want_lse, _ = _float32_reference(q, k, v, 1 / 8, True, window)
+    err = (lse - want_lse).abs().max().item()
+    if takes:  # the rounded logits' lse: within δ = 2^-8 · max|logit| of float32's, and not equal to it
+        assert 1e-4 < err <= 2 ** -8 * (q.float() @ k.float().transpose(-1, -2)).abs().max().item() / 8
+    else:
+        assert err < 1e-4
+    for mode, want in (("always", True), ("never", False)):
+        monkeypatch.setattr(ba, "MODE", mode)
+        assert lazy.rounded_logits(q, k, v, o) == want
 
 
 def test_a_causal_layer_multiplies_few_distinct_shapes(monkeypatch):
