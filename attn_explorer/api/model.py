@@ -18,6 +18,7 @@ from attn_explorer.api.hooks import (ActivationCache, Trace, ablation_hooks, cac
                                      model_hook_names, select_names)
 from attn_explorer.api.lazy import LazyAttention
 from attn_explorer.api.result import ModelInfo, NotKept, RunResult
+from attn_explorer.core import heap
 from attn_explorer.core.hooks import HookError, Hooks
 from attn_explorer.hub.text import TextTokenizer
 from attn_explorer.validate import (dk_scale_value, finite_attention, positive_int, text_size_ok,
@@ -301,6 +302,9 @@ class Model:
         forward (hooks.keep) leaves its store in out.lazy."""
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         logits = None
+        ids = inputs.get("input_ids")
+        if self.device.type == "cpu" and ids is not None and ids.shape[-1] >= heap.LONG_ROWS:
+            heap.keep_large_blocks()  # issue 24 A: a layer's large blocks reused by the next, not mapped anew
         with torch.inference_mode(not grad), torch.enable_grad() if grad else nullcontext():
             t0 = time.perf_counter()
             try:

@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     from attn_explorer.resources import use_bundled_models
 
     use_bundled_models()
+    from attn_explorer.core import heap
+
+    heap.one_arena()  # before any thread allocates: a long forward's blocks then come from one heap (issue 24 A)
     try:
         if getattr(args, "self_test", False):
             from attn_explorer.cli.selftest import run as self_test

@@ -13,28 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-_TRIM: list = []  # glibc's malloc_trim, once looked up (an empty entry: none on this system)
-
-
 def give_back_freed() -> bool:
-    """Hand the memory malloc holds free back to the system (glibc's malloc_trim(0), every arena); False where
-    there is no glibc (macOS, Windows, musl): nothing to do there."""
-    if not _TRIM:
-        import ctypes
-        import sys
+    """Hand the memory malloc holds free back to the system (glibc's malloc_trim(0), every arena: core.heap);
+    False where there is no glibc (macOS, Windows, musl): nothing to do there."""
+    from attn_explorer.core import heap  # no torch there
 
-        trim = None
-        if sys.platform.startswith("linux"):
-            try:
-                trim = ctypes.CDLL("libc.so.6").malloc_trim
-                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-            except (OSError, AttributeError):
-                trim = None
-        _TRIM.append(trim)
-    if _TRIM[0] is None:
-        return False
-    _TRIM[0](0)
-    return True
+    return heap.give_back()
 
 
 LET_GO = ("its queries and keys were let go when another model was loaded, to free memory: run the input "
