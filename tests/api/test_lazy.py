@@ -22,6 +22,10 @@ from tests.tiny_llama import make_llama_folder  # noqa: E402
 # where float32 rounds a logit by ~5e-7; the dense maps themselves are up to 2.6e-6 off float64 there (tiny
 # Gemma 3, layer 2; ours 2.2e-6), so two float32 computations of one map agree only to about that.
 ATOL, RTOL = 1e-6, 1e-5
+# a later layer's maps: its input is a hidden state that the dense and lazy paths' kernels round apart (within the
+# 1e-5 that the hidden-state checks allow); measured 2.6e-6 on an Intel Xeon (Llama 4 with MoE, layer 3, 1.03× the
+# first layer's bound above, which it passed on an AMD EPYC)
+LATER_ATOL = 1e-5
 
 
 # ---- tiny random checkpoints of every family ------------------------------------------------------
@@ -154,7 +158,8 @@ def _assert_same_maps(dense, store, rows_of=None):
                 got = core_lazy.head_probs(c.q, c.k, c.lse, c.options, h, batch=b)
                 want = dense.attentions[b, layer, h]
                 n = N if rows_of is None else rows_of[b]
-                torch.testing.assert_close(got[:n], want[:n], atol=ATOL, rtol=RTOL, msg=f"L{layer} H{h} batch {b}")
+                torch.testing.assert_close(got[:n], want[:n], atol=ATOL if layer == 0 else LATER_ATOL, rtol=RTOL,
+                                           msg=f"L{layer} H{h} batch {b}")
 
 
 @pytest.mark.parametrize("family", list(TEXT))
