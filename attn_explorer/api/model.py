@@ -303,7 +303,8 @@ class Model:
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         logits = None
         ids = inputs.get("input_ids")
-        if self.device.type == "cpu" and ids is not None and ids.shape[-1] >= heap.LONG_ROWS:
+        long = self.device.type == "cpu" and ids is not None and ids.shape[-1] >= heap.LONG_ROWS
+        if long:
             heap.keep_large_blocks()  # issue 24 A: a layer's large blocks reused by the next, not mapped anew
         with torch.inference_mode(not grad), torch.enable_grad() if grad else nullcontext():
             t0 = time.perf_counter()
@@ -316,6 +317,9 @@ class Model:
                         logits = hooks("hook_logits", self.module.logits(out.hidden))
             except HookError as e:
                 raise UserError(str(e)) from None
+            finally:
+                if long:  # the blocks freed in it go back: a later run of another size or dtype maps its own
+                    heap.give_back()
             sync()
             ms = (time.perf_counter() - t0) * 1000
         if hooks is not None and hooks.keep:
