@@ -57,7 +57,8 @@ def test_a_session_survives_save_and_open(qtbot, settings, tiny_folder, tmp_path
     w2, st2 = _window(qtbot, settings, session=str(path))
     _settle(qtbot, st2)
     assert st2.info.name == str(tiny_folder) and st2.text == TEXT
-    np.testing.assert_allclose(st2.result.attentions, maps, atol=1e-6, rtol=0)
+    # the reopened run is a new process's first forward: float32 kernels may round it apart (1.07e-6 on an Intel Xeon)
+    np.testing.assert_allclose(st2.result.attentions, maps, atol=1e-5, rtol=0)
     assert st2.result.num_tokens == 7 and st2.max_tokens == 7 and st2.dk_scale == pytest.approx(1.7)
     assert (st2.layer, st2.head, st2.query) == (1, 4, 5)
     assert (w2.layer_spin.value(), w2.head_spin.value()) == (1, 4)
