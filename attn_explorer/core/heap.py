@@ -8,8 +8,8 @@ bfloat16 forward here (2 cores, Intel Xeon), with a worker thread's arena, which
 than the main thread's.
 
 `keep_large_blocks()` raises the mmap and trim thresholds to 1 GiB and pads the heap's growth by 64 MB
-(process-wide, once), so freed blocks stay in the heap and the next layer reuses their pages: 0 faults in the same forward, 11-13 s instead of 16-27 s in the
-same hour. `one_arena()` has every thread allocate from the main heap (called at start-up, before threads
+(process-wide, once), so freed blocks stay in the heap and the next layer reuses their pages: 0 faults in the
+same forward, 11-13 s instead of 16-27 s in the same hour. `one_arena()` has every thread allocate from the main heap (called at start-up, before threads
 exist: the GUI's forward runs on a worker thread). `give_back()` (malloc_trim) hands what the heap holds free
 back to the system after a long run, as the session does after each one (session.memory).
 
@@ -23,8 +23,9 @@ import sys
 
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -2, -3, -8  # glibc's malloc.h
 KEEP_BELOW = 1 << 30  # blocks up to this size come from (and go back to) the heap, not mmap
-# the heap grows by this much beyond each request: torch asks for 64-byte-aligned blocks (posix_memalign), which
-# want a few bytes more than the same block freed, so without slack at the top each equal block grew the heap anew
+# the heap grows by this much beyond each request. Measured on 4 equal 40 MB blocks freed and asked for again:
+# 40,960 page faults with the thresholds alone, 30,720 with this pad too (torch's 64-byte-aligned blocks want a few
+# bytes more than the same block freed); a forward's mixed sizes reuse their blocks either way (0 faults)
 TOP_PAD = 64 << 20
 LONG_ROWS = 1024  # a forward of at least this many tokens is a long one (its blocks pass glibc's thresholds)
 
