@@ -1,9 +1,10 @@
 """Our MiniLM forward (with every attention map) against transformers' BertModel, eager, output_attentions=True.
 
 Same weights, same process, interleaved, 2 threads. Prints a markdown table of medians and the same-run
-ratio at n = 16 ... 512, with a third column for our forward on plain F.linear (core.linear's prepacked
-oneDNN path off) to show what that path is worth; then the cold start of `python main.py export`
-(whole process, median of 5 runs).
+ratio at n = 16 ... 512: our forward on the product core.linear takes on this machine (`path_choice`
+"auto": MKL's packed product on Intel, oneDNN's elsewhere), then on each other path (oneDNN's packed
+product, MKL's, plain F.linear) to show what each is worth here; then the cold start of
+`python main.py export` (whole process, median of 5 runs).
 
     python benchmarks/bench_forward.py [--repeats 30] [--no-cold] [--out docs/bench_forward.md]
 """
@@ -40,31 +41,39 @@ def forward_table(repeats: int) -> str:
     torch.set_num_threads(2)
     ours = ax.load_model("minilm", device="cpu")
     hf = BertModel.from_pretrained(str(minilm_folder()), attn_implementation="eager").eval()
-    rows = ["| n | ours ms | HF eager ms | **ours / HF** | ours on F.linear ms | F.linear / HF | max abs diff |",
-            "|---:|---:|---:|---:|---:|---:|---:|"]
+    auto = linear._path(torch.float32)
+    others = [p for p in ("packed", "mkl", "plain") if p != auto and (p != "mkl" or linear._MKL)]
+    names = {"packed": "oneDNN packed", "mkl": "MKL packed", "plain": "F.linear"}
+    rows = [f"| n | ours ({names[auto]}) ms | HF eager ms | **ours / HF** | "
+            + " | ".join(f"on {names[p]} ms | ÷ HF" for p in others) + " | max abs diff |",
+            "|---:|---:|---:|---:|" + "---:|---:|" * len(others) + "---:|"]
+    copies = {p: ax.load_model("minilm", device="cpu") for p in others}
     for n in SIZES:
         ids = torch.randint(1000, 20000, (1, n))
 
-        def run_plain():
-            linear.fast_path_enabled = False
-            try:
-                return ours.module(input_ids=ids, output_attentions=True)
-            finally:
-                linear.fast_path_enabled = True
+        def on(path):
+            def run():  # its own copy of the model: a packed weight is packed for one path (a switch repacks)
+                linear.path_choice = path
+                try:
+                    return copies[path].module(input_ids=ids, output_attentions=True)
+                finally:
+                    linear.path_choice = "auto"
+            return run
 
         with torch.inference_mode():
-            run_ours = lambda: ours.module(input_ids=ids, output_attentions=True)  # noqa: E731
-            run_hf = lambda: hf(input_ids=ids, output_attentions=True)  # noqa: E731
+            runs = [lambda: ours.module(input_ids=ids, output_attentions=True),  # noqa: E731
+                    lambda: hf(input_ids=ids, output_attentions=True)] + [on(p) for p in others]  # noqa: E731
             for _ in range(3):
-                run_ours(), run_hf(), run_plain()
-            a, b, c = [], [], []
-            for _ in range(repeats):  # interleaved, so drift hits all three alike
-                a.append(_ms(run_ours))
-                b.append(_ms(run_hf))
-                c.append(_ms(run_plain))
-            diff = max((x - y).abs().max().item() for x, y in zip(run_ours().attentions.unbind(1), run_hf().attentions))
-        ma, mb, mc = statistics.median(a), statistics.median(b), statistics.median(c)
-        rows.append(f"| {n} | {ma:.2f} | {mb:.2f} | **{ma / mb:.2f}** | {mc:.2f} | {mc / mb:.2f} | {diff:.1e} |")
+                for run in runs:
+                    run()
+            times: list[list[float]] = [[] for _ in runs]
+            for _ in range(repeats):  # interleaved, so drift hits all alike
+                for run, t in zip(runs, times):
+                    t.append(_ms(run))
+            diff = max((x - y).abs().max().item() for x, y in zip(runs[0]().attentions.unbind(1), runs[1]().attentions))
+        med = [statistics.median(t) for t in times]
+        rows.append(f"| {n} | {med[0]:.2f} | {med[1]:.2f} | **{med[0] / med[1]:.2f}** | "
+                    + " | ".join(f"{m:.2f} | {m / med[1]:.2f}" for m in med[2:]) + f" | {diff:.1e} |")
     return "\n".join(rows)
 
 

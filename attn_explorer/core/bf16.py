@@ -19,13 +19,35 @@ import torch
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_flags() -> frozenset:
-    """The CPU's flags from /proc/cpuinfo, read once (empty where there is none)."""
+def _cpuinfo() -> dict:
+    """The first CPU's fields in /proc/cpuinfo (flags, vendor_id, ...), read once (empty where there is none)."""
+    fields: dict = {}
     try:
         with open("/proc/cpuinfo") as f:
-            return frozenset(next((line for line in f if line.startswith("flags")), "").split())
+            for line in f:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
-        return frozenset()
+        pass
+    return fields
+
+
+def _cpu_flags() -> frozenset:
+    """The CPU's flags from /proc/cpuinfo (empty where there is none)."""
+    return frozenset(_cpuinfo().get("flags", "").split())
+
+
+def cpu_vendor() -> str:
+    """"GenuineIntel", "AuthenticAMD", ... from /proc/cpuinfo; elsewhere what platform.processor() names
+    ("GenuineIntel" when it says Intel, as on Windows), or ""."""
+    vendor = _cpuinfo().get("vendor_id", "")
+    if not vendor:
+        import platform
+
+        vendor = "GenuineIntel" if "intel" in platform.processor().lower() else ""
+    return vendor
 
 
 def native_bf16() -> bool:

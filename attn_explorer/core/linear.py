@@ -29,25 +29,52 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attn_explorer.core.bf16 import native_bf16
+from attn_explorer.core.bf16 import cpu_vendor, native_bf16
 
 _ONEDNN = (
     torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 )
+_MKL = (
+    torch.backends.mkl.is_available()
+    and hasattr(torch.ops.mkl, "_mkl_linear")
+    and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+)
 _PACK_ROWS = 128  # oneDNN's batch-size hint for the layout (measured: no difference from 16 to 256 rows)
 
 fast_path_enabled = True  # False forces F.linear everywhere (benchmarks compare both)
 bucketing_enabled = True  # False gives oneDNN every row count as it comes (benchmarks/bench_memory_lengths.py)
-# Issue 24 F: the packed path is faster than F.linear on some CPUs (AMD EPYC: MiniLM 0.71× transformers) and
-# slower on others (Intel with AMX: 1.10× against 1.00×). "measure": the first fast call of each product shape
-# (input width, output width, post-op, short or long input) times both ways on its own input, interleaved, the
-# best of 5 each (a few ms, once per process), and that shape keeps the faster. "packed" / "plain" force one.
-# The default stays "packed": with "measure", a one-token step (short input) and a full run (long input) can take
-# different paths, and their logits then differ by ~1.3e-5, past the 1e-5 that prefix reuse and the KV cache are
-# held to against a full recompute (tests/api/test_prefix.py, tests/core/test_llama.py failed on it).
-path_choice = "packed"
+# Issue 24 F: which prepacked product float32 takes. oneDNN's (`_linear_pointwise` on a reordered weight) was
+# measured faster than F.linear on an AMD EPYC (MiniLM 0.71× transformers) and slower on an Intel Xeon with AMX
+# (1.10× against 1.00×), where MKL's own packed product (`cblas_sgemm_compute` on a weight packed once, through
+# torch.ops.mkl) beats both, and gives F.linear's numbers (both are MKL's sgemm; bit for bit at most shapes).
+#   "auto"    MKL's packed product on an Intel CPU (`mkl_wins`), oneDNN's elsewhere; bfloat16 always oneDNN's
+#   "packed"  oneDNN's; "mkl" MKL's; "plain" F.linear
+#   "measure" the first fast call of each shape (input width, output width, post-op, short or long input) times
+#             oneDNN's product against F.linear on its own input, interleaved, best of 5, and that shape keeps
+#             the faster. Not a default: a one-token step (short input) and a full run (long input) can then
+#             take different paths, and their logits differ by ~1.3e-5, past the 1e-5 that prefix reuse and the
+#             KV cache are held to against a full recompute (tests/api/test_prefix.py, tests/core/test_llama.py).
+# One process takes one path for all shapes, so no step and full run ever differ that way.
+path_choice = "auto"
+
+
+def mkl_wins() -> bool:
+    """MKL's packed float32 product is the one to take here: an Intel CPU (MKL's own), with torch's MKL ops.
+    By vendor, not by a timing at start-up: every process on a machine takes the same path (a frozen app and
+    the source give the same numbers), and the choice costs nothing."""
+    return _MKL and cpu_vendor() == "GenuineIntel"
+
+
+def _path(dtype: torch.dtype) -> str:
+    """The product `path_choice` gives this dtype: "packed" (oneDNN's), "mkl", "measure" or "plain"."""
+    choice = path_choice
+    if choice == "auto":
+        choice = "mkl" if dtype == torch.float32 and mkl_wins() else "packed"
+    if choice == "mkl" and not (_MKL and dtype == torch.float32):
+        choice = "packed"  # MKL packs float32 only: bfloat16 takes oneDNN's
+    return choice
 
 
 def _packs(dtype: torch.dtype) -> bool:
@@ -117,20 +144,29 @@ class PackedLinears:
                 return False
         return True
 
-    def _pack(self, src: list) -> tuple:
+    def _pack(self, src: list, kind: str) -> tuple:
+        """(sources, packed weight, bias, kind, weight's shape) for oneDNN's product ("packed") or MKL's ("mkl")."""
         with torch.no_grad():
             ws = [layer.weight.detach() for layer in self.layers]
-            w = torch.ops.mkldnn._reorder_linear_weight(torch.cat(ws) if len(ws) > 1 else ws[0], _PACK_ROWS)
+            whole = torch.cat(ws) if len(ws) > 1 else ws[0]
+            if kind == "mkl":  # packed for any row count (the hint is only its layout's batch size)
+                w = torch.ops.mkl._mkl_reorder_linear_weight(whole, _PACK_ROWS)
+            else:
+                w = torch.ops.mkldnn._reorder_linear_weight(whole, _PACK_ROWS)
             b = None
             if any(layer.bias is not None for layer in self.layers):
                 b = torch.cat([
                     layer.bias.detach() if layer.bias is not None else ws[0].new_zeros(layer.out_features)
                     for layer in self.layers
                 ])
-        return src, w, b
+        # MKL's op reads its original weight's shape only (its fallback, for another row count than the one it
+        # is told, never runs: it is told the input's own): a zero-stride stand-in, not a second copy of the weights
+        shape = whole.new_empty(()).expand(whole.shape) if kind == "mkl" else None
+        return src, w, b, kind, shape
 
     def __call__(self, x: torch.Tensor, post: tuple[str, str] | None = None) -> list[torch.Tensor] | torch.Tensor | None:
-        """post: a oneDNN activation applied to the result in the same pass, e.g. ("gelu", "none")."""
+        """post: a oneDNN activation applied to the result in the same pass, e.g. ("gelu", "none"); on MKL's path
+        None comes back for it, and the caller runs the plain layer (its packed product) and the activation."""
         w = self.layers[0].weight
         if not (
             _ONEDNN and fast_path_enabled and x.dim() >= 2 and x.dtype == w.dtype and _packs(x.dtype)
@@ -138,29 +174,34 @@ class PackedLinears:
             and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
         ):
             return None
+        kind = _path(x.dtype)
+        if kind == "plain" or (kind == "mkl" and post is not None):
+            return None
         src = self._sources()
         if src is None:
             return None
         cache = self._cache
-        if cache is None or not self._same(cache[0], src):
-            cache = self._cache = self._pack(src)
-        attr, algorithm = post or ("none", "")
+        if cache is None or cache[3] != kind or not self._same(cache[0], src):
+            cache = self._cache = self._pack(src, kind)
         rows = x.numel() // x.shape[-1]
         flat = x.reshape(rows, x.shape[-1])
-        padded = padded_rows(rows) if bucketing_enabled else rows
-        if padded != rows:  # one padded copy (F.pad), not zeros and a cat
-            flat = F.pad(flat, (0, 0, 0, padded - rows))
-        if path_choice != "packed":
-            key = (flat.shape[1], sum(self.sizes), attr, algorithm, padded > 64)
-            wins = False if path_choice == "plain" else _measured.get(key)
-            if wins is None:
-                wins = _measured[key] = self._packed_is_faster(flat, cache, attr, algorithm)
-            if not wins:
-                return None
-        y = torch.ops.mkldnn._linear_pointwise(flat, cache[1], cache[2], attr, [], algorithm)
-        y = y[:rows].reshape(*x.shape[:-1], y.shape[-1])
+        if kind == "mkl":  # no kernel per row count to bound: no padding
+            y = torch.ops.mkl._mkl_linear(flat, cache[1], cache[4], cache[2], rows)
+        else:
+            attr, algorithm = post or ("none", "")
+            padded = padded_rows(rows) if bucketing_enabled else rows
+            if padded != rows:  # one padded copy (F.pad), not zeros and a cat
+                flat = F.pad(flat, (0, 0, 0, padded - rows))
+            if kind == "measure":
+                key = (flat.shape[1], sum(self.sizes), attr, algorithm, padded > 64)
+                wins = _measured.get(key)
+                if wins is None:
+                    wins = _measured[key] = self._packed_is_faster(flat, cache, attr, algorithm)
+                if not wins:
+                    return None
+            y = torch.ops.mkldnn._linear_pointwise(flat, cache[1], cache[2], attr, [], algorithm)[:rows]
+        y = y.reshape(*x.shape[:-1], y.shape[-1])
         return y if len(self.layers) == 1 else y.split(self.sizes, dim=-1)
-
 
     def _packed_is_faster(self, flat: torch.Tensor, cache: tuple, attr: str, algorithm: str) -> bool:
         """Time this input both ways, interleaved, best of _REPEATS each: the packed product (with its post-op)

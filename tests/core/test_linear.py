@@ -182,3 +182,50 @@ def test_padded_rows_give_the_same_numbers(shape, monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     torch.testing.assert_close(runs[True][0], F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
     assert runs[True][0].shape == (*shape[:-1], 40)
+
+
+needs_mkl = pytest.mark.skipif(not linear._MKL, reason="this torch has no MKL packed product")
+
+
+@needs_mkl
+@pytest.mark.parametrize("rows", [1, 7, 16, 100, 300])
+def test_mkl_path_gives_f_linears_numbers_at_any_row_count(rows, monkeypatch):
+    """Issue 24 F: MKL's packed product, packed once, serves every row count (no bucket padding) with F.linear's
+    numbers: one layer, Q, K and V as one product, and an MLP whose activation runs after the product."""
+    monkeypatch.setattr(linear, "path_choice", "mkl")
+    torch.manual_seed(0)
+    x = torch.randn(1, rows, 24)
+    layer, mlp, mha = Linear(24, 40), MLP(24, 48, "gelu").eval(), MultiHeadAttention(24, 3).eval()
+    with torch.no_grad():
+        fast = (layer(x), mlp(x), *mha.packed_qkv(x))
+        assert layer.packed._cache[3] == "mkl" and mha.packed_qkv._cache[3] == "mkl"
+        monkeypatch.setattr(linear, "fast_path_enabled", False)
+        plain = (layer(x), mlp(x), mha.query(x), mha.key(x), mha.value(x))
+    for a, b in zip(fast, plain):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@needs_mkl
+def test_a_changed_path_or_weight_repacks(monkeypatch):
+    """The packed copy says which product it was packed for: a switch of path packs again, and an edit of the
+    weight is seen on MKL's path as on oneDNN's."""
+    torch.manual_seed(0)
+    layer, x = Linear(24, 40), torch.randn(1, 5, 24)
+    with torch.no_grad():
+        for kind in ("mkl", "packed", "mkl"):
+            monkeypatch.setattr(linear, "path_choice", kind)
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+            assert layer.packed._cache[3] == kind
+        layer.weight.mul_(-1.0)
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+
+
+@needs_mkl
+def test_auto_takes_mkls_product_on_intel_and_onednns_elsewhere(monkeypatch):
+    """One path per machine, by the CPU's vendor, so every process there computes the same numbers; bfloat16
+    always takes oneDNN's (MKL packs float32 only)."""
+    monkeypatch.setattr(linear, "path_choice", "auto")
+    for vendor, f32 in (("GenuineIntel", "mkl"), ("AuthenticAMD", "packed"), ("", "packed")):
+        monkeypatch.setattr(linear, "cpu_vendor", lambda v=vendor: v)
+        assert (linear._path(torch.float32), linear._path(torch.bfloat16)) == (f32, "packed")
