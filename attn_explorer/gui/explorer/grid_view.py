@@ -341,10 +341,12 @@ class HeadGridView(LazyPage, QWidget):
         st = self.state
         info, r = st.info, r or st.result
         same = info is not None and r is not None and info.name == r.model
+        # a long run's layers as they came, stopped by a switch: still marked while another model loads and runs
+        kept = f" — <b>{incomplete(r)}</b> (stopped)" if r is not None and incomplete(r) else ""
         if self._coming is not None:
-            coming = f" — <i>loading {html.escape(self._coming or 'the default model')}…</i>"
+            coming = f"{kept} — <i>loading {html.escape(self._coming or 'the default model')}…</i>"
         elif info is not None and r is not None and not same and st.busy:
-            coming = f" — <i>running {html.escape(info.name)}…</i>"
+            coming = f"{kept} — <i>running {html.escape(info.name)}…</i>"
         elif r is not None and incomplete(r):  # issue 24 C: a long run's layers as they come, or those a Stop kept
             running = st.busy and st.run_status() is not None
             coming = (f" — <b>{incomplete(r)}</b>"

@@ -16,9 +16,16 @@ from superqt.utils import signals_blocked
 from attn_explorer.gui.explorer.controls import deferred
 from attn_explorer.gui.widgets.stats import human_count
 from attn_explorer.session.cost_sweep import human_bytes
+from attn_explorer.session.live_run import incomplete
 from attn_explorer.session.state import SessionState
 from attn_explorer.session.sweep import time_fit
 from attn_explorer.session.vlm import patch_grid_of
+
+
+def forward_word(r) -> str:
+    """"forward so far" for a long run shown while it is computed (or stopped part-way), whose forward_ms is the
+    time its finished layers took; "forward" for a whole run."""
+    return "forward so far" if incomplete(r) else "forward"
 
 
 def human_duration(ms: float) -> str:
@@ -218,7 +225,7 @@ class SeqLenPanel(QGroupBox):
         self.readout.setText(
             f"<b>{n:,}×{n:,}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
             + memory +
-            f" · forward <b>{human_duration(r.forward_ms)}</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else ""))
+            f" · {forward_word(r)} <b>{human_duration(r.forward_ms)}</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else ""))
         self.redraw_plot()
 
     # ------------------------------------------------------------------------------ sweep

@@ -23,7 +23,7 @@ from attn_explorer.gui.window.toolbar import ViewToolbar
 from attn_explorer.gui.window.pages import FITTED_PAGES, LESSON_NAMES, PAGES
 from attn_explorer.gui.explorer.controls import DkPanel, InputPanel
 from attn_explorer.gui.widgets.heatmap import COLORMAPS, PaintedGraphicsWidget
-from attn_explorer.gui.explorer.seq_panel import SeqLenPanel, human_duration
+from attn_explorer.gui.explorer.seq_panel import SeqLenPanel, forward_word, human_duration
 from attn_explorer.session.state import SessionState
 
 FIRST_SHARE = 0.8  # the first window (no saved geometry) takes this share of the screen's free area
@@ -226,7 +226,7 @@ class MainWindow(QMainWindow):
             self.banner.hide()  # it described a failure before this run was asked for
         s = self.status_labels
         s["tokens"].setText(f"n = {r.num_tokens}")
-        s["forward"].setText(f"forward {human_duration(r.forward_ms)}" + (" (first run: includes warm-up)" if r.warm_up else ""))
+        s["forward"].setText(f"{forward_word(r)} {human_duration(r.forward_ms)}" + (" (first run: includes warm-up)" if r.warm_up else ""))
         # what an edit reused of the last run (prefix reuse), or why nothing could be: the reason in brackets
         # goes to the tooltip, so the bar still fits at 1024 px
         s["reuse"].setText(r.reuse.split(" (")[0])
