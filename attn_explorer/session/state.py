@@ -295,7 +295,7 @@ class SessionState(QObject):
         self.watch.start(self.info.name if self.info is not None else "", getattr(self.info, "num_layers", 0))
         return self.host.run_task(x, kw, self.hide_special, self.shown_stack,  # an encoder-decoder: its stack shown
                                   lambda ran: self._on_ran(ran, asked, launched, source), self.error_raised.emit,
-                                  self._run_progress, self._on_live)
+                                  self._run_progress, lambda part: self._on_live(part, asked))
 
     # ----------------------------------------------------------------------------- the run in flight (issue 24)
     def _run_progress(self, fraction: float, message: str) -> None:
@@ -304,9 +304,10 @@ class SessionState(QObject):
             self.watch.update(*layers)
             self.run_progressed.emit(layers[0], layers[1], self.watch.line())
 
-    def _on_live(self, part: Any) -> None:
+    def _on_live(self, part: Any, asked: float) -> None:
         """A long run's next layer is done (session.live_run.LivePart): the run so far goes on screen, its finished
-        layers' heads drawn and readable, the rest blank; `incomplete(result)` says how far it is."""
+        layers' heads drawn and readable, the rest blank; `incomplete(result)` says how far it is. `asked`: when
+        its run was asked for (a banner older than that, a Stop's line say, goes with its first layer)."""
         if not self.has_input:
             return
         r = part.result
@@ -314,7 +315,7 @@ class SessionState(QObject):
         if not self._query_chosen:
             self.query = default_query(r)
         self.query = min(self.query, r.num_tokens - 1)
-        self.result = r
+        self.result, self.result_asked_at = r, asked
         self.ready_at = time.perf_counter()  # the GUI's share of this part starts here, not at the last whole run
         self.attention_ready.emit(r)
 
