@@ -83,8 +83,8 @@ def _attention_ms(n, window, heads, kv_heads, q_dim, v_dim, scale, dtype, gen):
 
 def _product_groups(layer, linears):
     """[(product(x), input width)]: the layer's products as its forward runs them. Where core.linear's packed
-    oneDNN path applies (float32, or bfloat16 on a CPU that multiplies it natively), q, k and v are one packed
-    product and each other layer its own packed one; elsewhere F.linear per matrix."""
+    path applies (MKL's or oneDNN's as its path_choice picks: float32, or bfloat16 on a CPU that multiplies it
+    natively), q, k and v are one packed product and each other layer its own packed one; elsewhere F.linear."""
     import torch.nn.functional as F
 
     def plain(mod):

@@ -1,10 +1,11 @@
-"""Linear layers with a fast path for CPU float32 (and native bfloat16) inference: a prepacked oneDNN weight.
+"""Linear layers with a fast path for CPU float32 (and native bfloat16) inference: a weight packed once.
 
 Most of a small transformer's forward time on the CPU is spent in its matrix products (87% for
-MiniLM at n = 16). F.linear hands each product to MKL, which repacks the weight on every call;
-oneDNN can reorder the weight once into its blocked layout and reuse it, about a third faster at
-these shapes (benchmarks/bench_forward.py). Layers that read the same input (Q, K and V) can
-share one packed weight and so one product.
+MiniLM at n = 16). F.linear hands each product to MKL, which repacks the weight on every call.
+Packed once and reused, the weight saves that: oneDNN's reordered weight (about a third faster at
+these shapes on an AMD EPYC) or, on an Intel CPU, MKL's own packed one (`path_choice`, below;
+benchmarks/bench_forward.py). Layers that read the same input (Q, K and V) can share one packed
+weight and so one product.
 
 The packed copy is a cache, never the truth: the parameters stay ordinary nn.Linear weights (the
 state_dict names the checkpoint maps onto, W_O for the per-head outputs), and the copy is rebuilt
@@ -12,7 +13,7 @@ whenever one of them is replaced, moved or changed in place (its version counter
 (autograd), other devices and other dtypes take plain F.linear. The cost is one extra copy of the
 weights in memory, made on the first fast call.
 
-oneDNN compiles and caches one kernel ("primitive") per input shape, up to 1,024 of them per process and
+oneDNN (not MKL) compiles and caches one kernel ("primitive") per input shape, up to 1,024 of them per process and
 about half a megabyte each: a live text box that sent every length from 1 to 512 tokens through MiniLM
 (four weight shapes) filled the cache and grew the process by ~500 MB (benchmarks/bench_memory_lengths.py).
 So the input's rows are padded with zeros up to a bucket (`padded_rows`), the product runs on the padded
