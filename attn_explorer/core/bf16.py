@@ -64,9 +64,6 @@ def amx_bf16() -> bool:
 def log_probs_bf16(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: float) -> torch.Tensor:
     """scale · q @ k.T − lse[:, None], (r, c) float32, from one bfloat16 product. q (r, d) and k (c, d) bfloat16;
     lse (r,) float32 (dead rows already 0)."""
-    shift = lse / scale
-    hi = shift.bfloat16()
-    lo = (shift - hi.float()).bfloat16()
-    qx = torch.cat([q, -hi[:, None], -lo[:, None]], dim=1)  # (r, d + 2)
-    kx = torch.cat([k, k.new_ones(k.shape[0], 2)], dim=1)  # (c, d + 2)
-    return torch.matmul(qx, kx.T).float().mul_(scale)
+    from attn_explorer.core.tiles import Bf16Tiles
+
+    return Bf16Tiles(q, k, lse, scale).log_probs(slice(0, q.shape[0]), slice(0, k.shape[0]))

@@ -21,7 +21,8 @@ from typing import Callable
 import torch
 
 from attn_explorer.core import bf16_attention
-from attn_explorer.core.bf16 import log_probs_bf16, native_bf16
+from attn_explorer.core.bf16 import native_bf16
+from attn_explorer.core.tiles import Bf16Tiles, Float32Tiles
 from attn_explorer.core.pool_cells import _groups, _pool_axis, pool_edges  # noqa: F401 (pool_edges re-exported)
 from attn_explorer.core.masks import attention_scale, chunk_start, differentiable
 from attn_explorer.core.progress import Stopped, check as _check_stop  # one Stopped for forwards and tiles
@@ -101,16 +102,18 @@ def key_range(lo: int, hi: int, n: int, m: int, causal: bool, window: int | None
 def _band_mask(rows: slice, cols: slice, n: int, m: int, causal: bool, window: int | None, device,
                chunk: int | None = None) -> torch.Tensor | None:
     """bool (r, c): which of rows × cols the causal triangle, window and chunks let through; None = all."""
-    if not causal:
-        return None
-    d = rows.start + (m - n) - cols.start  # tile entry (a, b) is key b <= query a + d
-    ok = torch.ones(rows.stop - rows.start, cols.stop - cols.start, dtype=torch.bool, device=device).tril_(d)
+    return ~_hidden(rows, cols, n, m, window, device, chunk) if causal else None
+
+
+def _hidden(rows: slice, cols: slice, n: int, m: int, window: int | None, device, chunk: int | None = None):
+    """bool (r, c) of a causal layer: which of rows × cols the triangle, window and chunks hide (by positions)."""
+    qp = torch.arange(rows.start + m - n, rows.stop + m - n, device=device)[:, None]
+    out = (kp := torch.arange(cols.start, cols.stop, device=device)[None, :]) > qp
     if window is not None:
-        ok.triu_(d - window + 1)
-    if chunk is not None:  # key b's position cols.start + b at or after its query's chunk start
-        first = torch.arange(rows.start + m - n, rows.stop + m - n, device=device) // chunk * chunk
-        ok &= torch.arange(cols.start, cols.stop, device=device)[None, :] >= first[:, None]
-    return ok
+        out |= kp <= qp - window
+    if chunk is not None:  # before its query's chunk
+        out |= kp < qp // chunk * chunk
+    return out
 
 
 def logits_block(q: torch.Tensor, k: torch.Tensor, opts, head_dim: int, rows: slice, n_total: int,
@@ -265,9 +268,8 @@ def _probs(s: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
 # ---- tiles of one head ------------------------------------------------------------------------------
 
 class _Head:
-    """One head made ready for tiles. Each tile's q rows are scaled and widened by a column of -lse and its
-    k rows by a column of ones, so one product gives logit - lse (log-probabilities) without a pass of its
-    own; soft-capping keeps them apart (tanh comes between). Dead rows (lse = -inf) are set to -inf after."""
+    """One head made ready for tiles: log p as one product a tile (core.tiles), but for soft-capping (tanh comes
+    between) and the forward's rounded logits. Dead rows (lse = -inf) are set to -inf after."""
 
     def __init__(self, q, k, lse, o: LayerOptions, head: int, batch: int):
         H, H_kv = q.shape[1], k.shape[1]
@@ -279,6 +281,10 @@ class _Head:
         live = torch.isfinite(lse)
         self.dead = None if bool(live.all()) else ~live
         self.lse = torch.where(live, lse, 0.0)
+        # a tile's log p as one product (core.tiles); bfloat16's where the CPU multiplies it (core.bf16: its error)
+        kind = Bf16Tiles if self.q.dtype == self.k.dtype == torch.bfloat16 and self.q.device.type == "cpu" \
+            and native_bf16() else Float32Tiles
+        self.tiles = None if o.rounded or o.softcap is not None else kind(self.q, self.k, self.lse, o.scale)
 
     def log_probs(self, rows: slice, cols: slice) -> torch.Tensor:
         """log p of rows × cols, (r, c) float32: -inf where the mask, the triangle or the window hides a key."""
@@ -286,24 +292,16 @@ class _Head:
         if o.rounded:  # the forward's own rounded logits (core.bf16_attention), less its lse
             s = bf16_attention.rounded_product(self.q[rows], self.k[cols].T, o.scale).float().sub_(self.lse[rows, None])
             return self._masked(s, rows, cols)
-        if o.softcap is None and self.q.dtype == torch.bfloat16 and self.k.dtype == torch.bfloat16 \
-                and self.q.device.type == "cpu" and native_bf16():  # issue 24 E: core.bf16 states the error
-            s = log_probs_bf16(self.q[rows], self.k[cols], self.lse[rows], o.scale)
-            return self._masked(s, rows, cols)
-        q, k = self.q[rows].float() * o.scale, self.k[cols].float()
-        if o.softcap is None:
-            q = torch.cat([q, -self.lse[rows, None]], dim=1)  # (r, d + 1)
-            k = torch.cat([k, torch.ones(k.shape[0], 1, device=k.device)], dim=1)  # (c, d + 1)
-        s = torch.matmul(q, k.T)
-        if o.softcap is not None:
-            s = s.div_(o.softcap).tanh_().mul_(o.softcap).sub_(self.lse[rows, None])
-        return self._masked(s, rows, cols)
+        if self.tiles is not None:
+            return self._masked(self.tiles.log_probs(rows, cols), rows, cols)
+        s = torch.matmul(self.q[rows].float() * o.scale, self.k[cols].float().T)  # soft-capped: tanh between
+        return self._masked(s.div_(o.softcap).tanh_().mul_(o.softcap).sub_(self.lse[rows, None]), rows, cols)
 
     def _masked(self, s: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
         """log p with -inf where the triangle, the window, the mask or a dead row hides it (in place)."""
         o = self.o
         if not _whole(rows, cols, self.n, self.m, o):
-            s.masked_fill_(~_band_mask(rows, cols, self.n, self.m, o.causal, o.window, s.device, o.chunk), NEG_INF)
+            s.masked_fill_(_hidden(rows, cols, self.n, self.m, o.window, s.device, o.chunk), NEG_INF)
         if o.mask is not None:
             mk = _mask_part(o.mask, rows, cols, slice(self.head, self.head + 1))[0, 0]
             s = s.masked_fill_(~mk, NEG_INF) if mk.dtype == torch.bool else s.add_(mk)
@@ -320,9 +318,7 @@ class _Head:
 
 def _batch_options(o: LayerOptions, batch: int) -> LayerOptions:
     """The layer's options for one batch row (its own padding mask)."""
-    if o.mask is None or o.mask.dim() < 4 or o.mask.shape[0] == 1:
-        return o
-    return replace(o, mask=o.mask[batch:batch + 1])
+    return o if o.mask is None or o.mask.dim() < 4 or o.mask.shape[0] == 1 else replace(o, mask=o.mask[batch:batch + 1])
 
 
 def _visible(rows: slice, cols: slice, n: int, m: int, o: LayerOptions) -> bool:
@@ -389,18 +385,18 @@ def head_col(q, k, lse, o: LayerOptions, head: int, col: int, batch: int = 0) ->
 
 
 def _visible_cells(edges: list[int], rows: slice, h: _Head, target: int) -> list[tuple[int, int]]:
-    """Runs of whole column cells [a, b) (each about `target` keys) covering the keys rows can see at all:
-    the causal triangle and the window leave the other cells exactly 0."""
+    """Runs of whole column cells [a, b) (each about `target` keys) covering the keys rows can see at all (the
+    causal triangle and the window leave the other cells exactly 0). Causal: the cells every row sees whole (keys
+    up to the first row's own) apart from the diagonal's, whose runs alone pay the triangle's mask and waste."""
     k0, k1 = key_range(rows.start, rows.stop, h.n, h.m, h.o.causal, h.o.window, h.o.chunk)
     k0, k1 = max(k0, edges[0]), min(k1, edges[-1])
     if k1 <= k0:
         return []
-    a = bisect.bisect_right(edges, k0) - 1
-    b = bisect.bisect_left(edges, k1)
-    out = []
+    a, b, out = bisect.bisect_right(edges, k0) - 1, bisect.bisect_left(edges, k1), []
+    cut = bisect.bisect_right(edges, rows.start + h.m - h.n + 1) - 1 if h.o.causal else -1
     while a < b:
-        e = min(b, bisect.bisect_left(edges, edges[a] + target, a + 1, b))
-        e = max(e, a + 1)
+        e = max(a + 1, min(b, bisect.bisect_left(edges, edges[a] + target, a + 1, b)))
+        e = cut if a < cut < e else e
         out.append((a, e))
         a = e
     return out
@@ -430,6 +426,7 @@ def head_pooled(q, k, lse, o: LayerOptions, head: int, cells, reduce: str = "max
     if h.o.chunk is not None:  # likewise a chunk's rows see their chunk only
         row_target = min(row_target, max(1, h.o.chunk // 2))
     row_groups = _groups(re, row_target)
+    lowp = reduce == "max" and isinstance(h.tiles, Bf16Tiles) and h.o.mask is None and h.o.scale > 0
     ce_abs = (ce + C.start).tolist()
     for done, (ra, rb) in enumerate(row_groups, 1):
         if stop is not None and stop():
@@ -439,9 +436,11 @@ def head_pooled(q, k, lse, o: LayerOptions, head: int, cells, reduce: str = "max
         rloc = re[ra:rb + 1] - re[ra]
         for ca, cb in _visible_cells(ce_abs, rs, h, col_target):
             cs = slice(ce_abs[ca], ce_abs[cb])
-            t = h.log_probs(rs, cs) if reduce == "max" else h.log_probs(rs, cs).exp_()
-            part = _pool_axis(_pool_axis(t, ce[ca:cb + 1] - ce[ca], reduce, 1), rloc, reduce, 0)
-            acc[ra:rb, ca:cb] = part.to(acc.dtype).cpu()
+            # lowp: the max over the tile's bfloat16 products, scaled after (core.tiles: the same numbers)
+            t = h._masked(h.tiles.logits(rs, cs), rs, cs) if lowp else h.log_probs(rs, cs)
+            t = t if reduce == "max" else t.exp_()
+            part = _pool_axis(_pool_axis(t, rloc, reduce, 0), ce[ca:cb + 1] - ce[ca], reduce, 1)  # rows first: along c
+            acc[ra:rb, ca:cb] = (h.tiles.finish(part) if lowp else part).to(acc.dtype).cpu()
         if progress is not None:
             progress(done, len(row_groups))
     if reduce == "max":

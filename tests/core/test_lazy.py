@@ -230,13 +230,14 @@ def test_a_kept_layer_refuses_to_return_maps_it_never_computed():
 
 
 def test_bf16_tiles_take_one_bf16_product_within_the_stated_error(monkeypatch):
-    """Issue 24 E: a bfloat16 layer's tiles are one bfloat16 product (core.bf16) with lse carried in two
+    """Issue 24 E: a bfloat16 layer's tiles are one bfloat16 product (core.tiles) with lse carried in two
     bfloat16 parts: within 2^-8 / e of the float32 probabilities (core.bf16's bound), rows still summing to 1."""
-    from attn_explorer.core import bf16
+    from attn_explorer.core import tiles
 
     monkeypatch.setattr(lazy, "native_bf16", lambda: True)  # the bf16 branch on any CPU (slower, same numbers)
     calls = []
-    monkeypatch.setattr(lazy, "log_probs_bf16", lambda *a: calls.append(1) or bf16.log_probs_bf16(*a))
+    real = tiles.Bf16Tiles.logits
+    monkeypatch.setattr(tiles.Bf16Tiles, "logits", lambda self, *a: calls.append(1) or real(self, *a))
     torch.manual_seed(0)
     n, d = 300, 64
     q, k = (torch.randn(1, 2, n, d) * 2).bfloat16(), (torch.randn(1, 1, n, d) * 2).bfloat16()
@@ -252,3 +253,27 @@ def test_bf16_tiles_take_one_bf16_product_within_the_stated_error(monkeypatch):
     assert calls
     pooled = lazy.head_pooled(q, k, lse, o, 0, 50, reduce="mean")
     assert (pooled * 6).sum(-1).sub(1).abs().max().item() < 2e-3  # 6 keys a cell: each row's mean · 6 sums to 1
+
+
+@pytest.mark.parametrize("window", [None, 37])
+@pytest.mark.parametrize("cells", [50, 7])
+def test_bf16_max_pool_is_the_pooled_max_of_its_probabilities(window, cells, monkeypatch):
+    """Issue 24 E: a bfloat16 head's max-pooled view takes each cell's max over the tile's bfloat16 products and
+    scales after (core.tiles), in tiles split at the diagonal; each cell is the max of the head's probabilities
+    over it (head_probs), within bfloat16's stated error, and exactly 0 where the triangle or window hides it."""
+    from attn_explorer.core.pool_cells import pool_edges
+
+    monkeypatch.setattr(lazy, "native_bf16", lambda: True)
+    torch.manual_seed(1)
+    n, d = 300, 64
+    q, k = (torch.randn(1, 1, n, d) * 2).bfloat16(), (torch.randn(1, 1, n, d) * 2).bfloat16()
+    o = lazy.LayerOptions(causal=True, scale=1 / 8, window=window)
+    s = (q.float()[0, 0] @ k.float()[0, 0].T) / 8
+    lse = torch.logsumexp(s.masked_fill(lazy._hidden(slice(0, n), slice(0, n), n, n, window, None), -math.inf), -1)
+    full = lazy.head_probs(q, k, lse[None, None], o, 0)
+    got = lazy.head_pooled(q, k, lse[None, None], o, 0, cells, reduce="max", tile=48 * 64)  # many small tiles
+    edges = pool_edges(n, cells).tolist()
+    want = torch.tensor([[full[a:b, c:e].max().item() for c, e in zip(edges, edges[1:])]
+                         for a, b in zip(edges, edges[1:])])
+    assert (got - want).abs().max().item() <= 2 ** -8 / math.e
+    assert torch.equal(got == 0, want == 0)
