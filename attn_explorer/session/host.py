@@ -9,6 +9,7 @@ The model package itself (and with it torch) is imported inside the jobs.
 """
 from __future__ import annotations
 
+import weakref
 from functools import partial
 from typing import Any, Callable
 
@@ -17,6 +18,15 @@ from PySide6.QtCore import QObject, Signal
 from attn_explorer.api.result import RunResult
 from attn_explorer.session.jobs import Loaded, Loader, default_loader, load_job, pinned_job, pool_job, run_job
 from attn_explorer.session.runner import Runner, Task
+
+
+def _weak(model: Any) -> Callable[[], Any]:
+    """A weak reference to model; for an object that takes none, a callable that cannot tell, so says "alive"
+    (the load then collects fully) without holding it."""
+    try:
+        return weakref.ref(model)
+    except TypeError:
+        return lambda: True
 
 
 class ModelHost(QObject):
@@ -56,15 +66,16 @@ class ModelHost(QObject):
     def load(self, src: str | None, want_image: bool) -> None:
         """Load `src` (None: the default text or image model) in the background; whatever is in flight stops.
         The model loaded now is let go first, unless it is pinned (then it stays, and is not read again)."""
-        kept = self.pinned.get(self.key(src))
+        kept, old = self.pinned.get(self.key(src)), None
         if self.model is not None and not self.is_pinned():
             self.let_go = (self.source, self._want_image)
+            old = _weak(self.model)  # the load job sees whether it is gone (jobs.drop_kept_prefix)
             self.model = None  # the Model's last reference here: its weights go before the new ones are read
         self._coming = (src, want_image, False)
         if kept is not None:
-            task = Task(pinned_job, (kept,), on_result=self._on_loaded, on_error=self._load_failed)
+            task = Task(partial(pinned_job, old=old), (kept,), on_result=self._on_loaded, on_error=self._load_failed)
         else:
-            task = Task(partial(load_job, dtype=self.dtype), (self.loader, src, self.device, want_image),
+            task = Task(partial(load_job, dtype=self.dtype, old=old), (self.loader, src, self.device, want_image),
                         on_result=self._on_loaded, on_error=self._load_failed, on_progress=self.load_progressed.emit)
         self.runner.load(task)
         self.loading.emit(src or "")
