@@ -103,84 +103,66 @@ def test_a_finished_layers_head_is_zoomed_while_later_layers_run(qtbot, settings
         state.shutdown()
 
 
-def test_a_switch_during_a_live_run_keeps_the_incomplete_mark(qtbot, settings, folder, monkeypatch):
+@pytest.fixture
+def filling(qtbot, settings, folder, monkeypatch):
+    """(window, state): a window on the tiny Llama whose long (lazy) run of TEXT is filling in, a layer every
+    0.8 s, its first layers on screen; every layer fast again at teardown."""
+    from attn_explorer.api import model as api_model
+    from attn_explorer.core import progress
+    from attn_explorer.gui.window.app import build_window, get_qapp
+    from attn_explorer.session.live_run import incomplete
+
+    monkeypatch.setattr(api_model, "DENSE_MAX_BYTES", 0)
+    slow = {"s": 0.0}
+    plain = progress.layer_done
+
+    def slowed(*a, **kw):
+        time.sleep(slow["s"])
+        plain(*a, **kw)
+
+    monkeypatch.setattr(progress, "layer_done", slowed)
+    get_qapp()
+    args = argparse.Namespace(model=folder, text="Hello there.", image=None, device="cpu",
+                              view="grid", screenshot=None)
+    window, state = build_window(args, settings=settings, loader=cached_loader)
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        qtbot.waitUntil(lambda: state.result is not None and not state.busy, timeout=60000)
+        slow["s"] = 0.8
+        state.set_text(TEXT)
+        qtbot.waitUntil(lambda: state.result is not None and incomplete(state.result) != ""
+                        and state.result.num_tokens > 30, timeout=20000)
+        yield window, state
+    finally:
+        slow["s"] = 0.0
+        state.shutdown()
+
+
+def test_a_switch_during_a_live_run_keeps_the_incomplete_mark(filling):
     """The grid keeps the old run's finished layers while another model loads and runs: its header still says
     they are incomplete (stopped), beside what is coming, not a plain header that reads as a whole run. While
     the run fills in, the status bar's time is the forward so far."""
-    from attn_explorer.api import model as api_model
-    from attn_explorer.core import progress
     from attn_explorer.gui.explorer.grid_view import HeadGridView
-    from attn_explorer.gui.window.app import build_window, get_qapp
-    from attn_explorer.session.live_run import incomplete
 
-    monkeypatch.setattr(api_model, "DENSE_MAX_BYTES", 0)
-    slow = {"s": 0.0}
-    plain = progress.layer_done
-
-    def slowed(*a, **kw):
-        time.sleep(slow["s"])
-        plain(*a, **kw)
-
-    monkeypatch.setattr(progress, "layer_done", slowed)
-    get_qapp()
-    args = argparse.Namespace(model=folder, text="Hello there.", image=None, device="cpu",
-                              view="grid", screenshot=None)
-    window, state = build_window(args, settings=settings, loader=cached_loader)
-    qtbot.addWidget(window)
-    window.show()
-    try:
-        qtbot.waitUntil(lambda: state.result is not None and not state.busy, timeout=60000)
-        slow["s"] = 0.8
-        state.set_text(TEXT)
-        qtbot.waitUntil(lambda: state.result is not None and incomplete(state.result) != ""
-                        and state.result.num_tokens > 30, timeout=20000)
-        forward = window.status_labels["forward"].text()
-        assert forward.startswith("forward so far "), forward  # the layers done so far, not a whole forward
-        state.load_model("textbook")
-        title = window.findChild(HeadGridView).title.text()
-        assert "loading textbook" in title and "incomplete: layers 0–" in title and "(stopped)" in title, title
-        slow["s"] = 0.0
-    finally:
-        slow["s"] = 0.0
-        state.shutdown()
+    window, state = filling
+    forward = window.status_labels["forward"].text()
+    assert forward.startswith("forward so far "), forward  # the layers done so far, not a whole forward
+    state.load_model("textbook")
+    title = window.findChild(HeadGridView).title.text()
+    assert "loading textbook" in title and "incomplete: layers 0–" in title and "(stopped)" in title, title
 
 
-def test_an_edit_after_stop_takes_the_stop_banner_away_with_its_first_layer(qtbot, settings, folder, monkeypatch):
+def test_an_edit_after_stop_takes_the_stop_banner_away_with_its_first_layer(qtbot, filling):
     """Stop says the finished layers stay; an edit starts a new run, and the first of its layers on screen
     takes that line away (it described the stopped run's layers, no longer shown)."""
-    from attn_explorer.api import model as api_model
-    from attn_explorer.core import progress
-    from attn_explorer.gui.window.app import build_window, get_qapp
     from attn_explorer.session.live_run import incomplete
 
-    monkeypatch.setattr(api_model, "DENSE_MAX_BYTES", 0)
-    slow = {"s": 0.0}
-    plain = progress.layer_done
-
-    def slowed(*a, **kw):
-        time.sleep(slow["s"])
-        plain(*a, **kw)
-
-    monkeypatch.setattr(progress, "layer_done", slowed)
-    get_qapp()
-    args = argparse.Namespace(model=folder, text="Hello there.", image=None, device="cpu",
-                              view="grid", screenshot=None)
-    window, state = build_window(args, settings=settings, loader=cached_loader)
-    qtbot.addWidget(window)
-    window.show()
-    try:
-        qtbot.waitUntil(lambda: state.result is not None and not state.busy, timeout=60000)
-        slow["s"] = 0.8
-        state.set_text(TEXT)
-        qtbot.waitUntil(lambda: state.result is not None and incomplete(state.result) != ""
-                        and state.result.num_tokens > 30, timeout=20000)
-        window.run_line.stop()
-        qtbot.waitUntil(lambda: not state.busy, timeout=10000)
-        assert window.banner.isVisible() and "stopped" in window.banner.text
-        stopped = state.result
-        state.set_text("A new beginning: " + TEXT)
-        qtbot.waitUntil(lambda: state.result is not stopped and incomplete(state.result) != "", timeout=20000)
-        assert not window.banner.isVisible(), window.banner.text
-    finally:
-        slow["s"] = 0.0
-        state.shutdown()
+    window, state = filling
+    window.run_line.stop()
+    qtbot.waitUntil(lambda: not state.busy, timeout=10000)
+    assert window.banner.isVisible() and "stopped" in window.banner.text
+    stopped = state.result
+    state.set_text("A new beginning: " + TEXT)
+    qtbot.waitUntil(lambda: state.result is not stopped and incomplete(state.result) != "", timeout=20000)
+    assert not window.banner.isVisible(), window.banner.text
