@@ -304,9 +304,10 @@ class Model:
         logits = None
         ids = inputs.get("input_ids")
         long = self.device.type == "cpu" and ids is not None and ids.shape[-1] >= heap.LONG_ROWS
-        if long:
-            heap.keep_large_blocks()  # issue 24 A: a layer's large blocks reused by the next, not mapped anew
-        with torch.inference_mode(not grad), torch.enable_grad() if grad else nullcontext():
+        # issue 24 A: a long forward's layers reuse the large blocks the last one freed instead of mapping them
+        # anew; after it, glibc's own order of thresholds again, and what it freed goes back to the system
+        with torch.inference_mode(not grad), torch.enable_grad() if grad else nullcontext(), \
+                heap.large_blocks_kept() if long else nullcontext():
             t0 = time.perf_counter()
             try:
                 out = self.module(dk_scale=dk_scale, dk_layers=dk_layers, output_attentions=output_attentions,
@@ -317,11 +318,10 @@ class Model:
                         logits = hooks("hook_logits", self.module.logits(out.hidden))
             except HookError as e:
                 raise UserError(str(e)) from None
-            finally:
-                if long:  # the blocks freed in it go back: a later run of another size or dtype maps its own
-                    heap.give_back()
             sync()
             ms = (time.perf_counter() - t0) * 1000
+        if self.device.type == "cpu":
+            heap.tidy()  # what many short runs of varied length leave free in malloc's heap goes back (core.heap)
         if hooks is not None and hooks.keep:
             out.lazy = LazyAttention.from_kept(hooks.kept)
         self._first_pass, self._warm = not self._warm, True
