@@ -15,9 +15,10 @@ forward, 11-13 s instead of 16-27 s in the same hour. On leaving it puts fixed t
 glibc's dynamic threshold, once set by hand, stays off for the process, and with fixed thresholds the heap of many
 short runs of varied length fragments: after 300 runs on MKL's product, VmRSS grew 24-37 MB every 1,000 MiniLM
 runs here with fixed thresholds of 8-32 MB, 47 MB with the 1 GiB ones kept, 0-8 MB with glibc's dynamic ones;
-275 MB over the 10,000 runs of CI's soak (tests/api/test_soak_lengths.py), late in the whole suite's process. So
-`tidy()`, after every CPU forward, trims at most once every TIDY_EVERY_S seconds; trimming after every run, the
-same 1,000 runs ended 30 MB smaller, for about 6 ms a trim.
+275 MB over the 10,000 runs of CI's soak (tests/api/test_soak_lengths.py), late in the whole suite's process
+(benchmarks/bench_heap_soak.py, with another process history, saw no growth in any setting: it depends on the
+heap's past). So `tidy()`, after every CPU forward, trims at most once every TIDY_EVERY_S seconds; trimming after
+every run, the same 1,000 runs ended 30 MB smaller, for about 6 ms a trim.
 
 `one_arena()` has every thread allocate from the main heap (called at start-up, before threads exist: the GUI's
 forward runs on a worker thread). `give_back()` (malloc_trim) hands what the heap holds free back to the system
