@@ -88,6 +88,7 @@ def large_blocks_kept():
             if ok and not _INSIDE[0]:
                 _set(AFTER)
                 give_back()
+                _TIDIED[0] = time.monotonic()  # the forward's own tidy() right after has nothing to trim again
 
 
 def one_arena() -> bool:
