@@ -23,6 +23,7 @@ A run that a load stopped is served again (on the old model) if that load fails.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 from functools import partial as bind
 from typing import Any, Callable
@@ -66,6 +67,7 @@ class _Lane:
     worker: Any = None  # the job in flight
     waiting: tuple | None = None  # (gen, task, uses_model) of the request that waits
     uses_model: bool = False  # the job in flight runs on the model
+    began: list | None = None  # [time.perf_counter()] once the job in flight left the pool's queue and began
 
 
 @dataclass
@@ -83,6 +85,8 @@ class _InFlight:
 # A run in flight younger than this finishes when a newer request comes (a fast model keeps drawing while the user
 # types, each answer on screen as before); one still running at this age is stopped between layers (issue 24)
 STOP_AFTER_S = 0.3
+# side jobs that ran for at least this share of a forward's time shared its cores: its time is not the model's alone
+SHARED_SHARE = 0.05
 
 
 class Runner(QObject):
@@ -102,6 +106,7 @@ class Runner(QObject):
         self._stopped_run: tuple[int, Callable[[], Task | None]] | None = None  # a run a load stopped
         self._busy = False
         self._lanes: dict[str, _Lane] = {}
+        self._side_spans: deque[tuple[str, float, float]] = deque(maxlen=256)  # (lane, began, ended): side_work
 
     # --------------------------------------------------------------------------- what is going on
     def _in_flight(self, kind: str) -> bool:
@@ -198,7 +203,7 @@ class Runner(QObject):
         if lane.worker is not None:
             lane.waiting = request
         else:
-            self._start_side(lane, request)
+            self._start_side(key, lane, request)
 
     def lane_busy(self, key: str) -> bool:
         """A job of lane `key` is in flight or waiting."""
@@ -208,6 +213,21 @@ class Runner(QObject):
     def busy_lanes(self) -> list[str]:
         """The lanes with a job in flight or waiting."""
         return [k for k in self._lanes if self.lane_busy(k)]
+
+    def side_work(self, start: float, end: float, share: float = 0.0) -> dict[str, float]:
+        """Seconds that each lane's side jobs, finished or in flight, ran within [start, end] (time.perf_counter):
+        work that shared the cores with whatever else ran then (a forward timed beside the Cost page's sweep).
+        A cancelled job counts until it ends: its answer is dropped, not its work. {} unless together they ran
+        for at least `share` of [start, end]."""
+        now = time.perf_counter()
+        spans = list(self._side_spans) + [(k, lane.began[0], now) for k, lane in self._lanes.items()
+                                          if lane.worker is not None and lane.began]
+        out: dict[str, float] = {}
+        for key, a, b in spans:
+            overlap = min(b, end) - max(a, start)
+            if overlap > 0:
+                out[key] = out.get(key, 0.0) + overlap
+        return out if sum(out.values()) >= share * max(end - start, 0.0) else {}
 
     def cancel_lane(self, key: str) -> None:
         """Forget lane `key`'s waiting job and stop the one in flight: no answer of either arrives."""
@@ -219,7 +239,7 @@ class Runner(QObject):
         if lane.worker is not None:
             lane.worker.quit()
 
-    def _start_side(self, lane: _Lane, request: tuple) -> None:
+    def _start_side(self, key: str, lane: _Lane, request: tuple) -> None:
         gen, task, uses_model = request
         epoch = self._epoch
 
@@ -243,14 +263,18 @@ class Runner(QObject):
                 task.on_progress(fraction, message)
 
         def finished() -> None:
-            lane.worker, lane.uses_model = None, False
+            if began:  # it ran (a job stopped while it waited in the pool never began)
+                self._side_spans.append((key, began[0], time.perf_counter()))
+            lane.worker, lane.uses_model, lane.began = None, False, None
             waiting, lane.waiting = lane.waiting, None
             if waiting is not None:
-                self._start_side(lane, waiting)
+                self._start_side(key, lane, waiting)
 
-        lane.uses_model = uses_model
+        began: list[float] = []
+        lane.uses_model, lane.began = uses_model, began
         lane.worker = launch(task.fn, *task.args, on_result=result, on_yield=yielded, on_error=error,
-                             on_progress=progress if task.on_progress is not None else None, on_finished=finished)
+                             on_progress=progress if task.on_progress is not None else None, on_finished=finished,
+                             on_started=lambda: began.append(time.perf_counter()))
 
     def cancel_background(self) -> None:
         """Stop the background step in flight; its result does not arrive."""

@@ -24,7 +24,7 @@ from attn_explorer.session.host import ModelHost
 from attn_explorer.session.inputs import DK_MAX, DK_MIN, SAMPLE_TEXT, InputState, default_query
 from attn_explorer.session.jobs import Loaded, Loader, Ran, default_loader, parse_layers
 from attn_explorer.session.run_watch import RunWatch
-from attn_explorer.session.runner import Task
+from attn_explorer.session.runner import SHARED_SHARE, Task
 from attn_explorer.session.sweep import NSweep
 
 __all__ = ["SessionState", "InputState", "Loaded", "default_loader", "default_query", "sample_images",
@@ -104,6 +104,7 @@ class SessionState(QObject):
         self.result_asked_at = 0.0  # perf_counter of the request that made `result`
         # measured (n, forward_ms) of the runs shown: the cost plot
         self.timings: list[tuple[int, float]] = []
+        self._shared: tuple | None = None  # (result, {lane: seconds}): a run timed beside side jobs (shared_cores)
         # where the time of the newest run went, in ms (benchmarks and the status bar read it)
         self.ready_at = 0.0  # perf_counter when the newest result reached the GUI thread
         self.run_timing: dict[str, float] = {}
@@ -137,23 +138,9 @@ class SessionState(QObject):
     def sweeping(self) -> bool:
         return self.sweep.running
 
-    @property
-    def sweep_points(self) -> list[tuple[int, float]]:
-        """(n, median forward ms) per length the sweep measured."""
-        return self.sweep.points
-
-    @sweep_points.setter
-    def sweep_points(self, points: list[tuple[int, float]]) -> None:
-        self.sweep.points = list(points)
-
-    @property
-    def sweep_repeats(self) -> int:
-        return self.sweep.repeats
-
-    @property
-    def sweep_repeated_input(self) -> bool:
-        """The text was repeated to reach the longer lengths."""
-        return self.sweep.repeated_input
+    # the n sweep's (n, median forward ms) per length measured, its repeats, and whether the text was repeated to
+    # reach the longer lengths
+    sweep_points, sweep_repeats, sweep_repeated_input = _part("sweep", "points", "repeats", "repeated_input")
 
     # ----------------------------------------------------------------------------- model
     def load_model(self, src: str | None = None, want_image: bool | None = None) -> None:
@@ -319,6 +306,11 @@ class SessionState(QObject):
         self.ready_at = time.perf_counter()  # the GUI's share of this part starts here, not at the last whole run
         self.attention_ready.emit(r)
 
+    def shared_cores(self, r: Any) -> dict[str, float]:
+        """The side jobs (lane: seconds) that ran beside r's forward (runner.SHARED_SHARE of its time or more): its
+        forward_ms is not the model's alone. {} for one that ran alone, and for any result but the newest run's."""
+        return dict(self._shared[1]) if self._shared is not None and self._shared[0] is r else {}
+
     def run_status(self) -> dict | None:
         """The run in flight (RunWatch.status): model, tokens, layer, layers, elapsed_s, left_s; None when idle."""
         return self.watch.status()
@@ -333,6 +325,8 @@ class SessionState(QObject):
         if r is not self.result:
             return  # another result arrived meanwhile
         self.result = redrawn
+        if self._shared is not None and self._shared[0] is r:
+            self._shared = (redrawn, self._shared[1])
         self.ready_at = time.perf_counter()
         self.attention_ready.emit(redrawn)  # the same run, with its mosaic pooled anew
 
@@ -343,7 +337,10 @@ class SessionState(QObject):
             return  # the input was cleared after this run started
         r = ran.result
         self._shown_from = source
-        if not r.warm_up:  # a first pass's start-up costs say nothing about how time grows with n
+        shared = self.runner.side_work(ran.started, ran.forward_done, share=SHARED_SHARE)
+        self._shared = (r, shared) if shared else None
+        # a first pass's start-up costs, or a forward that shared the cores, say nothing about how time grows with n
+        if not r.warm_up and not shared:
             self.timings.append((r.num_tokens, float(r.forward_ms)))
             del self.timings[:-400]
         if not self._query_chosen:

@@ -138,12 +138,15 @@ def launch(
     on_error: Callable[[str], None] | None = None,
     on_progress: Callable[[float, str], None] | None = None,
     on_finished: Callable[[], None] | None = None,
+    on_started: Callable[[], None] | None = None,
     **kwargs: Any,
 ) -> WorkerBase:
     """Start `fn` in the pool with its handlers wired in one call; returns the worker (for `quit()`).
 
     Handlers are connected before the start, so no early signal is missed. `on_result` gets the return
-    value (never delivered after `quit()`), `on_yield` each yielded value of a generator function."""
+    value (never delivered after `quit()`), `on_yield` each yielded value of a generator function. `on_started`
+    runs in the worker's own thread as the job begins (a time stamp: nothing that touches a widget); a job waits
+    in the pool while its threads are taken."""
     holder: list = []
     fn = _watched(fn, holder)
     worker: WorkerBase = GeneratorWorker(fn, *args, **kwargs) if inspect.isgeneratorfunction(fn) \
@@ -160,6 +163,8 @@ def launch(
     _connect_error(worker, on_error)
     if on_finished is not None:
         worker.finished.connect(on_finished, QUEUED)
+    if on_started is not None:
+        worker.started.connect(on_started, Qt.ConnectionType.DirectConnection)
     # Our registry, and Qt's pool: superqt's start() would defer the start by a 1 ms timer and keep the
     # worker in superqt's private registry; the handlers are already connected, so start at once.
     _LIVE.add(worker)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from attn_explorer.session.analysis import rollout_job
+from attn_explorer.session.runner import Task
 from attn_explorer.session.state import SessionState
 
 
@@ -73,3 +74,45 @@ def test_without_a_model_nothing_starts(qtbot):
     assert st.submit(lambda model: 1, key="analysis-norms", on_result=print) is False
     assert not st.job_busy("analysis-norms")  # nothing in flight, nothing waiting
     st.shutdown()
+
+
+def test_side_work_is_the_time_lane_jobs_ran_within_an_interval(qtbot):
+    """What a forward shared its cores with (Runner.side_work): each lane's seconds inside the interval, a job in
+    flight counted up to now, a stopped one until it ended; a job that waited in the pool's queue counts from
+    when it began, and the share threshold leaves short overlaps out."""
+    import time
+
+    from attn_explorer.session.runner import Runner
+    from attn_explorer.session.workers import live_workers
+
+    runner = Runner()
+    gates = [threading.Event() for _ in range(3)]
+    began = []
+    try:
+        t0 = time.perf_counter()
+        assert runner.side_work(t0 - 10, t0) == {}
+        for i, g in enumerate(gates):  # on a 2-core machine the pool has 2 threads: the last ones wait their turn
+            runner.submit(f"lane-{i}", Task(lambda g=g, i=i: began.append((i, time.perf_counter())) or g.wait(20)))
+        qtbot.waitUntil(lambda: len(began) >= min(2, len(gates)), timeout=10000)
+        time.sleep(0.2)
+        snap = list(began)
+        now = time.perf_counter()
+        seen = runner.side_work(t0, now)
+        for i, at in snap:  # each that began is counted from its start, within a scheduling hiccup
+            assert abs(seen[f"lane-{i}"] - (now - at)) < 0.1
+        assert set(seen) <= {f"lane-{i}" for i, _ in began}  # none that still waits in the queue
+        assert runner.side_work(t0 - 10, t0) == {}  # before any began
+        assert runner.side_work(t0, now + 100, share=0.5) == {}  # 0.2 s of 100: under the share
+        runner.cancel_lane("lane-0")
+        gates[0].set()
+        qtbot.waitUntil(lambda: not runner.lane_busy("lane-0"), timeout=10000)
+        ended = time.perf_counter()
+        time.sleep(0.1)
+        done = runner.side_work(t0, time.perf_counter())["lane-0"]  # stopped: its answer dropped, its work counted
+        start0 = dict(began)[0]
+        assert ended - start0 - 0.1 < done <= ended - start0 + 0.05
+    finally:
+        for g in gates:
+            g.set()
+        runner.shutdown()
+        qtbot.waitUntil(lambda: live_workers() == 0, timeout=10000)

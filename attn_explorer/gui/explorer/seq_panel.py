@@ -28,6 +28,16 @@ def forward_word(r) -> str:
     return "forward so far" if incomplete(r) else "forward"
 
 
+def shared_note(shared: dict[str, float]) -> tuple[str, str]:
+    """(" (beside other jobs)", a tooltip naming them) for a forward timed while side jobs ran on the same cores
+    (SessionState.shared_cores); ("", "") for one that ran alone."""
+    if not shared:
+        return "", ""
+    jobs = ", ".join(f"{k} {human_duration(sec * 1000)}" for k, sec in sorted(shared.items(), key=lambda kv: -kv[1]))
+    return (" (beside other jobs)", f"Timed while other jobs ran on the same cores ({jobs}), so the model alone "
+            "takes less. This time is not plotted on the Sequence page.")
+
+
 def human_duration(ms: float) -> str:
     """A time as a person reads it: "12.3 ms" under a second, "4.2 s" under a minute, "4 min 11 s" under
     an hour, then "3 h 2 min" (a forward pass over a long input takes minutes)."""
@@ -225,7 +235,8 @@ class SeqLenPanel(QGroupBox):
         self.readout.setText(
             f"<b>{n:,}×{n:,}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
             + memory +
-            f" · {forward_word(r)} <b>{human_duration(r.forward_ms)}</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else ""))
+            f" · {forward_word(r)} <b>{human_duration(r.forward_ms)}</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else "")
+            + (shared_note(st.shared_cores(r))[0][:-1] + ", not plotted)" if st.shared_cores(r) else ""))
         self.redraw_plot()
 
     # ------------------------------------------------------------------------------ sweep

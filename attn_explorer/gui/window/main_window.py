@@ -23,7 +23,7 @@ from attn_explorer.gui.window.toolbar import ViewToolbar
 from attn_explorer.gui.window.pages import FITTED_PAGES, LESSON_NAMES, PAGES
 from attn_explorer.gui.explorer.controls import DkPanel, InputPanel
 from attn_explorer.gui.widgets.heatmap import COLORMAPS, PaintedGraphicsWidget
-from attn_explorer.gui.explorer.seq_panel import SeqLenPanel, forward_word, human_duration
+from attn_explorer.gui.explorer.seq_panel import SeqLenPanel, forward_word, human_duration, shared_note
 from attn_explorer.session.state import SessionState
 
 FIRST_SHARE = 0.8  # the first window (no saved geometry) takes this share of the screen's free area
@@ -226,7 +226,9 @@ class MainWindow(QMainWindow):
             self.banner.hide()  # it described a failure before this run was asked for
         s = self.status_labels
         s["tokens"].setText(f"n = {r.num_tokens}")
-        s["forward"].setText(f"{forward_word(r)} {human_duration(r.forward_ms)}" + (" (first run: includes warm-up)" if r.warm_up else ""))
+        beside, tip = shared_note(self.state.shared_cores(r))  # timed beside a side job: it says so
+        s["forward"].setText(f"{forward_word(r)} {human_duration(r.forward_ms)}" + (" (first run: includes warm-up)" if r.warm_up else "") + beside)
+        s["forward"].setToolTip(tip)
         # what an edit reused of the last run (prefix reuse), or why nothing could be: the reason in brackets
         # goes to the tooltip, so the bar still fits at 1024 px
         s["reuse"].setText(r.reuse.split(" (")[0])
@@ -243,7 +245,8 @@ class MainWindow(QMainWindow):
         self._result_at = None
         for key in ("tokens", "reuse", "forward", "render"):
             self.status_labels[key].setText("")
-        self.status_labels["reuse"].setToolTip("")
+        for key in ("reuse", "forward"):
+            self.status_labels[key].setToolTip("")
         if self._note and self.statusBar().currentMessage() == self._note:
             self.statusBar().clearMessage()
         self._note = ""
@@ -278,7 +281,8 @@ class MainWindow(QMainWindow):
         untrained = "" if info.trained else " (untrained)"
         for key in ("tokens", "reuse", "forward", "render"):  # they described the old model's run, until this one's
             self.status_labels[key].setText("")
-        self.status_labels["reuse"].setToolTip("")
+        for key in ("reuse", "forward"):
+            self.status_labels[key].setToolTip("")
         self.status_labels["model"].setText(f"{info.name}{untrained}")
         self.status_labels["model"].setToolTip(info.note or info.name)
         self.status_labels["device"].setText(f"{info.device} · {info.dtype}")

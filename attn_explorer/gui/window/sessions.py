@@ -173,6 +173,7 @@ class SessionActions:
         self.window.status_labels["model"].setToolTip(info.note)
         self.window.status_labels["device"].setText("")
         self.window.status_labels["forward"].setText("forward not timed (saved run)")
+        self.window.status_labels["forward"].setToolTip("")
         self.window.setWindowTitle(f"attn-explorer — {label} (saved run of {info.name})")
         i = self.window.toolbar.model_combo.findData(info.name)
         if i >= 0:  # whether it is trained is not in the file: the picker says only what is known

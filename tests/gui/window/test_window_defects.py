@@ -110,3 +110,33 @@ def test_an_edit_keeps_the_one_head_zoom_and_its_go_to_label(make_window, qtbot)
     (_, _), (z0, z1) = view.plot.vb.viewRange()
     assert (z0, z1) == pytest.approx((y0, y1), abs=0.5), "the zoom window was lost"
     assert view.goto.text() == "150" and "token 150" in view.goto_note.text()
+
+
+def test_a_forward_timed_beside_a_side_job_says_so_and_is_not_plotted(make_window, qtbot):
+    """Seen in a real window: with the Cost page measuring, a 6-token forward read "forward 290.5 ms" in the
+    status bar as if that were the model's own time. A forward that ran beside a side job says so (which job,
+    in the tooltip), and its time stays off the Sequence page's points; the next forward alone says nothing."""
+    import threading
+
+    w = make_window(model="textbook", text="the cat sat on the mat")
+    st = w.state
+    label = w.status_labels["forward"]
+    qtbot.waitUntil(lambda: not st.busy and label.text() != "", timeout=20000)
+    gate = threading.Event()
+    assert st.submit(lambda: gate.wait(30), key="test-side-job", uses_model=False)
+    try:
+        before, old = list(st.timings), st.result
+        w.input_panel.text.setPlainText("the dog sat on the log by the door")
+        qtbot.waitUntil(lambda: st.result is not old and not st.busy, timeout=20000)
+        assert "beside other jobs" in label.text() and "test-side-job" in label.toolTip()
+        assert "beside other jobs, not plotted" in w.seq_panel.readout.text()
+        assert st.timings == before
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not st.job_busy("test-side-job"), timeout=20000)
+    old = st.result
+    w.input_panel.text.setPlainText("the cat sat on the mat by the door again")
+    qtbot.waitUntil(lambda: st.result is not old and not st.busy, timeout=20000)
+    assert label.text().startswith("forward ") and "beside" not in label.text() and label.toolTip() == ""
+    assert "beside" not in w.seq_panel.readout.text()
+    assert len(st.timings) == len(before) + 1
