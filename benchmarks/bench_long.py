@@ -193,10 +193,13 @@ def _first(d: dict) -> str:
 
 
 def _ratio(xs, target=None) -> str:
+    """The median of the repeats' ratios, its mark against the target, and their range when there are several
+    (the shared machines swing by tens of per cent between repeats)."""
     if not xs:
         return "-"
     r = statistics.median(xs)
-    return f"{r:.2f}×" + ("" if target is None else (" ✓" if r <= target else " ✗"))
+    mark = "" if target is None else (" ✓" if r <= target else " ✗")
+    return f"{r:.2f}×{mark}" + (f" ({min(xs):.2f}–{max(xs):.2f})" if len(xs) > 1 else "")
 
 
 def tables(rows: list[dict], dtypes: list[str], plain: bool) -> str:
@@ -226,7 +229,7 @@ def tables(rows: list[dict], dtypes: list[str], plain: bool) -> str:
         out.append("")
     cols = ["n"] + [f"lazy ÷ floor {dt} (≤1.3× at ≥4,096)" for dt in dtypes] + \
         [f"lazy ÷ SDPA {dt} (≤0.5×)" for dt in dtypes] + (["bf16 ÷ float32, lazy (≤0.35×)"] if len(dtypes) > 1 else [])
-    out += ["### Ratios (medians of the same repeat's pairs)", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["### Ratios (medians of the same repeat's pairs; their range in brackets)", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         big = r["n"] >= 4096
         cells = [f"{r['n']:,}"] + [_ratio(r["by_dtype"][dt]["lazy_over_floor"], 1.3 if big else None) for dt in dtypes]

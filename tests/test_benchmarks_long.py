@@ -49,3 +49,17 @@ def test_tables_fill_every_column():
 def test_unknown_dtype_is_refused():
     with pytest.raises(SystemExit):
         main(["--dtypes", "float32,float16", "--quick"])
+
+
+def test_ratios_show_the_spread_of_their_repeats():
+    """The shared machines swing by 40 % between repeats (2026-12-03: a float32 repeat's floor 7.0 s, the next
+    10.8 s): a ratio of several repeats shows their range beside the median, so a reader sees how far to trust it."""
+    d = {"floor_ms": 100.0, "linear_ms": 60.0, "attention_ms": 40.0, "lazy_ms": 120.0, "hf_ms": 300.0,
+         "plain_ms": None, "lazy_over_floor": [1.2, 1.05, 1.4], "lazy_over_hf": [0.4, 0.6], "lazy_over_plain": [],
+         "kept": 10, "dense": 1000, "pool_local_ms": 1.0, "pool_global_ms": 2.0, "window_ms": 0.5, "row_ms": 0.1,
+         "eager_bytes": 4096, "eager_ms": 50.0}
+    rows = [{"n": 4096, "model": "m", "L": 2, "H": 4, "rss": 1 << 20, "bf16_over_f32": [0.3],
+             "by_dtype": {"float32": d}}]
+    text = tables(rows, ["float32"], plain=False)
+    assert text.split("### Ratios")[1].splitlines()[-1] == "| 4,096 | 1.20× ✓ (1.05–1.40) | 0.50× ✓ (0.40–0.60) |"
+    assert "| 1.20× (1.05–1.40) | 0.50× (0.40–0.60) |" in text  # the dtype's own table too
