@@ -14,6 +14,7 @@ before torch is loaded.
 from __future__ import annotations
 
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ class SessionState(QObject):
         self.result_asked_at = 0.0  # perf_counter of the request that made `result`
         # measured (n, forward_ms) of the runs shown: the cost plot
         self.timings: list[tuple[int, float]] = []
-        self._shared: tuple | None = None  # (result, {lane: seconds}): a run timed beside side jobs (shared_cores)
+        self._shared: tuple | None = None  # (weakref to a result, {lane: seconds}): a run timed beside side jobs
         # where the time of the newest run went, in ms (benchmarks and the status bar read it)
         self.ready_at = 0.0  # perf_counter when the newest result reached the GUI thread
         self.run_timing: dict[str, float] = {}
@@ -309,7 +310,7 @@ class SessionState(QObject):
     def shared_cores(self, r: Any) -> dict[str, float]:
         """The side jobs (lane: seconds) that ran beside r's forward (runner.SHARED_SHARE of its time or more): its
         forward_ms is not the model's alone. {} for one that ran alone, and for any result but the newest run's."""
-        return dict(self._shared[1]) if self._shared is not None and self._shared[0] is r else {}
+        return dict(self._shared[1]) if self._shared is not None and self._shared[0]() is r else {}
 
     def run_status(self) -> dict | None:
         """The run in flight (RunWatch.status): model, tokens, layer, layers, elapsed_s, left_s; None when idle."""
@@ -325,8 +326,8 @@ class SessionState(QObject):
         if r is not self.result:
             return  # another result arrived meanwhile
         self.result = redrawn
-        if self._shared is not None and self._shared[0] is r:
-            self._shared = (redrawn, self._shared[1])
+        if self._shared is not None and self._shared[0]() is r:
+            self._shared = (weakref.ref(redrawn), self._shared[1])
         self.ready_at = time.perf_counter()
         self.attention_ready.emit(redrawn)  # the same run, with its mosaic pooled anew
 
@@ -338,7 +339,7 @@ class SessionState(QObject):
         r = ran.result
         self._shown_from = source
         shared = self.runner.side_work(ran.started, ran.forward_done, share=SHARED_SHARE)
-        self._shared = (r, shared) if shared else None
+        self._shared = (weakref.ref(r), shared) if shared else None  # weak: a switch frees the run's maps
         # a first pass's start-up costs, or a forward that shared the cores, say nothing about how time grows with n
         if not r.warm_up and not shared:
             self.timings.append((r.num_tokens, float(r.forward_ms)))

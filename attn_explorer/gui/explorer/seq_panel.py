@@ -236,7 +236,7 @@ class SeqLenPanel(QGroupBox):
             f"<b>{n:,}×{n:,}</b> attention per head · FLOPs ≈ 4·n²·d = <b>{human_count(flops, 'FLOP')}</b> per layer"
             + memory +
             f" · {forward_word(r)} <b>{human_duration(r.forward_ms)}</b>" + (" (first run: includes warm-up, not plotted)" if r.warm_up else "")
-            + (shared_note(st.shared_cores(r))[0][:-1] + ", not plotted)" if st.shared_cores(r) else ""))
+            + (" (beside other jobs, not plotted)" if st.shared_cores(r) else ""))  # see shared_note
         self.redraw_plot()
 
     # ------------------------------------------------------------------------------ sweep
