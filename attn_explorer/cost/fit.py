@@ -128,8 +128,14 @@ def noise_verdict(records: Iterable[Mapping]) -> Verdict:
     """Noisy when, inside the large-n fit range, a point's runs spread wide relative to its median
     or a larger n ran faster than a smaller one, or when a time slope is impossible for attention.
     Small n is left out: there a microsecond of jitter is a wide spread, and no slope reads it."""
+    records = list(records)
     reasons: list[str] = []
-    for impl, rs in _by_variant(list(records), "ms").items():
+    beside = [r for r in records if r.get("beside")]  # session.cost_sweep: other work ran while it was measured
+    if beside:
+        r = beside[0]
+        reasons.append(f"{len(beside)} point{'s' if len(beside) > 1 else ''} measured beside other work (n = {r['n']:,}, "
+                       f"{r['impl']}: {', '.join(sorted(r['beside']))})")
+    for impl, rs in _by_variant(records, "ms").items():
         fitted = large_n_range([r["n"] for r in rs], [r["ms"] for r in rs])
         in_fit = {n for n, _ in fitted}
         wide = [r for r in rs if r["n"] in in_fit and len(r.get("ms_runs") or []) >= 2

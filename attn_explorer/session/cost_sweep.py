@@ -15,6 +15,7 @@ verdict, byte and time formatting) is offered here, as plain data.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal
@@ -26,7 +27,7 @@ from attn_explorer.cost.fit import FIT_RULE, noise_verdict, slopes
 from attn_explorer.cost.fit import GROWTH as FIT_GROWTH
 from attn_explorer.cost.memory import default_budget, human_bytes, matrix_bytes
 from attn_explorer.errors import UserError
-from attn_explorer.session.runner import Runner, Task
+from attn_explorer.session.runner import SHARED_SHARE, Runner, Task
 
 __all__ = ["CostSweep", "VARIANTS", "FIT_RULE", "FIT_GROWTH", "human_bytes", "human_seconds", "matrix_bytes", "fitted_slopes",
            "noise_line", "largest_fitting_n", "budget_bytes", "estimate_seconds"]
@@ -178,8 +179,10 @@ class CostSweep(QObject):
 
     def _yielded(self, item: tuple[str, dict]) -> None:
         kind, data = item
-        if kind == "point":
-            self.point_measured.emit(data)
+        if kind == "point":  # what else ran while it was measured (a model run, a lesson's job): its time is not its own
+            now = time.perf_counter()
+            beside = self._runner.work(now - float(data.get("seconds") or 0.0), now, SHARED_SHARE, exclude=(SWEEP_LANE,))
+            self.point_measured.emit({**data, "beside": beside})
         else:
             left = human_seconds(data["eta_s"])
             self.progressed.emit(data["done"] / max(1, data["total"]), data["message"], f"{left} left" if left else "")
@@ -246,8 +249,6 @@ class CostSweep(QObject):
 
     def shutdown(self, wait_ms: int = 30000) -> None:
         """Stop this object's jobs and wait for them to finish (app exit, tests)."""
-        import time
-
         from PySide6.QtCore import QCoreApplication
 
         self._running = self._measuring_qkv = False

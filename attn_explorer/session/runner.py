@@ -80,13 +80,16 @@ class _InFlight:
     cancelled: bool = False
     started: float = 0.0  # time.perf_counter() when it started
     parts: Any = None  # its _Parts channel, held while it runs
+    began: list | None = None  # [time.perf_counter()] once it left the pool's queue and began
 
 
 # A run in flight younger than this finishes when a newer request comes (a fast model keeps drawing while the user
 # types, each answer on screen as before); one still running at this age is stopped between layers (issue 24)
 STOP_AFTER_S = 0.3
-# side jobs that ran for at least this share of a forward's time shared its cores: its time is not the model's alone
+# other jobs that ran for at least this share of a timing's span shared its cores: the time is not that job's alone
 SHARED_SHARE = 0.05
+# the names `work` gives the model's own jobs (a side job goes by its lane's name)
+MAIN_NAMES = {"run": "model-run", "load": "model-load", "background": "n-sweep"}
 
 
 class Runner(QObject):
@@ -106,7 +109,7 @@ class Runner(QObject):
         self._stopped_run: tuple[int, Callable[[], Task | None]] | None = None  # a run a load stopped
         self._busy = False
         self._lanes: dict[str, _Lane] = {}
-        self._side_spans: deque[tuple[str, float, float]] = deque(maxlen=256)  # (lane, began, ended): side_work
+        self._spans: deque[tuple[str, float, float]] = deque(maxlen=256)  # (job's name, began, ended): work
 
     # --------------------------------------------------------------------------- what is going on
     def _in_flight(self, kind: str) -> bool:
@@ -214,18 +217,22 @@ class Runner(QObject):
         """The lanes with a job in flight or waiting."""
         return [k for k in self._lanes if self.lane_busy(k)]
 
-    def side_work(self, start: float, end: float, share: float = 0.0) -> dict[str, float]:
-        """Seconds that each lane's side jobs, finished or in flight, ran within [start, end] (time.perf_counter):
-        work that shared the cores with whatever else ran then (a forward timed beside the Cost page's sweep).
-        A cancelled job counts until it ends: its answer is dropped, not its work. {} unless together they ran
-        for at least `share` of [start, end]."""
+    def work(self, start: float, end: float, share: float = 0.0, exclude: tuple[str, ...] = ()) -> dict[str, float]:
+        """Seconds that each job, finished or in flight, ran within [start, end] (time.perf_counter), by name (a
+        lane's, or MAIN_NAMES' for the model's own), less those in `exclude`: what shared the cores with a timing
+        made then (a forward beside the Cost page's sweep, or the sweep beside a forward). A cancelled job counts
+        until it ends: its answer is dropped, not its work. {} unless together they ran for at least `share` of
+        [start, end]."""
         now = time.perf_counter()
-        spans = list(self._side_spans) + [(k, lane.began[0], now) for k, lane in self._lanes.items()
-                                          if lane.worker is not None and lane.began]
+        spans = list(self._spans) + [(k, lane.began[0], now) for k, lane in self._lanes.items()
+                                     if lane.worker is not None and lane.began]
+        job = self._current
+        if job is not None and job.began:
+            spans.append((MAIN_NAMES[job.kind], job.began[0], now))
         out: dict[str, float] = {}
         for key, a, b in spans:
             overlap = min(b, end) - max(a, start)
-            if overlap > 0:
+            if overlap > 0 and key not in exclude:
                 out[key] = out.get(key, 0.0) + overlap
         return out if sum(out.values()) >= share * max(end - start, 0.0) else {}
 
@@ -264,7 +271,7 @@ class Runner(QObject):
 
         def finished() -> None:
             if began:  # it ran (a job stopped while it waited in the pool never began)
-                self._side_spans.append((key, began[0], time.perf_counter()))
+                self._spans.append((key, began[0], time.perf_counter()))
             lane.worker, lane.uses_model, lane.began = None, False, None
             waiting, lane.waiting = lane.waiting, None
             if waiting is not None:
@@ -315,8 +322,9 @@ class Runner(QObject):
         self._update_busy()
 
     def _start(self, kind: str, task: Task, gen: int, prepare: Callable[[], Task | None] | None = None) -> None:
-        job = _InFlight(kind, gen, self._epoch, prepare, started=time.perf_counter())
+        job = _InFlight(kind, gen, self._epoch, prepare, started=time.perf_counter(), began=[])
         self._current = job
+        began = job.began
 
         def fresh() -> bool:
             return not job.cancelled and job.epoch == self._epoch
@@ -350,6 +358,8 @@ class Runner(QObject):
             # the finished worker is not held from here: its signals' handlers (these closures) hold this job, so
             # a job that kept its worker would keep the worker's arguments, the model among them, for ever
             job.parts = job.worker = None
+            if began:  # it ran (see `work`)
+                self._spans.append((MAIN_NAMES[kind], began[0], time.perf_counter()))
             if self._current is job:
                 self._current = None
             self._next()
@@ -366,7 +376,8 @@ class Runner(QObject):
             job.parts.sent.connect(part, Qt.ConnectionType.QueuedConnection)
             fn = bind(task.fn, partial=job.parts.sent.emit)
         job.worker = launch(fn, *task.args, on_result=result, on_error=error,
-                            on_progress=progress if task.on_progress is not None else None, on_finished=finished)
+                            on_progress=progress if task.on_progress is not None else None, on_finished=finished,
+                            on_started=lambda: began.append(time.perf_counter()))
 
     def _stop(self, job: _InFlight) -> None:
         job.cancelled = True

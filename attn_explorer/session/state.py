@@ -338,7 +338,7 @@ class SessionState(QObject):
             return  # the input was cleared after this run started
         r = ran.result
         self._shown_from = source
-        shared = self.runner.side_work(ran.started, ran.forward_done, share=SHARED_SHARE)
+        shared = self.runner.work(ran.started, ran.forward_done, share=SHARED_SHARE, exclude=("model-run",))
         self._shared = (weakref.ref(r), shared) if shared else None  # weak: a switch frees the run's maps
         # a first pass's start-up costs, or a forward that shared the cores, say nothing about how time grows with n
         if not r.warm_up and not shared:

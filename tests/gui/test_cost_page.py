@@ -432,3 +432,13 @@ def test_nothing_is_clipped_before_and_after_a_sweep(qtbot, page, size, monkeypa
     qtbot.wait(50)
     assert (page.width(), page.height()) == size
     assert clipped(page) == []
+
+
+def test_a_point_measured_beside_other_work_says_so_in_its_row(page):
+    rec = {"n": 256, "impl": "chunked", "status": "ok", "ms": 1.5, "ms_min": 1.4, "ms_max": 2.0, "peak_bytes": None,
+           "rel_error": None, "reference": None, "beside": {"model-run": 0.012}}
+    page.table.put(rec)
+    note = page.table.item(page.table.rowCount() - 1, len(page.table.HEADERS) - 1)
+    assert note.text() == "measured beside other work: model-run 12.0 ms"
+    page.table.put({**rec, "beside": {}})  # measured again, alone: the note goes
+    assert page.table.item(page.table.rowCount() - 1, len(page.table.HEADERS) - 1).text() == ""

@@ -113,3 +113,35 @@ def test_a_comparison_that_finishes_after_the_layer_changed_is_dropped(qtbot, lo
     with qtbot.waitSignal(sweep.qkv_cleared, timeout=5000):
         state.set_text("A different sentence now.")
     assert sweep.qkv_result is None
+
+
+def test_points_measured_beside_a_model_run_say_so_and_make_the_timings_noisy(qtbot):
+    """Seen in a real window: pressing Measure n on the Cost page, then typing, ran the model's forward beside the
+    measurement; its points were drawn and fitted as if measured alone. A point whose measurement overlapped
+    other work (here a model run in flight) carries what ran beside it, and the noise verdict names it; points
+    measured alone carry nothing."""
+    import threading
+
+    from attn_explorer.session.cost_sweep import noise_line
+    from attn_explorer.session.runner import Task
+
+    sweep = CostSweep()
+    gate = threading.Event()
+    sweep._runner.request(lambda: Task(lambda: gate.wait(30)))  # a model run in flight
+    points = []
+    sweep.point_measured.connect(points.append)
+    try:
+        with qtbot.waitSignal(sweep.sweep_finished, timeout=30000):
+            assert sweep.start(SMALL | {"ns": [64, 128]})
+    finally:
+        gate.set()
+    assert points and all("model-run" in p["beside"] for p in points)
+    assert "measured beside other work" in noise_line(points)
+    qtbot.waitUntil(lambda: sweep._runner.idle, timeout=30000)
+    alone = []
+    sweep.point_measured.disconnect(points.append)
+    sweep.point_measured.connect(alone.append)
+    with qtbot.waitSignal(sweep.sweep_finished, timeout=30000):
+        assert sweep.start(SMALL | {"ns": [64, 128]})
+    assert alone and not any(p.get("beside") for p in alone)
+    assert "beside" not in noise_line(alone)

@@ -76,8 +76,8 @@ def test_without_a_model_nothing_starts(qtbot):
     st.shutdown()
 
 
-def test_side_work_is_the_time_lane_jobs_ran_within_an_interval(qtbot):
-    """What a forward shared its cores with (Runner.side_work): each lane's seconds inside the interval, a job in
+def test_work_is_the_time_lane_jobs_ran_within_an_interval(qtbot):
+    """What a forward shared its cores with (Runner.work): each lane's seconds inside the interval, a job in
     flight counted up to now, a stopped one until it ended; a job that waited in the pool's queue counts from
     when it began, and the share threshold leaves short overlaps out."""
     import time
@@ -90,25 +90,25 @@ def test_side_work_is_the_time_lane_jobs_ran_within_an_interval(qtbot):
     began = []
     try:
         t0 = time.perf_counter()
-        assert runner.side_work(t0 - 10, t0) == {}
+        assert runner.work(t0 - 10, t0) == {}
         for i, g in enumerate(gates):  # on a 2-core machine the pool has 2 threads: the last ones wait their turn
             runner.submit(f"lane-{i}", Task(lambda g=g, i=i: began.append((i, time.perf_counter())) or g.wait(20)))
         qtbot.waitUntil(lambda: len(began) >= min(2, len(gates)), timeout=10000)
         time.sleep(0.2)
         snap = list(began)
         now = time.perf_counter()
-        seen = runner.side_work(t0, now)
+        seen = runner.work(t0, now)
         for i, at in snap:  # each that began is counted from its start, within a scheduling hiccup
             assert abs(seen[f"lane-{i}"] - (now - at)) < 0.1
         assert set(seen) <= {f"lane-{i}" for i, _ in began}  # none that still waits in the queue
-        assert runner.side_work(t0 - 10, t0) == {}  # before any began
-        assert runner.side_work(t0, now + 100, share=0.5) == {}  # 0.2 s of 100: under the share
+        assert runner.work(t0 - 10, t0) == {}  # before any began
+        assert runner.work(t0, now + 100, share=0.5) == {}  # 0.2 s of 100: under the share
         runner.cancel_lane("lane-0")
         gates[0].set()
         qtbot.waitUntil(lambda: not runner.lane_busy("lane-0"), timeout=10000)
         ended = time.perf_counter()
         time.sleep(0.1)
-        done = runner.side_work(t0, time.perf_counter())["lane-0"]  # stopped: its answer dropped, its work counted
+        done = runner.work(t0, time.perf_counter())["lane-0"]  # stopped: its answer dropped, its work counted
         start0 = dict(began)[0]
         assert ended - start0 - 0.1 < done <= ended - start0 + 0.05
     finally:

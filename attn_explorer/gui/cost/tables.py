@@ -44,6 +44,15 @@ def _set_row(table: QTableWidget, row: int, cells: list[str], colour: str | None
         table.setItem(row, col, item)
 
 
+def _beside(beside: dict | None) -> str:
+    """A point's note when other work ran while it was measured (session.cost_sweep): which, and how long."""
+    if not beside:
+        return ""
+    jobs = sorted(beside.items(), key=lambda kv: -kv[1])
+    return "measured beside other work: " + ", ".join(f"{k} {s * 1000:.1f} ms" if s < 1 else f"{k} {s:.1f} s"
+                                                       for k, s in jobs)
+
+
 class ResultsTable(QTableWidget):
     """One row per (n, variant), replaced when that point is measured again."""
 
@@ -80,8 +89,8 @@ class ResultsTable(QTableWidget):
         spread = (f"{rec['ms_min']:.3g}–{rec['ms_max']:.3g}" if ok and rec.get("ms_min") is not None else "–")
         cells = [key[0], rec["impl"], f"{rec['ms']:.3g}" if ok else "–", spread,
                  f"{rec['peak_bytes'] / 1e6:.3g}" if ok and rec.get("peak_bytes") is not None else "–", err_text,
-                 "" if ok else (rec.get("message") if rec["status"] == "skipped"
-                                else f"failed: {rec.get('message') or 'unknown error'}")]
+                 _beside(rec.get("beside")) if ok else (rec.get("message") if rec["status"] == "skipped"
+                                                        else f"failed: {rec.get('message') or 'unknown error'}")]
         _set_row(self, row, cells, self.variants.get(rec["impl"], {}).get("colour"), not ok,
                  text_cols=(len(cells) - 1,))
         self.scrollToItem(self.item(row, 0))
