@@ -55,6 +55,10 @@ class Measurement:
     reference: str | None = None  # which exact variant the error is against
     memory_method: str | None = None  # "cpu-profiler", "cuda-allocator", or None (not measured)
     seconds: float = 0.0  # wall time spent measuring this point, warm-up included
+    # time.perf_counter() when its n's timed rounds began and ended (every variant's runs interleave in them): what
+    # ran beside them shared the cores (session.cost_sweep asks the session's runner)
+    timed_from: float | None = None
+    timed_to: float | None = None
     message: str = ""  # why it was skipped or how it failed
 
     def to_dict(self) -> dict:
@@ -203,10 +207,12 @@ def sweep(cfg: SweepConfig, cancelled: Callable[[], bool] | None = None) -> Iter
             rounds += 1
         done += (cfg.repeats - rounds) * len(live)  # rounds the time budget cut
 
+        ended = time.perf_counter()
         for impl, (rec, _, warm_s) in live.items():
             runs = rec.ms_runs
             rec.ms, rec.ms_min, rec.ms_max = statistics.median(runs), min(runs), max(runs)
             rec.seconds = warm_s + sum(runs) / 1000.0
+            rec.timed_from, rec.timed_to = began, ended
             seen[impl] = PointCost(n=n, warm_s=warm_s, run_s=rec.ms / 1000.0)
         order = {impl: i for i, impl in enumerate(impls)}
         for rec in sorted([r for r, _, _ in live.values()] + done_recs, key=lambda r: order[r.impl]):

@@ -15,7 +15,6 @@ verdict, byte and time formatting) is offered here, as plain data.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal
@@ -179,9 +178,9 @@ class CostSweep(QObject):
 
     def _yielded(self, item: tuple[str, dict]) -> None:
         kind, data = item
-        if kind == "point":  # what else ran while it was measured (a model run, a lesson's job): its time is not its own
-            now = time.perf_counter()
-            beside = self._runner.work(now - float(data.get("seconds") or 0.0), now, SHARED_SHARE, exclude=(SWEEP_LANE,))
+        if kind == "point":  # what else ran during its n's timed rounds (a model run, a lesson's job): not its own time
+            a, b = data.get("timed_from"), data.get("timed_to")
+            beside = {} if a is None or b is None else self._runner.work(a, b, SHARED_SHARE, exclude=(SWEEP_LANE,))
             self.point_measured.emit({**data, "beside": beside})
         else:
             left = human_seconds(data["eta_s"])
@@ -249,6 +248,8 @@ class CostSweep(QObject):
 
     def shutdown(self, wait_ms: int = 30000) -> None:
         """Stop this object's jobs and wait for them to finish (app exit, tests)."""
+        import time
+
         from PySide6.QtCore import QCoreApplication
 
         self._running = self._measuring_qkv = False
