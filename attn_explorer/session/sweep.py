@@ -11,7 +11,8 @@ doubling factor and the n² term's share).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,10 @@ from PySide6.QtCore import QObject, Signal
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.cost.fit import FIT_MIN_LENGTHS, FIT_MIN_SPAN, QuadraticFit, quadratic_fit
 from attn_explorer.session.jobs import sweep_job
-from attn_explorer.session.runner import Runner, Task
+from attn_explorer.session.runner import SHARED_SHARE, Runner, Task
+
+# a step timed beside other work (Runner.work) is measured again this many times at most, then kept and marked
+RETRIES = 2
 
 
 __all__ = ["NSweep", "sweep_lengths", "time_fit", "QuadraticFit", "FIT_MIN_LENGTHS", "FIT_MIN_SPAN"]
@@ -49,6 +53,7 @@ class _Step:
     want: int  # the length this step measures (tokens, or patch-grid side for images)
     reps: int  # text: copies of the input to join so that it reaches `want` tokens
     warm_up: bool = False  # the first pass only warms caches up; it is not reported
+    retries: int = 0  # times this step was measured again because other work ran beside it
 
 
 class NSweep(QObject):
@@ -74,6 +79,9 @@ class NSweep(QObject):
         self._samples: dict[int, list[float]] = {}
         self._done = 0
         self._total = 0
+        # the lengths whose times still had other work beside them after RETRIES, and what that work was
+        self.beside: set[int] = set()
+        self.beside_jobs: set[str] = set()
 
     @property
     def running(self) -> bool:
@@ -124,6 +132,7 @@ class NSweep(QObject):
         self.repeated_input = repeated
         self.points = []
         self._samples = {}
+        self.beside, self.beside_jobs = set(), set()
         self._done = 0
         self._total = len(self._queue) - 1
         self.started.emit(len(lengths))
@@ -162,6 +171,14 @@ class NSweep(QObject):
         self._in_flight = False
         if not step.warm_up:
             n, ms, repeated = out
+            now = time.perf_counter()  # the pass ended just before its answer arrived here
+            other = self._runner.work(now - ms / 1000.0, now, SHARED_SHARE, exclude=("n-sweep",))
+            if other and step.retries < RETRIES:  # not the model's time alone: measure it again
+                self._queue.insert(0, replace(step, retries=step.retries + 1))
+                return
+            if other:
+                self.beside.add(n)
+                self.beside_jobs.update(other)
             self.repeated_input = self.repeated_input or repeated
             samples = self._samples.setdefault(n, [])
             samples.append(ms)

@@ -221,3 +221,32 @@ def test_a_failing_sweep_step_stops_with_a_banner(make_window, qtbot, monkeypatc
     assert w.banner.isVisible() and "n sweep stopped: too long for this test" in w.banner.text
     assert all(n <= 100 for n, _ in st.sweep_points) and len(st.sweep_points) >= 3
     assert w.seq_panel.sweep_button.isEnabled()
+
+
+def test_steps_timed_beside_other_work_are_measured_again_and_then_marked(make_window, qtbot, monkeypatch):
+    """The n sweep timed its forward passes whatever else ran (a lesson's job, the Cost page's sweep), and drew
+    them as the model's times. A step timed beside other work is measured again (up to sweep.RETRIES times); one
+    still beside it then is kept and named on the panel. A sweep alone marks nothing."""
+    import threading
+
+    from attn_explorer.session import sweep as sweep_mod
+
+    calls = _steady_clock(monkeypatch)
+    w = make_window(model="textbook", view="grid")
+    st, panel = w.state, w.seq_panel
+    gate = threading.Event()
+    assert st.submit(lambda: gate.wait(60), key="test-side-job", uses_model=False)
+    try:
+        with qtbot.waitSignal(st.sweep_finished, timeout=60000) as done:
+            panel.sweep_button.click()
+    finally:
+        gate.set()
+    assert done.args == [True]
+    ns = sweep_lengths(st.info)
+    assert st.sweep.beside == set(ns)
+    assert len(calls) == 1 + len(ns) * st.sweep_repeats * (1 + sweep_mod.RETRIES)  # a warm-up, then each step again
+    assert "beside other jobs" in panel.progress.format() and "test-side-job" in panel.progress.toolTip()
+    qtbot.waitUntil(lambda: not st.job_busy("test-side-job"), timeout=10000)
+    with qtbot.waitSignal(st.sweep_finished, timeout=60000):
+        panel.sweep_button.click()
+    assert st.sweep.beside == set() and panel.progress.format() == "sweep done" and panel.progress.toolTip() == ""

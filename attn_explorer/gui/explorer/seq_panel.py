@@ -174,6 +174,7 @@ class SeqLenPanel(QGroupBox):
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
         self.progress.setFormat("")
+        self.progress.setToolTip("")  # it described the old model's sweep
         self.redraw_plot()
 
     def _cleared(self) -> None:
@@ -259,7 +260,12 @@ class SeqLenPanel(QGroupBox):
     def _sweep_finished(self, complete: bool) -> None:
         self.sweep_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
-        self.progress.setFormat("sweep done" if complete else "sweep stopped")
+        beside, sweep = "", self.state.sweep
+        if sweep.beside:  # timed beside other work even after measuring again (session.sweep.RETRIES)
+            beside = f" · n = {', '.join(f'{n:,}' for n in sorted(sweep.beside))} beside other jobs"
+        self.progress.setFormat(("sweep done" if complete else "sweep stopped") + beside)
+        self.progress.setToolTip(f"Timed beside other jobs ({', '.join(sorted(sweep.beside_jobs))}) even when measured "
+                                 "again: those points are slower than the model alone." if beside else "")
         if complete:
             self.progress.setValue(self.progress.maximum())
         self.redraw_plot()
