@@ -132,6 +132,8 @@ def offer_text(d: dict) -> tuple[str, str]:
     answer."""
     line = offer_variants(d)[0]
     first = " (a first run: that includes one-off start-up costs)" if d.get("warm_up") else ""
+    if d.get("beside"):  # SessionState.shared_cores: the run shared the cores, so both times are high
+        first += " (beside other jobs: the model alone takes less, and so would bfloat16)"
     tip = (f"{line}.\n\nThis float32 forward took {_s(d['f32_s'])} for {d['tokens']:,} tokens{first}. "
            "On this CPU (native bfloat16) the "
            f"model's own products ran {1 / max(d['products_ratio'], 1e-9):.1f}× as fast in bfloat16 and its attention "
@@ -192,7 +194,8 @@ class Bf16Offer(QObject):
     def _estimated(self, key: tuple, d: dict) -> None:
         if not _same(key, self._key) or not d.get("native") or d["bf16_s"] > PAYS * d["f32_s"]:
             return
-        d = {**d, "warm_up": bool(getattr(self.state.result, "warm_up", False))}
+        r = self.state.result
+        d = {**d, "warm_up": bool(getattr(r, "warm_up", False)), "beside": bool(self.state.shared_cores(r))}
         self.variants = offer_variants(d)
         self._set(*offer_text(d))
 

@@ -95,3 +95,13 @@ def test_the_line_says_about_and_how_it_was_estimated():
     assert line.startswith("bfloat16 would take about 4.1 s instead of 9.0 s")
     assert "estimated" in line and "vs float32" in line
     assert "4,096 tokens" in tip and "3.3×" in tip and "reloads" in tip
+
+
+def test_an_offer_from_a_forward_timed_beside_other_jobs_says_so():
+    """The offer's "instead of Y" is the run's own forward time; when that run shared the cores with other jobs
+    (SessionState.shared_cores), the tooltip says so, as the status bar's forward label does."""
+    d = {"f32_s": 9.04, "bf16_s": 4.1, "tokens": 4096, "products_ratio": 0.3, "attn_ratio": 0.6, "share": 0.8,
+         "ratio": 0.45, "native": True}
+    assert "beside other jobs" not in bo.offer_text(d)[1]
+    tip = bo.offer_text({**d, "beside": True})[1]
+    assert "4,096 tokens (beside other jobs: the model alone takes less, and so would bfloat16)" in tip
