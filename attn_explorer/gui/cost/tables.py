@@ -6,6 +6,8 @@ from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSizePolicy,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from attn_explorer.gui.widgets.stats import work_line
+
 ERROR_HEADER = "relative error of the output vs exact"
 ERROR_TIP = ("‖out − exact‖ / ‖exact‖: the size of the difference between this variant's output and exact "
              "attention's output for the same q, k, v, as a share of the exact output's size (Frobenius norms). "
@@ -46,11 +48,7 @@ def _set_row(table: QTableWidget, row: int, cells: list[str], colour: str | None
 
 def _beside(beside: dict | None) -> str:
     """A point's note when other work ran while it was measured (session.cost_sweep): which, and how long."""
-    if not beside:
-        return ""
-    jobs = sorted(beside.items(), key=lambda kv: -kv[1])
-    return "measured beside other work: " + ", ".join(f"{k} {s * 1000:.1f} ms" if s < 1 else f"{k} {s:.1f} s"
-                                                       for k, s in jobs)
+    return f"measured beside other work: {work_line(beside)}" if beside else ""
 
 
 class ResultsTable(QTableWidget):

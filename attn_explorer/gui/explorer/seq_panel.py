@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPus
 from superqt.utils import signals_blocked
 
 from attn_explorer.gui.explorer.controls import deferred
-from attn_explorer.gui.widgets.stats import human_count
+from attn_explorer.gui.widgets.stats import human_count, human_duration, work_line
 from attn_explorer.session.cost_sweep import human_bytes
 from attn_explorer.session.live_run import incomplete
 from attn_explorer.session.state import SessionState
@@ -33,23 +33,8 @@ def shared_note(shared: dict[str, float]) -> tuple[str, str]:
     (SessionState.shared_cores); ("", "") for one that ran alone."""
     if not shared:
         return "", ""
-    jobs = ", ".join(f"{k} {human_duration(sec * 1000)}" for k, sec in sorted(shared.items(), key=lambda kv: -kv[1]))
-    return (" (beside other jobs)", f"Timed while other jobs ran on the same cores ({jobs}), so the model alone "
-            "takes less. This time is not plotted on the Sequence page.")
-
-
-def human_duration(ms: float) -> str:
-    """A time as a person reads it: "12.3 ms" under a second, "4.2 s" under a minute, "4 min 11 s" under
-    an hour, then "3 h 2 min" (a forward pass over a long input takes minutes)."""
-    ms = float(ms)
-    if ms < 1000:
-        return f"{ms:.1f} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    s = int(round(ms / 1000))
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
+    return (" (beside other jobs)", f"Timed while other jobs ran on the same cores ({work_line(shared)}), so the "
+            "model alone takes less. This time is not plotted on the Sequence page.")
 
 
 def smallest_n(info, result) -> int:

@@ -1,4 +1,4 @@
-"""Small NumPy measures the views print next to the heatmaps (entropy, peak weight, counts).
+"""Small NumPy measures the views print next to the heatmaps (entropy, peak weight, counts), and durations.
 
 Plain NumPy on arrays the GUI already holds; no model code. Entropy and "hide special tokens" are
 attn_explorer.maths' (the one copy).
@@ -23,3 +23,22 @@ def human_count(x: float, unit: str = "") -> str:
             return f"{x / div:.3g} {p}{unit}"
     return f"{x:.3g} {unit}".rstrip()
 
+
+def human_duration(ms: float) -> str:
+    """A time as a person reads it: "12.3 ms" under a second, "4.2 s" under a minute, "4 min 11 s" under
+    an hour, then "3 h 2 min" (a forward pass over a long input takes minutes)."""
+    ms = float(ms)
+    if ms < 1000:
+        return f"{ms:.1f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    s = int(round(ms / 1000))
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def work_line(work: dict[str, float]) -> str:
+    """What ran beside a timing (session.runner.Runner.work: job name -> seconds), the longest first:
+    "cost-sweep 44.7 ms, model-run 2.0 s"."""
+    return ", ".join(f"{k} {human_duration(sec * 1000)}" for k, sec in sorted(work.items(), key=lambda kv: -kv[1]))
