@@ -84,27 +84,28 @@ def _attention_ms(n, window, heads, kv_heads, q_dim, v_dim, scale, dtype, gen):
 def _product_groups(layer, linears):
     """[(product(x), input width)]: the layer's products as its forward runs them. Where core.linear's packed
     path applies (MKL's or oneDNN's as its path_choice picks: float32, or bfloat16 on a CPU that multiplies it
-    natively), q, k and v are one packed product and each other layer its own packed one; elsewhere F.linear."""
+    natively, and on an AMX CPU below core.linear.AMX_PLAIN_ROWS rows), q, k and v are one packed product and each
+    other layer its own packed one; elsewhere each layer's F.linear."""
     import torch.nn.functional as F
 
     def plain(mod):
         return lambda x: F.linear(x, mod.weight.to(x.dtype), None if mod.bias is None else mod.bias.to(x.dtype))
 
-    def packed(pack, mod):
-        def run(x):
+    def packed(pack, mods):
+        def run(x):  # where core.linear does not pack (it answers None), each layer's own F.linear, as the forward
             y = pack(x)
-            return y if y is not None else plain(mod)(x)
+            return y if y is not None else [plain(mod)(x) for mod in mods]
         return run
 
     out, done = [], set()
     qkv = getattr(layer.attn, "packed_qkv", None)
     if qkv is not None:
-        out.append((packed(qkv, qkv.layers[0]), qkv.layers[0].in_features))
+        out.append((packed(qkv, qkv.layers), qkv.layers[0].in_features))
         done = {id(m) for m in qkv.layers if m is not None}
     for mod in linears:
         if id(mod) not in done:
             pack = getattr(mod, "packed", None)
-            out.append((packed(pack, mod) if pack is not None else plain(mod), mod.in_features))
+            out.append((packed(pack, [mod]) if pack is not None else plain(mod), mod.in_features))
     return out
 
 

@@ -63,3 +63,26 @@ def test_ratios_show_the_spread_of_their_repeats():
     text = tables(rows, ["float32"], plain=False)
     assert text.split("### Ratios")[1].splitlines()[-1] == "| 4,096 | 1.20× ✓ (1.05–1.40) | 0.50× ✓ (0.40–0.60) |"
     assert "| 1.20× (1.05–1.40) | 0.50× (0.40–0.60) |" in text  # the dtype's own table too
+
+
+def test_the_floor_times_q_k_and_v_where_they_are_not_packed(tmp_path, monkeypatch):
+    """Where core.linear does not pack (its product answers None), the floor times q's, k's and v's products
+    each, as the forward runs them: it timed q's alone (a bfloat16 model on an AMX CPU takes that path)."""
+    import torch.nn.functional as F
+
+    import attn_explorer as ax
+    from attn_explorer.core import linear
+    from benchmarks.long_floor import _product_groups
+    from tests.tiny_llama import make_llama_folder
+
+    folder = make_llama_folder(tmp_path / "tiny", num_hidden_layers=1, num_attention_heads=4,
+                               num_key_value_heads=1, hidden_size=64)
+    layer = ax.load_model(str(folder), device="cpu").module.blocks.layers[0]
+    monkeypatch.setattr(linear, "path_choice", "plain")
+    linears = [mod for mod in layer.modules() if isinstance(mod, torch.nn.Linear)]
+    calls = []
+    real = F.linear
+    monkeypatch.setattr(F, "linear", lambda x, w, b=None: calls.append(tuple(w.shape)) or real(x, w, b))
+    for run, width in _product_groups(layer, linears):
+        run(torch.randn(3, width))
+    assert sorted(calls) == sorted(tuple(mod.weight.shape) for mod in linears)

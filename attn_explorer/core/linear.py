@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attn_explorer.core.bf16 import cpu_vendor, native_bf16
+from attn_explorer.core.bf16 import amx_bf16, cpu_vendor, native_bf16
 
 _ONEDNN = (
     torch.backends.mkldnn.is_available()
@@ -50,14 +50,15 @@ bucketing_enabled = True  # False gives oneDNN every row count as it comes (benc
 # measured faster than F.linear on an AMD EPYC (MiniLM 0.71× transformers) and slower on an Intel Xeon with AMX
 # (1.10× against 1.00×), where MKL's own packed product (`cblas_sgemm_compute` on a weight packed once, through
 # torch.ops.mkl) beats both, and gives F.linear's numbers (both are MKL's sgemm; bit for bit at most shapes).
-#   "auto"    MKL's packed product on an Intel CPU (`mkl_wins`), oneDNN's elsewhere; bfloat16 always oneDNN's
+#   "auto"    MKL's packed product on an Intel CPU (`mkl_wins`), oneDNN's elsewhere; bfloat16 oneDNN's, but
+#             F.linear from AMX_PLAIN_ROWS rows on an AMX CPU (below)
 #   "packed"  oneDNN's; "mkl" MKL's; "plain" F.linear
 #   "measure" the first fast call of each shape (input width, output width, post-op, short or long input) times
 #             oneDNN's product against F.linear on its own input, interleaved, best of 5, and that shape keeps
 #             the faster. Not a default: a one-token step (short input) and a full run (long input) can then
 #             take different paths, and their logits differ by ~1.3e-5, past the 1e-5 that prefix reuse and the
 #             KV cache are held to against a full recompute (tests/api/test_prefix.py, tests/core/test_llama.py).
-# One process takes one path for all shapes, so no step and full run ever differ that way.
+# In float32 one process takes one path for all shapes, so no step and full run ever differ that way.
 path_choice = "auto"
 
 
@@ -68,11 +69,23 @@ def mkl_wins() -> bool:
     return _MKL and cpu_vendor() == "GenuineIntel"
 
 
-def _path(dtype: torch.dtype) -> str:
-    """The product `path_choice` gives this dtype: "packed" (oneDNN's), "mkl", "measure" or "plain"."""
+# Issue 24 B: on an Intel Xeon with AMX-BF16 (2026-12-03, 2 threads, interleaved), oneDNN's prepacked bfloat16
+# product took 1.0-1.45× F.linear's time at Gemma 3's shapes from 1,024 rows up (Gemma 3 270M's bfloat16 forward at
+# 4,096 tokens: 4 % faster on F.linear, the same bits), and 0.65-0.95× below (1 to 512 rows). Both are oneDNN's
+# AMX kernels: of 242 shapes and row counts tried (Gemma 3's, SmolLM2's, MiniLM's widths, 1 to 4,096 rows), 12 differ,
+# by one bfloat16 step in at most 0.03 % of the entries, as F.linear's own answer for a row can with the rows beside
+# it. On an AMD EPYC with avx512_bf16 and no AMX, the packed product was the faster (1.08×).
+AMX_PLAIN_ROWS = 1024
+
+
+def _path(dtype: torch.dtype, rows: int = 0) -> str:
+    """The product `path_choice` gives this dtype at this many rows: "packed" (oneDNN's), "mkl", "measure" or
+    "plain"."""
     choice = path_choice
     if choice == "auto":
         choice = "mkl" if dtype == torch.float32 and mkl_wins() else "packed"
+        if dtype == torch.bfloat16 and rows >= AMX_PLAIN_ROWS and amx_bf16():
+            choice = "plain"
     if choice == "mkl" and not (_MKL and dtype == torch.float32):
         choice = "packed"  # MKL packs float32 only: bfloat16 takes oneDNN's
     return choice
@@ -175,7 +188,8 @@ class PackedLinears:
             and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
         ):
             return None
-        kind = _path(x.dtype)
+        rows = x.numel() // x.shape[-1]
+        kind = _path(x.dtype, rows)
         if kind == "plain" or (kind == "mkl" and post is not None):
             return None
         src = self._sources()
@@ -184,7 +198,6 @@ class PackedLinears:
         cache = self._cache
         if cache is None or cache[3] != kind or not self._same(cache[0], src):
             cache = self._cache = self._pack(src, kind)
-        rows = x.numel() // x.shape[-1]
         flat = x.reshape(rows, x.shape[-1])
         if kind == "mkl":  # no kernel per row count to bound: no padding
             y = torch.ops.mkl._mkl_linear(flat, cache[1], cache[4], cache[2], rows)

@@ -229,3 +229,26 @@ def test_auto_takes_mkls_product_on_intel_and_onednns_elsewhere(monkeypatch):
     for vendor, f32 in (("GenuineIntel", "mkl"), ("AuthenticAMD", "packed"), ("", "packed")):
         monkeypatch.setattr(linear, "cpu_vendor", lambda v=vendor: v)
         assert (linear._path(torch.float32), linear._path(torch.bfloat16)) == (f32, "packed")
+
+
+def test_bf16_takes_f_linear_for_long_inputs_on_an_amx_cpu(monkeypatch):
+    """Issue 24 B, measured on an Intel Xeon with AMX-BF16 (2026-12-03, 2 threads, interleaved): oneDNN's prepacked
+    bfloat16 product is 1.0-1.45× slower than F.linear's at Gemma 3's shapes from 1,024 rows up, and 1.3× faster
+    below; both give the same bits. So on an AMX CPU a long bfloat16 input takes F.linear and a short one the
+    packed product; a CPU without AMX (AMD's avx512_bf16, where the packed product was faster) packs at every
+    length."""
+    monkeypatch.setattr(linear, "path_choice", "auto")
+    monkeypatch.setattr(linear, "native_bf16", lambda: True)
+    torch.manual_seed(0)
+    layer = Linear(16, 24).bfloat16()
+    for amx, rows, packs in ((True, linear.AMX_PLAIN_ROWS, False), (True, linear.AMX_PLAIN_ROWS - 1, True),
+                             (False, linear.AMX_PLAIN_ROWS, True)):
+        monkeypatch.setattr(linear, "amx_bf16", lambda amx=amx: amx)
+        layer.packed.clear()
+        x = torch.randn(1, rows, 16).bfloat16()
+        with torch.no_grad():
+            y = layer(x)
+        assert layer.packed.is_packed == packs, (amx, rows)
+        torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias), atol=1e-2, rtol=1e-2)
+        assert linear._path(torch.bfloat16, rows) == ("packed" if packs else "plain")
+    assert linear._path(torch.float32, linear.AMX_PLAIN_ROWS) == linear._path(torch.float32)  # float32 as before
