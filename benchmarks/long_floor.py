@@ -1,12 +1,14 @@
 """bench_long's two references for a forward over n tokens:
 
 - `floor_ms`: the arithmetic floor, measured. The model's own products and attention kernels at this n,
-  timed alone, in the model's dtype, with no elementwise work between them: for each layer, x @ W for each of
+  timed alone, in the model's dtype, with no elementwise work between them, and with the long forward's heap
+  (core.heap.large_blocks_kept: no page faults for each product's output): for each layer, x @ W for each of
   its linear layers (the q, k, v, out projections and the MLP's matrices, at (n × d_in) inputs), and the
   attention kernel (`F.scaled_dot_product_attention`): causal over all n for a global layer; for a windowed
   layer, the band, as query tiles of `window` rows against the `2·window - 1` keys they can see, the band's
   boolean mask built once beforehand. The products and the kernel are the run's own: q, k and v as one packed
-  oneDNN product where core.linear packs them (float32, and bfloat16 on a CPU that multiplies it natively),
+  oneDNN product where core.linear packs them (float32, and bfloat16 on a CPU that multiplies it natively,
+  below core.linear.AMX_PLAIN_ROWS rows on an AMX CPU), else each its own F.linear,
   and a bfloat16 model's attention on such a CPU in core.bf16_attention (issue 24 B). The model's heads and key/value heads (GQA through `enable_gqa`), its
   head size and its logits' scale. Layers of one signature (the same linear shapes, the same window) are timed
   once and counted as many times as they occur.
@@ -120,9 +122,13 @@ def floor_ms(module, n: int, dtype) -> dict:
     for layer, w in zip(layers, windows):
         sig = _layer_signature(layer, w)
         counts.setdefault(sig, [layer, 0])[1] += 1
+    from attn_explorer.core import heap
+
     gen = torch.Generator().manual_seed(0)
     lin = att = 0.0
-    with torch.inference_mode():
+    # with the long forward's heap (core.heap): its freed large blocks kept for the next product, not mapped anew
+    # and faulted in page by page (outside it, the floor's products took twice as long at 16,384 tokens)
+    with torch.inference_mode(), heap.large_blocks_kept():
         for (mats, window), (layer, count) in counts.items():
             linears = [mod for mod in layer.modules() if isinstance(mod, torch.nn.Linear)]
             xs = {mod.in_features: torch.randn(n, mod.in_features, generator=gen).to(dtype) for mod in linears}
