@@ -115,8 +115,16 @@ def _s(x: float) -> str:
 
 
 def offer_variants(d: dict) -> tuple[str, ...]:
-    """The offer in words, longest first: the window shows the longest that fits (the tooltip has all of it)."""
+    """The offer in words, longest first: the window shows the longest that fits (the tooltip has all of it).
+    Where the float32 run shared the cores (d["beside"]), both figures are high, and every variant says so."""
     x, y = _s(d["bf16_s"]), _s(d["f32_s"])
+    if d.get("beside"):
+        return (f"bfloat16 would take about {x} instead of {y} (both timed beside other jobs, so both high; "
+                "estimated from measured product rates)",
+                f"bfloat16 would take about {x} instead of {y} (timed beside other jobs; estimated)",
+                f"bfloat16: about {x}, not {y} (beside other jobs)",
+                f"bf16 ≈ {x}, not {y} (beside other jobs)",
+                f"bf16 ≈ {x} (beside other jobs)")
     return (f"bfloat16 would take about {x} instead of {y} "
             "(estimated from measured product rates; its maps round a little, see vs float32)",
             f"bfloat16 would take about {x} instead of {y} (estimated; maps round a little, see vs float32)",

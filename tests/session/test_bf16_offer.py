@@ -105,3 +105,16 @@ def test_an_offer_from_a_forward_timed_beside_other_jobs_says_so():
     assert "beside other jobs" not in bo.offer_text(d)[1]
     tip = bo.offer_text({**d, "beside": True})[1]
     assert "4,096 tokens (beside other jobs: the model alone takes less, and so would bfloat16)" in tip
+
+
+def test_the_offers_line_itself_says_its_forward_ran_beside_other_jobs():
+    """Y ("instead of Y") is the shared run's own time, so both figures are high: every way the status bar may
+    show the line says so, down to the shortest, not only the tooltip."""
+    d = {"f32_s": 9.04, "bf16_s": 4.1, "tokens": 4096, "products_ratio": 0.3, "attn_ratio": 0.6, "share": 0.8,
+         "ratio": 0.45, "native": True}
+    assert not any("beside" in v for v in bo.offer_variants(d))
+    shared = bo.offer_variants({**d, "beside": True})
+    assert all("beside other jobs" in v for v in shared)
+    assert shared[0].startswith("bfloat16 would take about 4.1 s instead of 9.0 s")
+    assert bo.offer_text({**d, "beside": True})[0] == shared[0]
+    assert [len(v) for v in shared] == sorted((len(v) for v in shared), reverse=True)  # longest first
