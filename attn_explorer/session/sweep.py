@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, Signal
 from attn_explorer.api.result import ModelInfo, RunResult
 from attn_explorer.cost.fit import FIT_MIN_LENGTHS, FIT_MIN_SPAN, QuadraticFit, quadratic_fit
 from attn_explorer.session.jobs import sweep_job
-from attn_explorer.session.runner import SHARED_SHARE, Runner, Task
+from attn_explorer.session.runner import MAIN_NAMES, SHARED_SHARE, Runner, Task
 
 # a step timed beside other work (Runner.work) is measured again this many times at most, then kept and marked
 RETRIES = 2
@@ -172,7 +172,7 @@ class NSweep(QObject):
         if not step.warm_up:
             n, ms, repeated = out
             now = time.perf_counter()  # the pass ended just before its answer arrived here
-            other = self._runner.work(now - ms / 1000.0, now, SHARED_SHARE, exclude=("n-sweep",))
+            other = self._runner.work(now - ms / 1000.0, now, SHARED_SHARE, exclude=(MAIN_NAMES["background"],))
             if other and step.retries < RETRIES:  # not the model's time alone: measure it again
                 self._queue.insert(0, replace(step, retries=step.retries + 1))
                 return
